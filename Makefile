@@ -1,0 +1,28 @@
+# Two commands on a fresh machine with python3 and make: `make demo`, `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint env clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+env: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/ledger demo --store .demo/store
+
+lint: $(STAMP)
+	$(BIN)/ruff check ledger tests migrations
+	$(BIN)/ruff format --check ledger tests migrations
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest
+
+clean:
+	rm -rf $(VENV) .demo dist build .pytest_cache .mypy_cache .ruff_cache .hypothesis

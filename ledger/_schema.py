@@ -1,0 +1,461 @@
+"""The store's schema: SQLAlchemy Core tables, and the triggers and views derived from them.
+
+Tables change only through Alembic migrations (``migrations/``); ``alembic check``
+in the tests proves the migrations build exactly these tables. Triggers and views
+are *derived* objects: :func:`install_derived` drops and re-creates all of them at
+the end of every upgrade, so a batch migration (which rebuilds a table on SQLite
+and silently drops its triggers) can never leave the store unguarded.
+
+Enum columns hold the lowercase words of :mod:`ledger.effects`; CHECK constraints
+refuse any other word, so a forensic user with the ``sqlite3`` shell cannot forge
+an execution state. Every constraint is named through the naming convention, so
+migrations can refer to them on every backend.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    CheckConstraint,
+    Column,
+    Connection,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+
+from ledger.effects import (
+    RESOURCE_KINDS,
+    Coverage,
+    ExecutionOutcome,
+    Impact,
+    ObservationMechanism,
+    Predicate,
+)
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def _words(column: str, words: object) -> str:
+    values = ", ".join(f"'{w}'" for w in words)  # type: ignore[attr-defined]
+    return f"{column} IN ({values})"
+
+
+def _enum_words(column: str, enum_cls: type[object]) -> str:
+    return _words(column, (m.value for m in enum_cls))  # type: ignore[attr-defined]
+
+
+def _hex(column: str, length: int) -> str:
+    # ltrim with a character set exists in SQLite and PostgreSQL alike.
+    return f"length({column}) = {length} AND ltrim({column}, '0123456789abcdef') = ''"
+
+
+def _identifier(column: str) -> str:
+    return f"length({column}) BETWEEN 1 AND 200"
+
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("run_id", Text, nullable=False),
+    Column("created_at", Text, nullable=False),
+    PrimaryKeyConstraint("run_id"),
+    CheckConstraint(_hex("run_id", 32), name="run_id"),
+    sqlite_strict=True,
+)
+
+claims = Table(
+    "claims",
+    metadata,
+    Column("run_id", Text, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("effect_id", Text, nullable=False),
+    Column("action_id", Text, nullable=False),
+    Column("operation", Text, nullable=False),
+    Column("backend", Text, nullable=False),
+    Column("args_sha256", Text, nullable=False),
+    Column("recorded_at", Text, nullable=False),
+    PrimaryKeyConstraint("run_id", "seq"),
+    UniqueConstraint("run_id", "effect_id"),
+    ForeignKeyConstraint(["run_id"], ["runs.run_id"]),
+    CheckConstraint("seq >= 1", name="seq"),
+    CheckConstraint(_identifier("effect_id"), name="effect_id"),
+    CheckConstraint(_identifier("action_id"), name="action_id"),
+    CheckConstraint(_identifier("operation"), name="operation"),
+    CheckConstraint(_hex("args_sha256", 64), name="args_sha256"),
+    sqlite_strict=True,
+)
+
+impact_scope = Table(
+    "impact_scope",
+    metadata,
+    Column("run_id", Text, nullable=False),
+    Column("effect_id", Text, nullable=False),
+    Column("position", Integer, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("locator", Text, nullable=False),
+    Column("role", Text, nullable=False),
+    Column("revision", Text, nullable=True),
+    PrimaryKeyConstraint("run_id", "effect_id", "position"),
+    ForeignKeyConstraint(["run_id", "effect_id"], ["claims.run_id", "claims.effect_id"]),
+    CheckConstraint("position >= 0", name="position"),
+    CheckConstraint(_words("kind", RESOURCE_KINDS), name="kind"),
+    sqlite_strict=True,
+)
+Index(None, impact_scope.c.run_id, impact_scope.c.kind, impact_scope.c.locator)
+
+obligations = Table(
+    "obligations",
+    metadata,
+    Column("run_id", Text, nullable=False),
+    Column("effect_id", Text, nullable=False),
+    Column("position", Integer, nullable=False),
+    Column("target_kind", Text, nullable=False),
+    Column("target_locator", Text, nullable=False),
+    Column("target_role", Text, nullable=False),
+    Column("target_revision", Text, nullable=True),
+    Column("predicate", Text, nullable=False),
+    Column("expected", Text, nullable=True),
+    PrimaryKeyConstraint("run_id", "effect_id", "position"),
+    ForeignKeyConstraint(["run_id", "effect_id"], ["claims.run_id", "claims.effect_id"]),
+    CheckConstraint("position >= 0", name="position"),
+    CheckConstraint(_words("target_kind", RESOURCE_KINDS), name="target_kind"),
+    CheckConstraint(_enum_words("predicate", Predicate), name="predicate"),
+    CheckConstraint(
+        "(predicate IN ('exists', 'absent') AND expected IS NULL)"
+        " OR (predicate IN ('sha256', 'revision') AND expected IS NOT NULL)",
+        name="expected",
+    ),
+    sqlite_strict=True,
+)
+
+outcomes = Table(
+    "outcomes",
+    metadata,
+    Column("run_id", Text, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("effect_id", Text, nullable=False),
+    Column("execution", Text, nullable=False),
+    Column("impact", Text, nullable=False),
+    Column("execution_id", Text, nullable=True),
+    Column("replayed", Integer, nullable=False),
+    Column("recorded_at", Text, nullable=False),
+    PrimaryKeyConstraint("run_id", "seq"),
+    ForeignKeyConstraint(["run_id", "effect_id"], ["claims.run_id", "claims.effect_id"]),
+    CheckConstraint("seq >= 1", name="seq"),
+    CheckConstraint(_enum_words("execution", ExecutionOutcome), name="execution"),
+    CheckConstraint(_enum_words("impact", Impact), name="impact"),
+    CheckConstraint("replayed IN (0, 1)", name="replayed"),
+    CheckConstraint("replayed = 0 OR execution = 'interrupted'", name="replayed_interrupted"),
+    CheckConstraint("execution <> 'interrupted' OR impact = 'possible'", name="interrupted_impact"),
+    CheckConstraint("execution_id IS NULL OR " + _identifier("execution_id"), name="execution_id"),
+    sqlite_strict=True,
+)
+Index(None, outcomes.c.run_id, outcomes.c.effect_id)
+# One terminal outcome per claim: the database itself refuses a second.
+Index(
+    "uq_outcomes_terminal",
+    outcomes.c.run_id,
+    outcomes.c.effect_id,
+    unique=True,
+    sqlite_where=text("execution <> 'running'"),
+    postgresql_where=text("execution <> 'running'"),
+)
+
+observations = Table(
+    "observations",
+    metadata,
+    Column("run_id", Text, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("observation_id", Text, nullable=False),
+    Column("resource_kind", Text, nullable=False),
+    Column("resource_locator", Text, nullable=False),
+    Column("resource_role", Text, nullable=False),
+    Column("resource_revision", Text, nullable=True),
+    Column("mechanism", Text, nullable=False),
+    Column("coverage", Text, nullable=False),
+    Column("source_action_id", Text, nullable=False),
+    # "exists" is an SQL keyword; this name keeps forensic queries readable.
+    Column("resource_exists", Integer, nullable=True),
+    Column("sha256", Text, nullable=True),
+    Column("revision", Text, nullable=True),
+    Column("recorded_at", Text, nullable=False),
+    PrimaryKeyConstraint("run_id", "seq"),
+    UniqueConstraint("run_id", "observation_id"),
+    ForeignKeyConstraint(["run_id"], ["runs.run_id"]),
+    CheckConstraint("seq >= 1", name="seq"),
+    CheckConstraint(_identifier("observation_id"), name="observation_id"),
+    CheckConstraint(_words("resource_kind", RESOURCE_KINDS), name="resource_kind"),
+    CheckConstraint(_enum_words("mechanism", ObservationMechanism), name="mechanism"),
+    CheckConstraint(_enum_words("coverage", Coverage), name="coverage"),
+    CheckConstraint("resource_exists IN (0, 1)", name="resource_exists"),
+    CheckConstraint("sha256 IS NULL OR (" + _hex("sha256", 64) + ")", name="sha256"),
+    sqlite_strict=True,
+)
+Index(None, observations.c.run_id, observations.c.resource_kind, observations.c.resource_locator)
+
+RECORD_TABLES = ("claims", "outcomes", "observations")
+APPEND_ONLY_TABLES = ("runs", "claims", "impact_scope", "obligations", "outcomes", "observations")
+
+
+# --------------------------------------------------------------------------- derived objects
+
+
+def _raise(message: str) -> str:
+    return f"SELECT RAISE(ABORT, 'ledger: {message}');"
+
+
+def _guard(table: str, name: str, condition: str, message: str) -> tuple[str, str]:
+    trigger = f"{table}_{name}"
+    return trigger, (
+        f"CREATE TRIGGER {trigger} BEFORE INSERT ON {table}\n"
+        f"WHEN {condition}\nBEGIN {_raise(message)} END"
+    )
+
+
+def _seq_taken() -> str:
+    return " OR ".join(
+        f"EXISTS (SELECT 1 FROM {other} WHERE run_id = NEW.run_id AND seq = NEW.seq)"
+        for other in RECORD_TABLES
+    )
+
+
+def _sqlite_triggers() -> dict[str, str]:
+    triggers: dict[str, str] = {}
+    for table in APPEND_ONLY_TABLES:
+        for event in ("UPDATE", "DELETE"):
+            name = f"{table}_no_{event.lower()}"
+            triggers[name] = (
+                f"CREATE TRIGGER {name} BEFORE {event} ON {table}\n"
+                f"BEGIN {_raise(f'{table} is append-only, {event} is refused')} END"
+            )
+    # INSERT OR REPLACE deletes the old row without firing DELETE triggers, so every
+    # key is also guarded before INSERT: a taken key aborts instead of being replaced.
+    guards = [
+        _guard(
+            "runs",
+            "guard_key",
+            "EXISTS (SELECT 1 FROM runs WHERE run_id = NEW.run_id)",
+            "runs is append-only, that run_id is already recorded",
+        ),
+        _guard(
+            "claims",
+            "guard_key",
+            "EXISTS (SELECT 1 FROM claims WHERE run_id = NEW.run_id AND effect_id = NEW.effect_id)",
+            "claims is append-only, that effect_id is already claimed in the run",
+        ),
+        _guard(
+            "observations",
+            "guard_key",
+            "EXISTS (SELECT 1 FROM observations"
+            " WHERE run_id = NEW.run_id AND observation_id = NEW.observation_id)",
+            "observations is append-only, that observation_id is already recorded in the run",
+        ),
+        _guard(
+            "outcomes",
+            "guard_settled",
+            "EXISTS (SELECT 1 FROM outcomes WHERE run_id = NEW.run_id"
+            " AND effect_id = NEW.effect_id AND execution <> 'running')",
+            "outcomes is append-only, the effect already has a terminal outcome",
+        ),
+        _guard(
+            "outcomes",
+            "guard_order",
+            "EXISTS (SELECT 1 FROM claims WHERE run_id = NEW.run_id"
+            " AND effect_id = NEW.effect_id AND seq >= NEW.seq)",
+            "an outcome must come after its claim",
+        ),
+    ]
+    guards.extend(
+        _guard(
+            table,
+            "guard_seq",
+            _seq_taken(),
+            f"{table} is append-only, that seq is already recorded in the run",
+        )
+        for table in RECORD_TABLES
+    )
+    guards.extend(
+        _guard(
+            table,
+            "guard_key",
+            f"EXISTS (SELECT 1 FROM {table} WHERE run_id = NEW.run_id"
+            " AND effect_id = NEW.effect_id AND position = NEW.position)",
+            f"{table} is append-only, that position is already recorded for the claim",
+        )
+        for table in ("impact_scope", "obligations")
+    )
+    triggers.update(guards)
+    return triggers
+
+
+def _overlap(a: str, b: str) -> str:
+    # Never LIKE: file names contain % and _. "/" is every path's ancestor.
+    return (
+        f"({a} = {b} OR ({a} = '/' OR {b} = '/'"
+        f" OR substr({b}, 1, length({a}) + 1) = {a} || '/'"
+        f" OR substr({a}, 1, length({b}) + 1) = {b} || '/'))"
+    )
+
+
+EFFECT_STATUS_VIEW = f"""
+CREATE VIEW effect_status AS
+WITH current_outcome AS (
+    SELECT c.run_id, c.seq, c.effect_id, c.action_id, c.operation, c.backend,
+           c.recorded_at AS claimed_at,
+           (SELECT o.seq FROM outcomes AS o
+             WHERE o.run_id = c.run_id AND o.effect_id = c.effect_id
+             ORDER BY (o.execution <> 'running') DESC, o.seq DESC
+             LIMIT 1) AS outcome_seq
+      FROM claims AS c
+),
+settled AS (
+    SELECT k.*, o.execution, o.impact
+      FROM current_outcome AS k
+      LEFT JOIN outcomes AS o ON o.run_id = k.run_id AND o.seq = k.outcome_seq
+),
+candidates AS (
+    SELECT s.run_id, s.effect_id, p.position, p.predicate, p.expected,
+           p.target_kind, p.target_locator,
+           ob.seq AS obs_seq, ob.resource_exists, ob.sha256, ob.revision
+      FROM settled AS s
+      JOIN obligations AS p ON p.run_id = s.run_id AND p.effect_id = s.effect_id
+      JOIN observations AS ob
+        ON ob.run_id = s.run_id
+       AND ob.seq > s.outcome_seq
+       AND ob.coverage = 'complete'
+       AND ob.resource_kind = p.target_kind
+       AND ob.resource_locator = p.target_locator
+     WHERE s.execution <> 'running'
+       AND NOT (s.execution = 'failed' AND s.impact = 'none')
+),
+fresh AS (
+    SELECT cd.run_id, cd.effect_id, cd.position, cd.obs_seq,
+           CASE cd.predicate
+             WHEN 'exists' THEN coalesce(cd.resource_exists = 1, 0)
+             WHEN 'absent' THEN coalesce(cd.resource_exists = 0, 0)
+             WHEN 'sha256' THEN coalesce(cd.resource_exists IS NOT 0 AND cd.sha256 = cd.expected, 0)
+             ELSE coalesce(cd.resource_exists IS NOT 0 AND cd.revision = cd.expected, 0)
+           END AS satisfied,
+           CASE cd.predicate
+             WHEN 'exists' THEN coalesce(cd.resource_exists = 0, 0)
+             WHEN 'absent' THEN coalesce(cd.resource_exists = 1, 0)
+             WHEN 'sha256' THEN coalesce(cd.resource_exists = 0
+                                OR (cd.sha256 IS NOT NULL AND cd.sha256 <> cd.expected), 0)
+             ELSE coalesce(cd.resource_exists = 0
+                           OR (cd.revision IS NOT NULL AND cd.revision <> cd.expected), 0)
+           END AS violated
+      FROM candidates AS cd
+     WHERE NOT EXISTS (
+        -- stale: another claim overlapping the target was in flight during the
+        -- observation and has not settled clean (failed with impact none)
+        SELECT 1
+          FROM claims AS c2
+          JOIN impact_scope AS sc ON sc.run_id = c2.run_id AND sc.effect_id = c2.effect_id
+         WHERE c2.run_id = cd.run_id
+           AND c2.effect_id <> cd.effect_id
+           AND sc.kind = cd.target_kind
+           AND (sc.locator = cd.target_locator
+                OR (sc.kind = 'fs' AND {_overlap("sc.locator", "cd.target_locator")}))
+           AND (c2.seq > cd.obs_seq OR NOT EXISTS (
+                  SELECT 1 FROM outcomes AS t
+                   WHERE t.run_id = c2.run_id AND t.effect_id = c2.effect_id
+                     AND t.execution <> 'running' AND t.seq < cd.obs_seq))
+           AND NOT EXISTS (
+                  SELECT 1 FROM outcomes AS t
+                   WHERE t.run_id = c2.run_id AND t.effect_id = c2.effect_id
+                     AND t.execution = 'failed' AND t.impact = 'none'))
+),
+evidence AS (
+    SELECT run_id, effect_id, satisfied, violated,
+           row_number() OVER (PARTITION BY run_id, effect_id, position
+                              ORDER BY obs_seq DESC) AS newest
+      FROM fresh
+     WHERE satisfied = 1 OR violated = 1
+),
+tally AS (
+    SELECT run_id, effect_id, sum(satisfied) AS n_satisfied, sum(violated) AS n_violated
+      FROM evidence
+     WHERE newest = 1
+     GROUP BY run_id, effect_id
+),
+verdicts AS (
+    SELECT s.run_id, s.seq, s.effect_id, s.action_id, s.operation, s.backend, s.claimed_at,
+           s.execution, s.impact,
+           CASE
+             WHEN s.execution IS NULL OR s.execution = 'running' THEN 'pending'
+             WHEN s.execution = 'failed' AND s.impact = 'none' THEN 'failed'
+             WHEN coalesce(t.n_violated, 0) > 0 THEN 'contradicted'
+             WHEN coalesce(t.n_satisfied, 0) > 0
+              AND t.n_satisfied = (SELECT count(*) FROM obligations AS p
+                                    WHERE p.run_id = s.run_id AND p.effect_id = s.effect_id)
+               THEN 'verified'
+             ELSE 'unverified'
+           END AS verdict
+      FROM settled AS s
+      LEFT JOIN tally AS t ON t.run_id = s.run_id AND t.effect_id = s.effect_id
+)
+SELECT run_id, seq, effect_id, action_id, operation, backend, claimed_at,
+       execution, impact, verdict,
+       CASE WHEN verdict IN ('pending', 'unverified', 'contradicted')
+             AND coalesce(impact, 'possible') <> 'none' THEN 1 ELSE 0 END AS unresolved_impact
+  FROM verdicts
+"""
+
+UNSETTLED_CLAIMS_VIEW = """
+CREATE VIEW unsettled_claims AS
+SELECT c.run_id, c.seq, c.effect_id, c.action_id, c.operation, c.recorded_at AS claimed_at,
+       EXISTS (SELECT 1 FROM outcomes AS o
+                WHERE o.run_id = c.run_id AND o.effect_id = c.effect_id) AS running
+  FROM claims AS c
+ WHERE NOT EXISTS (SELECT 1 FROM outcomes AS o
+                    WHERE o.run_id = c.run_id AND o.effect_id = c.effect_id
+                      AND o.execution <> 'running')
+"""
+
+SQLITE_TRIGGERS = _sqlite_triggers()
+VIEWS = {"effect_status": EFFECT_STATUS_VIEW, "unsettled_claims": UNSETTLED_CLAIMS_VIEW}
+
+
+def install_derived(connection: Connection) -> None:
+    """Drop and re-create every trigger and view, matching the tables at head.
+
+    Runs inside the migration's transaction, so no other connection ever sees
+    the tables unguarded.
+    """
+    if connection.dialect.name != "sqlite":  # pragma: no cover - PostgreSQL comes later
+        raise NotImplementedError(f"no derived objects for {connection.dialect.name}")
+    existing = connection.exec_driver_sql(
+        "SELECT type, name FROM sqlite_master WHERE type IN ('trigger', 'view')"
+    ).all()
+    for kind, name in existing:
+        if name in SQLITE_TRIGGERS or name in VIEWS:
+            connection.exec_driver_sql(f'DROP {kind.upper()} "{name}"')
+    for ddl in SQLITE_TRIGGERS.values():
+        connection.exec_driver_sql(ddl)
+    for ddl in VIEWS.values():
+        connection.exec_driver_sql(ddl)
+
+
+def missing_derived(connection: Connection) -> list[str]:
+    """Names of the triggers and views the store should have but does not."""
+    present = {
+        name
+        for (name,) in connection.exec_driver_sql(
+            "SELECT name FROM sqlite_master WHERE type IN ('trigger', 'view')"
+        )
+    }
+    return sorted((set(SQLITE_TRIGGERS) | set(VIEWS)) - present)

@@ -1,0 +1,356 @@
+"""One store on disk: its files, its engine, its transactions, its migrations.
+
+Everything that can fail because of the store passes through
+:func:`storage_errors`, the one place where SQLAlchemy, sqlite3, Alembic and OS
+errors become :class:`EffectPersistenceError`.
+
+Durability is not assumed: every connection is put in WAL mode with
+``synchronous=FULL`` and foreign keys on, and the pragmas are read back; a
+connection where one did not take is refused. Writers begin with ``BEGIN
+IMMEDIATE`` (a deferred transaction that upgrades to a write lock bypasses
+SQLite's busy handler), and the writers of one process queue first-come,
+first-served before they ask SQLite for the lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import stat
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy.exc
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.pool import ConnectionPoolEntry
+
+from ledger import _paths
+from ledger._errors import EffectPersistenceError
+
+log = logging.getLogger("ledger")
+
+BUSY_TIMEOUT_MS = 60_000
+READ_ONLY = "ledger_read_only"
+
+
+@contextlib.contextmanager
+def storage_errors(action: str) -> Iterator[None]:
+    """Translate every storage failure inside the block into EffectPersistenceError."""
+    try:
+        yield
+    except EffectPersistenceError:
+        raise
+    except (
+        sqlalchemy.exc.SQLAlchemyError,
+        sqlite3.Error,
+        CommandError,
+        OSError,
+    ) as e:
+        raise EffectPersistenceError(f"{action}: {_describe(e)}") from e
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, sqlalchemy.exc.DBAPIError) and error.orig is not None:
+        return f"{type(error.orig).__name__}: {error.orig}"
+    if isinstance(error, OSError) and error.filename:
+        return f"{error.strerror or type(error).__name__}: {error.filename}"
+    return f"{type(error).__name__}: {error}"
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _refuse(message: str) -> EffectPersistenceError:
+    return EffectPersistenceError(message)
+
+
+def check_directory(directory: Path) -> None:
+    """Refuse a store directory that is a symlink, not a directory, or someone else's."""
+    st = os.lstat(directory)
+    if stat.S_ISLNK(st.st_mode):
+        raise _refuse(f"store directory {directory} is a symlink; refusing it")
+    if not stat.S_ISDIR(st.st_mode):
+        raise _refuse(f"store directory {directory} is not a directory")
+    if st.st_uid != os.geteuid():
+        raise _refuse(f"store directory {directory} is owned by uid {st.st_uid}, not by this user")
+
+
+def check_file(path: Path, *, required: bool = True) -> None:
+    """Refuse a database (or -wal/-shm) file that is linked, not regular, or someone else's."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        if required:
+            raise _refuse(f"database file {path} is missing") from None
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise _refuse(f"database file {path} is a symlink; refusing it")
+    if not stat.S_ISREG(st.st_mode):
+        raise _refuse(f"database file {path} is not a regular file")
+    if st.st_nlink > 1:
+        raise _refuse(
+            f"database file {path} has {st.st_nlink} hard links; a store file must have one"
+        )
+    if st.st_uid != os.geteuid():
+        raise _refuse(f"database file {path} is owned by uid {st.st_uid}, not by this user")
+
+
+def check_files(directory: Path, db_path: Path) -> None:
+    """Every trust check on the store's directory and files."""
+    check_directory(directory)
+    check_file(db_path)
+    for suffix in ("-wal", "-shm"):
+        check_file(db_path.with_name(db_path.name + suffix), required=False)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def create_files(directory: Path, db_path: Path) -> None:
+    """Create the store directory (0700) and an empty database file (0600) if missing.
+
+    The file is created by the library itself with ``O_EXCL | O_NOFOLLOW`` before
+    SQLite opens it, never through ``umask`` (process-wide, racy); SQLite gives
+    ``-wal`` and ``-shm`` the database file's mode.
+    """
+    if not os.path.lexists(directory):
+        parent = directory.parent
+        parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            directory.mkdir(mode=0o700)
+        _fsync_dir(parent)
+    check_directory(directory)
+    if not os.path.lexists(db_path):
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(db_path, flags, 0o600)
+        except FileExistsError:
+            pass  # another process or thread won the race; it is checked below
+        else:
+            os.close(fd)
+            _fsync_dir(directory)
+    check_file(db_path)
+
+
+# --------------------------------------------------------------------------- engine
+
+
+class _FairLock:
+    """A first-come, first-served lock: SQLite's busy handler is not fair, this queue is."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._next = 0
+        self._serving = 0
+
+    def __enter__(self) -> None:
+        with self._cond:
+            ticket = self._next
+            self._next += 1
+            while ticket != self._serving:
+                self._cond.wait()
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cond:
+            self._serving += 1
+            self._cond.notify_all()
+
+
+def _on_connect(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+    # SQLAlchemy emits BEGIN itself (see _on_begin); pysqlite must not.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        mode = cursor.execute("PRAGMA journal_mode = WAL").fetchone()
+        cursor.execute("PRAGMA synchronous = FULL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.execute("PRAGMA recursive_triggers = ON")
+        cursor.execute("PRAGMA trusted_schema = OFF")
+        readings = {
+            "journal_mode": (str(mode[0]).lower() if mode else None, "wal"),
+            "synchronous": (cursor.execute("PRAGMA synchronous").fetchone()[0], 2),
+            "foreign_keys": (cursor.execute("PRAGMA foreign_keys").fetchone()[0], 1),
+        }
+    finally:
+        cursor.close()
+    for pragma, (actual, wanted) in readings.items():
+        if actual != wanted:
+            dbapi_connection.close()
+            raise EffectPersistenceError(
+                f"PRAGMA {pragma} is {actual!r} where {wanted!r} is required; refusing to write"
+            )
+
+
+def _on_begin(conn: Connection) -> None:
+    read_only = conn.get_execution_options().get(READ_ONLY, False)
+    conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+
+def _migrations_dir() -> Path:
+    package = Path(__file__).resolve().parent
+    for candidate in (package / "_migrations", package.parent / "migrations"):
+        if (candidate / "env.py").is_file():
+            return candidate
+    raise EffectPersistenceError("the store migrations are not installed with the package")
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    """An Alembic configuration driven from code, sharing ``connection`` if given."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(_migrations_dir()))
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+def head_revision() -> str:
+    """The newest schema revision this library ships."""
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    if head is None:  # pragma: no cover - the package always ships migrations
+        raise EffectPersistenceError("no schema revision is shipped")
+    return head
+
+
+class Store:
+    """One database file, shared by every log of this process that writes to it."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.path = directory / _paths.DB_NAME
+        self.write_lock = _FairLock()
+        self.engine: Engine | None = None
+        self._ready = False
+        self._init_lock = threading.Lock()
+        self.users = 0
+
+    # -- opening
+
+    def _engine(self) -> Engine:
+        if self.engine is None:
+            engine = create_engine(
+                f"sqlite+pysqlite:///{self.path}",
+                connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000},
+                pool_size=4,
+                max_overflow=8,
+                pool_timeout=BUSY_TIMEOUT_MS / 1000,
+            )
+            event.listen(engine, "connect", _on_connect)
+            event.listen(engine, "begin", _on_begin)
+            self.engine = engine
+        return self.engine
+
+    def open_for_writing(self) -> None:
+        """Create the files if needed, check them, and bring the schema to head."""
+        with self._init_lock:
+            if self._ready:
+                return
+            with storage_errors(f"cannot open the store {self.directory}"):
+                create_files(self.directory, self.path)
+                check_files(self.directory, self.path)
+                self._upgrade()
+                _paths.remember_store(self.directory)
+            self._ready = True
+
+    def open_existing(self) -> bool:
+        """Open a store that exists, for reading and later writing; False if there is none."""
+        with storage_errors(f"cannot open the store {self.directory}"):
+            if not os.path.lexists(self.directory):
+                return False
+            check_directory(self.directory)
+            if not os.path.lexists(self.path):
+                return False
+        self.open_for_writing()
+        return True
+
+    def _upgrade(self) -> None:
+        """Apply pending migrations under the write lock, so racing openers wait, not fail."""
+        head = head_revision()
+        engine = self._engine()
+        with self.write_lock, engine.begin() as conn:
+            current = MigrationContext.configure(conn).get_current_revision()
+            if current == head:
+                return
+            log.info("migrating store %s from %s to %s", self.path, current, head)
+            command.upgrade(alembic_config(conn), "head")
+
+    # -- transactions
+
+    @contextlib.contextmanager
+    def write(self, action: str) -> Iterator[Connection]:
+        """A write transaction: queued in-process, ``BEGIN IMMEDIATE``, files checked first."""
+        self.open_for_writing()
+        with storage_errors(action), self.write_lock:
+            check_files(self.directory, self.path)
+            with self._engine().begin() as conn:
+                yield conn
+
+    @contextlib.contextmanager
+    def read(self, action: str) -> Iterator[Connection]:
+        """A read transaction (deferred ``BEGIN``): one consistent snapshot, no write lock."""
+        with storage_errors(action):
+            check_files(self.directory, self.path)
+            engine = self._engine().execution_options(**{READ_ONLY: True})
+            with engine.begin() as conn:
+                yield conn
+
+    def dispose(self) -> None:
+        """Close every pooled connection."""
+        if self.engine is not None:
+            self.engine.dispose()
+            self.engine = None
+        self._ready = False
+
+
+_registry_lock = threading.Lock()
+_registry: dict[Path, Store] = {}
+
+
+def acquire(directory: Path) -> Store:
+    """The process's :class:`Store` for ``directory``, shared by every log on it."""
+    key = directory.absolute()
+    with _registry_lock:
+        store = _registry.get(key)
+        if store is None:
+            store = _registry[key] = Store(key)
+        store.users += 1
+        return store
+
+
+def release(store: Store) -> None:
+    """Drop one user of ``store``; the last one closes its connections."""
+    with _registry_lock:
+        store.users -= 1
+        if store.users <= 0:
+            _registry.pop(store.directory, None)
+            store.dispose()
+
+
+def _after_fork_in_child() -> None:
+    # Connections must not cross fork(): the child starts with fresh stores.
+    global _registry_lock  # noqa: PLW0603 - the lock itself may have been held at fork
+    _registry_lock = threading.Lock()
+    for store in _registry.values():
+        if store.engine is not None:
+            store.engine.dispose(close=False)
+            store.engine = None
+        store.write_lock = _FairLock()
+        store._init_lock = threading.Lock()  # noqa: SLF001 - same reason
+        store._ready = False  # noqa: SLF001 - re-check files and schema after fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

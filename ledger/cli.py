@@ -1,0 +1,5 @@
+"""The ``ledger`` command (placeholder)."""
+
+
+def main() -> None:
+    """Run the command line."""

@@ -1,0 +1,886 @@
+"""Record values of the effect ledger and the pure assessment of a claim.
+
+Every record is a frozen dataclass: hashable, compared by value, validated when
+it is built (``TypeError`` for a wrong type, ``ValueError`` for a bad value), and
+convertible with ``to_dict()`` / ``from_dict()`` to plain JSON types and back
+exactly. ``from_dict`` raises ``ValueError`` for anything malformed: a missing
+or extra key, a wrong type, an unknown enum word, a bad digest.
+
+:func:`assess` turns one run's :class:`History` into an :class:`Assessment` of a
+claim. It reads no clock, no disk and no global state; the rules are in
+``docs/concepts.md``.
+
+This module imports nothing from storage: it is the model every backend shares.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import itertools
+import posixpath
+import re
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Self, TypeVar
+
+__all__ = [
+    "Assessment",
+    "Coverage",
+    "EffectClaim",
+    "EffectOutcome",
+    "EffectVerdict",
+    "ExecutionOutcome",
+    "History",
+    "Impact",
+    "Observation",
+    "ObservationMechanism",
+    "OperationRef",
+    "Postcondition",
+    "Predicate",
+    "ResourceRef",
+    "assess",
+    "check_history",
+    "check_identifier",
+    "overlaps",
+    "resource_ref",
+    "utc_now",
+]
+
+MAX_IDENTIFIER = 200
+MAX_LOCATOR = 4096
+RESOURCE_KINDS = ("fs", "owned")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+class Predicate(enum.Enum):
+    """What a postcondition asserts about its target."""
+
+    EXISTS = "exists"
+    ABSENT = "absent"
+    SHA256 = "sha256"
+    REVISION = "revision"
+
+
+class ExecutionOutcome(enum.Enum):
+    """How the invocation of an effect ended, as the worker saw it."""
+
+    RUNNING = "running"
+    REPORTED_SUCCESS = "reported_success"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+class Impact(enum.Enum):
+    """Whether the effect may have changed the world."""
+
+    NONE = "none"
+    POSSIBLE = "possible"
+    CERTAIN = "certain"
+
+
+class ObservationMechanism(enum.Enum):
+    """How an observation was made."""
+
+    FILESYSTEM_READ = "filesystem_read"
+    FILESYSTEM_STAT = "filesystem_stat"
+    RECORD_READ = "record_read"
+    BACKEND_QUERY = "backend_query"
+
+
+class Coverage(enum.Enum):
+    """Whether an observation saw the whole resource or only part of it."""
+
+    COMPLETE = "complete"
+    PARTIAL = "partial"
+
+
+class EffectVerdict(enum.Enum):
+    """What the history says about one claimed effect."""
+
+    PENDING = "pending"
+    VERIFIED = "verified"
+    UNVERIFIED = "unverified"
+    CONTRADICTED = "contradicted"
+    FAILED = "failed"
+
+
+# --------------------------------------------------------------------------- checks
+
+_E = TypeVar("_E", bound=enum.Enum)
+
+
+def check_identifier(value: object, field: str, *, optional: bool = False) -> None:
+    """Raise unless ``value`` is a valid identifier.
+
+    Identifiers are non-empty printable strings of at most 200 characters
+    without NUL. ``optional`` also admits ``None``.
+    """
+    if value is None and optional:
+        return
+    if not isinstance(value, str):
+        raise TypeError(f"{field} must be a str, not {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{field} must not be empty")
+    if len(value) > MAX_IDENTIFIER:
+        raise ValueError(f"{field} is longer than {MAX_IDENTIFIER} characters")
+    if not value.isprintable():
+        raise ValueError(f"{field} must be printable text without NUL or control characters")
+
+
+def _check_str(value: object, field: str, *, empty: bool = False, limit: int = MAX_LOCATOR) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{field} must be a str, not {type(value).__name__}")
+    if not value and not empty:
+        raise ValueError(f"{field} must not be empty")
+    if len(value) > limit:
+        raise ValueError(f"{field} is longer than {limit} characters")
+    if "\x00" in value:
+        raise ValueError(f"{field} must not contain NUL")
+
+
+def _check_hex64(value: object, field: str) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{field} must be a str, not {type(value).__name__}")
+    if not _HEX64.fullmatch(value):
+        raise ValueError(f"{field} must be 64 lowercase hex characters, got {value!r:.80}")
+
+
+def _check_enum(value: object, cls: type[_E], field: str) -> None:
+    if not isinstance(value, cls):
+        raise TypeError(f"{field} must be a {cls.__name__}, not {type(value).__name__}")
+
+
+def _check_seq(value: object, field: str = "seq") -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{field} must be an int, not {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{field} must be at least 1, got {value}")
+
+
+def _check_optional_bool(value: object, field: str) -> None:
+    if value is not None and not isinstance(value, bool):
+        raise TypeError(f"{field} must be a bool or None, not {type(value).__name__}")
+
+
+def _check_timestamp(value: object, field: str = "recorded_at") -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{field} must be a str, not {type(value).__name__}")
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{field} is not an ISO-8601 timestamp: {value!r:.80}") from None
+    if parsed.utcoffset() is None or parsed.utcoffset() != UTC.utcoffset(None):
+        raise ValueError(f"{field} must be in UTC with an explicit offset: {value!r:.80}")
+
+
+def _tuple_of(value: object, cls: type[Any], field: str) -> tuple[Any, ...]:
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise TypeError(f"{field} must be a sequence of {cls.__name__}")
+    items = tuple(value)
+    for item in items:
+        if not isinstance(item, cls):
+            raise TypeError(f"{field} must hold only {cls.__name__}, not {type(item).__name__}")
+    return items
+
+
+def utc_now() -> str:
+    """Return the current time as the UTC ISO-8601 string records carry."""
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+# --------------------------------------------------------------------------- from_dict
+
+
+class _Fields:
+    """Reads one dict strictly: every key expected, no key more, types checked."""
+
+    def __init__(self, data: object, cls: type[Any]) -> None:
+        if not isinstance(data, Mapping):
+            raise ValueError(  # noqa: TRY004 - from_dict reports all malformed input as ValueError
+                f"{cls.__name__} must be a JSON object, not {type(data).__name__}"
+            )
+        expected = {f.name for f in dataclasses.fields(cls)}
+        keys = set(data)
+        if keys != expected:
+            missing = sorted(expected - keys)
+            extra = sorted(str(k) for k in keys - expected)
+            parts = []
+            if missing:
+                parts.append(f"missing {', '.join(missing)}")
+            if extra:
+                parts.append(f"unexpected {', '.join(extra)}")
+            raise ValueError(f"{cls.__name__}: {'; '.join(parts)}")
+        self.data = data
+        self.cls = cls
+
+    def raw(self, key: str) -> Any:
+        return self.data[key]
+
+    def enum(self, key: str, cls: type[_E]) -> _E:
+        word = self.data[key]
+        if not isinstance(word, str):
+            raise ValueError(f"{self.cls.__name__}.{key} must be a string")  # noqa: TRY004 - as above
+        try:
+            return cls(word)
+        except ValueError:
+            allowed = ", ".join(m.value for m in cls)
+            raise ValueError(
+                f"{self.cls.__name__}.{key}: {word!r:.40} is not one of {allowed}"
+            ) from None
+
+    def optional_enum(self, key: str, cls: type[_E]) -> _E | None:
+        return None if self.data[key] is None else self.enum(key, cls)
+
+    def items(self, key: str, cls: type[Any]) -> tuple[Any, ...]:
+        value = self.data[key]
+        if not isinstance(value, list):
+            raise ValueError(f"{self.cls.__name__}.{key} must be a list")  # noqa: TRY004 - as above
+        return tuple(cls.from_dict(item) for item in value)
+
+    def strings(self, key: str) -> tuple[str, ...]:
+        value = self.data[key]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{self.cls.__name__}.{key} must be a list of strings")
+        return tuple(value)
+
+
+_R = TypeVar("_R")
+
+
+def _build(cls: type[_R], **kwargs: Any) -> _R:
+    """Construct a record from parsed input, turning a TypeError into ValueError."""
+    try:
+        return cls(**kwargs)
+    except TypeError as e:
+        raise ValueError(f"{cls.__name__}: {e}") from None
+
+
+# --------------------------------------------------------------------------- records
+
+
+def _frozen(obj: object, name: str, value: object) -> None:
+    object.__setattr__(obj, name, value)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ResourceRef:
+    """A resource an effect may touch or an observation saw.
+
+    ``kind`` is ``"fs"`` (``locator`` is a normalised absolute path) or
+    ``"owned"`` (``locator`` joins an application record's identity). ``role``
+    says how the effect relates to it; ``revision`` is the record revision the
+    reference points at, when known.
+    """
+
+    kind: str
+    locator: str
+    role: str
+    revision: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, str):
+            raise TypeError(f"kind must be a str, not {type(self.kind).__name__}")
+        if self.kind not in RESOURCE_KINDS:
+            raise ValueError(
+                f"kind must be one of {', '.join(RESOURCE_KINDS)}, got {self.kind!r:.40}"
+            )
+        _check_str(self.locator, "locator")
+        if self.kind == "fs" and (
+            not self.locator.startswith("/")
+            or self.locator.startswith("//")
+            or posixpath.normpath(self.locator) != self.locator
+        ):
+            raise ValueError(
+                f"an fs locator must be a normalised absolute path: {self.locator!r:.80}"
+            )
+        check_identifier(self.role, "role")
+        check_identifier(self.revision, "revision", optional=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the reference as JSON types."""
+        return {
+            "kind": self.kind,
+            "locator": self.locator,
+            "role": self.role,
+            "revision": self.revision,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> Self:
+        """Validate and rebuild a reference from :meth:`to_dict` output."""
+        f = _Fields(data, cls)
+        return _build(
+            cls,
+            kind=f.raw("kind"),
+            locator=f.raw("locator"),
+            role=f.raw("role"),
+            revision=f.raw("revision"),
+        )
+
+    def same_target(self, other: ResourceRef) -> bool:
+        """Whether both name the same resource (role and revision aside)."""
+        return self.kind == other.kind and self.locator == other.locator
+
+
+def overlaps(a: ResourceRef, b: ResourceRef) -> bool:
+    """Whether two references may name intersecting resources.
+
+    Kinds must be equal; then the locators are equal, or (for ``fs``) one is
+    an ancestor directory of the other. The locator ``/`` is everyone's
+    ancestor. Role and revision do not matter.
+    """
+    if a.kind != b.kind:
+        return False
+    if a.locator == b.locator:
+        return True
+    if a.kind != "fs":
+        return False
+    if "/" in (a.locator, b.locator):
+        return True
+    return b.locator.startswith(a.locator + "/") or a.locator.startswith(b.locator + "/")
+
+
+def resource_ref(resource: object, role: str) -> ResourceRef:
+    """Return the :class:`ResourceRef` of a ``FilesystemResource`` or ``OwnedResource``."""
+    to_ref = getattr(resource, "to_ref", None)
+    if to_ref is None or not callable(to_ref):
+        raise TypeError(
+            f"resource must be a FilesystemResource or OwnedResource, not {type(resource).__name__}"
+        )
+    ref = to_ref(role)
+    if not isinstance(ref, ResourceRef):
+        raise TypeError("resource.to_ref() did not return a ResourceRef")
+    return ref
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OperationRef:
+    """The tool call an effect makes: its name, backend label and argument digest."""
+
+    name: str
+    backend: str
+    args_sha256: str
+
+    def __post_init__(self) -> None:
+        check_identifier(self.name, "operation name")
+        if not isinstance(self.backend, str):
+            raise TypeError(f"backend must be a str, not {type(self.backend).__name__}")
+        if self.backend:
+            check_identifier(self.backend, "backend")
+        _check_hex64(self.args_sha256, "args_sha256")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the operation as JSON types."""
+        return {"name": self.name, "backend": self.backend, "args_sha256": self.args_sha256}
+
+    @classmethod
+    def from_dict(cls, data: object) -> Self:
+        """Validate and rebuild an operation from :meth:`to_dict` output."""
+        f = _Fields(data, cls)
+        return _build(
+            cls, name=f.raw("name"), backend=f.raw("backend"), args_sha256=f.raw("args_sha256")
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Postcondition:
+    """What should hold of ``target`` once the effect has happened."""
+
+    target: ResourceRef
+    predicate: Predicate
+    expected: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.target, ResourceRef):
+            raise TypeError(f"target must be a ResourceRef, not {type(self.target).__name__}")
+        _check_enum(self.predicate, Predicate, "predicate")
+        if self.predicate is Predicate.SHA256:
+            if self.expected is None:
+                raise ValueError("a SHA256 postcondition needs expected (64 hex characters)")
+            _check_hex64(self.expected, "expected")
+        elif self.predicate is Predicate.REVISION:
+            if self.expected is None:
+                raise ValueError("a REVISION postcondition needs expected (the revision)")
+            check_identifier(self.expected, "expected")
+        elif self.expected is not None:
+            raise ValueError(f"a {self.predicate.name} postcondition takes no expected value")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the postcondition as JSON types."""
+        return {
+            "target": self.target.to_dict(),
+            "predicate": self.predicate.value,
+            "expected": self.expected,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> Self:
+        """Validate and rebuild a postcondition from :meth:`to_dict` output."""
+        f = _Fields(data, cls)
+        return _build(
+            cls,
+            target=ResourceRef.from_dict(f.raw("target")),
+            predicate=f.enum("predicate", Predicate),
+            expected=f.raw("expected"),
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EffectClaim:
+    """The durable promise, written before the call, that an effect is about to happen."""
+
+    effect_id: str
+    seq: int
+    action_id: str
+    operation: OperationRef
+    impact_scope: tuple[ResourceRef, ...]
+    obligations: tuple[Postcondition, ...]
+    recorded_at: str
+
+    kind: ClassVar[str] = "claim"
+
+    def __post_init__(self) -> None:
+        check_identifier(self.effect_id, "effect_id")
+        _check_seq(self.seq)
+        check_identifier(self.action_id, "action_id")
+        if not isinstance(self.operation, OperationRef):
+            raise TypeError(
+                f"operation must be an OperationRef, not {type(self.operation).__name__}"
+            )
+        _frozen(self, "impact_scope", _tuple_of(self.impact_scope, ResourceRef, "impact_scope"))
+        _frozen(self, "obligations", _tuple_of(self.obligations, Postcondition, "obligations"))
+        _check_timestamp(self.recorded_at)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the claim as JSON types."""
+        return {
+            "effect_id": self.effect_id,
+            "seq": self.seq,
+            "action_id": self.action_id,
+            "operation": self.operation.to_dict(),
+            "impact_scope": [r.to_dict() for r in self.impact_scope],
+            "obligations": [p.to_dict() for p in self.obligations],
+            "recorded_at": self.recorded_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> Self:
+        """Validate and rebuild a claim from :meth:`to_dict` output."""
+        f = _Fields(data, cls)
+        return _build(
+            cls,
+            effect_id=f.raw("effect_id"),
+            seq=f.raw("seq"),
+            action_id=f.raw("action_id"),
+            operation=OperationRef.from_dict(f.raw("operation")),
+            impact_scope=f.items("impact_scope", ResourceRef),
+            obligations=f.items("obligations", Postcondition),
+            recorded_at=f.raw("recorded_at"),
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EffectOutcome:
+    """How the call of a claimed effect ended, or that it is still running."""
+
+    effect_id: str
+    seq: int
+    execution: ExecutionOutcome
+    impact: Impact
+    execution_id: str | None = None
+    replayed: bool = False
+    recorded_at: str | None = None
+
+    kind: ClassVar[str] = "outcome"
+
+    def __post_init__(self) -> None:
+        check_identifier(self.effect_id, "effect_id")
+        _check_seq(self.seq)
+        _check_enum(self.execution, ExecutionOutcome, "execution")
+        _check_enum(self.impact, Impact, "impact")
+        check_identifier(self.execution_id, "execution_id", optional=True)
+        if not isinstance(self.replayed, bool):
+            raise TypeError(f"replayed must be a bool, not {type(self.replayed).__name__}")
+        if self.recorded_at is not None:
+            _check_timestamp(self.recorded_at)
+        if self.execution is ExecutionOutcome.INTERRUPTED and self.impact is not Impact.POSSIBLE:
+            raise ValueError("an INTERRUPTED outcome must have impact POSSIBLE")
+        if self.replayed and self.execution is not ExecutionOutcome.INTERRUPTED:
+            raise ValueError("only an INTERRUPTED outcome can be replayed")
+
+    @property
+    def terminal(self) -> bool:
+        """Whether this outcome settles the effect (anything but RUNNING)."""
+        return self.execution is not ExecutionOutcome.RUNNING
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the outcome as JSON types."""
+        return {
+            "effect_id": self.effect_id,
+            "seq": self.seq,
+            "execution": self.execution.value,
+            "impact": self.impact.value,
+            "execution_id": self.execution_id,
+            "replayed": self.replayed,
+            "recorded_at": self.recorded_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> Self:
+        """Validate and rebuild an outcome from :meth:`to_dict` output."""
+        f = _Fields(data, cls)
+        return _build(
+            cls,
+            effect_id=f.raw("effect_id"),
+            seq=f.raw("seq"),
+            execution=f.enum("execution", ExecutionOutcome),
+            impact=f.enum("impact", Impact),
+            execution_id=f.raw("execution_id"),
+            replayed=f.raw("replayed"),
+            recorded_at=f.raw("recorded_at"),
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Observation:
+    """What the worker saw of a resource, by which mechanism, how completely."""
+
+    observation_id: str
+    seq: int
+    resource: ResourceRef
+    mechanism: ObservationMechanism
+    coverage: Coverage
+    source_action_id: str
+    exists: bool | None
+    sha256: str | None
+    revision: str | None
+    recorded_at: str
+
+    kind: ClassVar[str] = "observation"
+
+    def __post_init__(self) -> None:
+        check_identifier(self.observation_id, "observation_id")
+        _check_seq(self.seq)
+        if not isinstance(self.resource, ResourceRef):
+            raise TypeError(f"resource must be a ResourceRef, not {type(self.resource).__name__}")
+        _check_enum(self.mechanism, ObservationMechanism, "mechanism")
+        _check_enum(self.coverage, Coverage, "coverage")
+        check_identifier(self.source_action_id, "source_action_id")
+        _check_optional_bool(self.exists, "exists")
+        if self.sha256 is not None:
+            _check_hex64(self.sha256, "sha256")
+        check_identifier(self.revision, "revision", optional=True)
+        _check_timestamp(self.recorded_at)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the observation as JSON types."""
+        return {
+            "observation_id": self.observation_id,
+            "seq": self.seq,
+            "resource": self.resource.to_dict(),
+            "mechanism": self.mechanism.value,
+            "coverage": self.coverage.value,
+            "source_action_id": self.source_action_id,
+            "exists": self.exists,
+            "sha256": self.sha256,
+            "revision": self.revision,
+            "recorded_at": self.recorded_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> Self:
+        """Validate and rebuild an observation from :meth:`to_dict` output."""
+        f = _Fields(data, cls)
+        return _build(
+            cls,
+            observation_id=f.raw("observation_id"),
+            seq=f.raw("seq"),
+            resource=ResourceRef.from_dict(f.raw("resource")),
+            mechanism=f.enum("mechanism", ObservationMechanism),
+            coverage=f.enum("coverage", Coverage),
+            source_action_id=f.raw("source_action_id"),
+            exists=f.raw("exists"),
+            sha256=f.raw("sha256"),
+            revision=f.raw("revision"),
+            recorded_at=f.raw("recorded_at"),
+        )
+
+
+Record = EffectClaim | EffectOutcome | Observation
+
+
+def _check_sorted(records: tuple[Record, ...], field: str) -> None:
+    for before, after in itertools.pairwise(records):
+        if before.seq >= after.seq:
+            raise ValueError(f"{field} must be in strictly increasing seq order")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class History:
+    """One run's records, each kind in ``seq`` order."""
+
+    claims: tuple[EffectClaim, ...] = ()
+    outcomes: tuple[EffectOutcome, ...] = ()
+    observations: tuple[Observation, ...] = ()
+
+    def __post_init__(self) -> None:
+        _frozen(self, "claims", _tuple_of(self.claims, EffectClaim, "claims"))
+        _frozen(self, "outcomes", _tuple_of(self.outcomes, EffectOutcome, "outcomes"))
+        _frozen(self, "observations", _tuple_of(self.observations, Observation, "observations"))
+        _check_sorted(self.claims, "claims")
+        _check_sorted(self.outcomes, "outcomes")
+        _check_sorted(self.observations, "observations")
+
+    def records(self) -> tuple[Record, ...]:
+        """Every record of the run, in ``seq`` order."""
+        merged: list[Record] = [*self.claims, *self.outcomes, *self.observations]
+        return tuple(sorted(merged, key=lambda r: r.seq))
+
+    def claim(self, effect_id: str) -> EffectClaim | None:
+        """The claim of ``effect_id``, if the run has one."""
+        for claim in self.claims:
+            if claim.effect_id == effect_id:
+                return claim
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the history as JSON types."""
+        return {
+            "claims": [c.to_dict() for c in self.claims],
+            "outcomes": [o.to_dict() for o in self.outcomes],
+            "observations": [o.to_dict() for o in self.observations],
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> Self:
+        """Validate and rebuild a history from :meth:`to_dict` output."""
+        f = _Fields(data, cls)
+        return _build(
+            cls,
+            claims=f.items("claims", EffectClaim),
+            outcomes=f.items("outcomes", EffectOutcome),
+            observations=f.items("observations", Observation),
+        )
+
+
+def check_history(history: History) -> None:
+    """Raise ``ValueError`` unless ``history`` is one a durable run can hold.
+
+    The records' ``seq`` run 1, 2, 3, … without gap or repeat across kinds;
+    effect and observation ids are unique; every outcome follows its claim; no
+    outcome follows a terminal one.
+    """
+    records = history.records()
+    for expected, record in enumerate(records, start=1):
+        if record.seq != expected:
+            raise ValueError(
+                f"seq {record.seq} of {record.kind} where {expected} was due: the run's "
+                "records must be numbered 1, 2, 3, … without gap or repeat"
+            )
+    claims: dict[str, EffectClaim] = {}
+    for claim in history.claims:
+        if claim.effect_id in claims:
+            raise ValueError(f"effect {claim.effect_id!r} is claimed twice")
+        claims[claim.effect_id] = claim
+    seen_obs: set[str] = set()
+    for obs in history.observations:
+        if obs.observation_id in seen_obs:
+            raise ValueError(f"observation {obs.observation_id!r} is recorded twice")
+        seen_obs.add(obs.observation_id)
+    settled: dict[str, EffectOutcome] = {}
+    for outcome in history.outcomes:
+        claimed = claims.get(outcome.effect_id)
+        if claimed is None:
+            raise ValueError(
+                f"outcome at seq {outcome.seq} names unclaimed effect {outcome.effect_id!r}"
+            )
+        if outcome.seq < claimed.seq:
+            raise ValueError(
+                f"outcome at seq {outcome.seq} precedes the claim of {outcome.effect_id!r}"
+            )
+        if outcome.effect_id in settled:
+            raise ValueError(
+                f"outcome at seq {outcome.seq} comes after {outcome.effect_id!r} settled"
+            )
+        if outcome.terminal:
+            settled[outcome.effect_id] = outcome
+
+
+# --------------------------------------------------------------------------- assess
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Assessment:
+    """The verdict on one claim, with the observations it rests on."""
+
+    effect_id: str
+    verdict: EffectVerdict
+    execution: ExecutionOutcome | None
+    impact: Impact | None
+    unresolved_impact: bool
+    evidence: tuple[str, ...]
+    stale: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        check_identifier(self.effect_id, "effect_id")
+        _check_enum(self.verdict, EffectVerdict, "verdict")
+        if self.execution is not None:
+            _check_enum(self.execution, ExecutionOutcome, "execution")
+        if self.impact is not None:
+            _check_enum(self.impact, Impact, "impact")
+        if not isinstance(self.unresolved_impact, bool):
+            raise TypeError("unresolved_impact must be a bool")
+        _frozen(self, "evidence", _tuple_of(self.evidence, str, "evidence"))
+        _frozen(self, "stale", _tuple_of(self.stale, str, "stale"))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the assessment as JSON types."""
+        return {
+            "effect_id": self.effect_id,
+            "verdict": self.verdict.value,
+            "execution": None if self.execution is None else self.execution.value,
+            "impact": None if self.impact is None else self.impact.value,
+            "unresolved_impact": self.unresolved_impact,
+            "evidence": list(self.evidence),
+            "stale": list(self.stale),
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> Self:
+        """Validate and rebuild an assessment from :meth:`to_dict` output."""
+        f = _Fields(data, cls)
+        return _build(
+            cls,
+            effect_id=f.raw("effect_id"),
+            verdict=f.enum("verdict", EffectVerdict),
+            execution=f.optional_enum("execution", ExecutionOutcome),
+            impact=f.optional_enum("impact", Impact),
+            unresolved_impact=f.raw("unresolved_impact"),
+            evidence=f.strings("evidence"),
+            stale=f.strings("stale"),
+        )
+
+
+def _current(effect_id: str, outcomes: tuple[EffectOutcome, ...]) -> EffectOutcome | None:
+    """The terminal outcome if any, else the last RUNNING one, else None."""
+    last_running = None
+    for outcome in outcomes:
+        if outcome.effect_id != effect_id:
+            continue
+        if outcome.terminal:
+            return outcome
+        last_running = outcome
+    return last_running
+
+
+def _settled_clean(current: EffectOutcome | None) -> bool:
+    return (
+        current is not None
+        and current.execution is ExecutionOutcome.FAILED
+        and current.impact is Impact.NONE
+    )
+
+
+def _decide(condition: Postcondition, obs: Observation) -> bool | None:
+    """True if ``obs`` satisfies the postcondition, False if it violates it, None if undecided."""
+    predicate = condition.predicate
+    if predicate is Predicate.EXISTS:
+        return obs.exists
+    if predicate is Predicate.ABSENT:
+        return None if obs.exists is None else not obs.exists
+    observed = obs.sha256 if predicate is Predicate.SHA256 else obs.revision
+    if obs.exists is False:
+        return False
+    if observed is None:
+        return None
+    return observed == condition.expected
+
+
+def _in_flight(other: EffectClaim, obs: Observation, outcomes: tuple[EffectOutcome, ...]) -> bool:
+    """Whether ``other``'s effect may land after ``obs`` was made."""
+    if other.seq > obs.seq:
+        return True
+    return not any(
+        o.effect_id == other.effect_id and o.terminal and o.seq < obs.seq for o in outcomes
+    )
+
+
+def _is_stale(claim: EffectClaim, target: ResourceRef, obs: Observation, history: History) -> bool:
+    for other in history.claims:
+        if other.effect_id == claim.effect_id:
+            continue
+        if not any(overlaps(ref, target) for ref in other.impact_scope):
+            continue
+        if _in_flight(other, obs, history.outcomes) and not _settled_clean(
+            _current(other.effect_id, history.outcomes)
+        ):
+            return True
+    return False
+
+
+def assess(claim: EffectClaim, history: History) -> Assessment:
+    """Assess ``claim`` against one run's ``history`` and return its verdict.
+
+    Pure: the same arguments always give the same result. The rules, first
+    that applies: no outcome or a RUNNING one is PENDING; FAILED with impact
+    NONE is FAILED; an obligation whose fresh evidence violates it makes the
+    claim CONTRADICTED; every obligation satisfied by fresh evidence makes it
+    VERIFIED; anything else is UNVERIFIED.
+    """
+    if not isinstance(claim, EffectClaim):
+        raise TypeError(f"claim must be an EffectClaim, not {type(claim).__name__}")
+    if not isinstance(history, History):
+        raise TypeError(f"history must be a History, not {type(history).__name__}")
+    current = _current(claim.effect_id, history.outcomes)
+    execution = None if current is None else current.execution
+    impact = None if current is None else current.impact
+
+    def result(
+        verdict: EffectVerdict, evidence: tuple[str, ...] = (), stale: tuple[str, ...] = ()
+    ) -> Assessment:
+        unresolved = verdict in _UNRESOLVED_VERDICTS and impact is not Impact.NONE
+        return Assessment(claim.effect_id, verdict, execution, impact, unresolved, evidence, stale)
+
+    if current is None or not current.terminal:
+        return result(EffectVerdict.PENDING)
+    if _settled_clean(current):
+        return result(EffectVerdict.FAILED)
+
+    evidence: list[str] = []
+    stale: dict[int, str] = {}
+    satisfied = 0
+    violated = False
+    for condition in claim.obligations:
+        best: tuple[Observation, bool] | None = None
+        for obs in history.observations:
+            if (
+                obs.seq <= current.seq
+                or obs.coverage is not Coverage.COMPLETE
+                or not obs.resource.same_target(condition.target)
+            ):
+                continue
+            if _is_stale(claim, condition.target, obs, history):
+                stale[obs.seq] = obs.observation_id
+                continue
+            decision = _decide(condition, obs)
+            if decision is not None:
+                best = (obs, decision)  # observations are in seq order: the last one wins
+        if best is not None:
+            evidence.append(best[0].observation_id)
+            satisfied += best[1]
+            violated = violated or not best[1]
+
+    stale_ids = tuple(stale[seq] for seq in sorted(stale))
+    if violated:
+        verdict = EffectVerdict.CONTRADICTED
+    elif claim.obligations and satisfied == len(claim.obligations):
+        verdict = EffectVerdict.VERIFIED
+    else:
+        verdict = EffectVerdict.UNVERIFIED
+    return result(verdict, tuple(evidence), stale_ids)
+
+
+_UNRESOLVED_VERDICTS = frozenset(
+    {EffectVerdict.PENDING, EffectVerdict.UNVERIFIED, EffectVerdict.CONTRADICTED}
+)

@@ -1,0 +1,52 @@
+"""Alembic environment of the ledger store, driven from code.
+
+The library passes its own connection in ``config.attributes["connection"]``, already
+inside a ``BEGIN IMMEDIATE`` transaction, so migrations run under the write lock and
+commit or roll back as one. After any revision is applied, every trigger and view is
+re-created from ``ledger._schema``: a batch migration on SQLite rebuilds tables and
+drops their triggers silently, and this keeps the store guarded whatever a migration
+does.
+"""
+
+from alembic import context
+from sqlalchemy import Connection, create_engine
+
+from ledger._schema import install_derived, metadata
+
+config = context.config
+
+
+def _run(connection: Connection) -> None:
+    applied: list[str] = []
+
+    def note(*, step: object, **_: object) -> None:
+        applied.append(str(step))
+
+    context.configure(
+        connection=connection,
+        target_metadata=metadata,
+        render_as_batch=True,
+        compare_type=True,
+        on_version_apply=note,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+        if applied:
+            install_derived(connection)
+
+
+def run_migrations_online() -> None:
+    """Run against the caller's connection, or a URL from the configuration."""
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _run(connection)
+        return
+    engine = create_engine(config.get_main_option("sqlalchemy.url") or "sqlite://")
+    with engine.begin() as conn:
+        _run(conn)
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    raise SystemExit("the ledger store is migrated online only")
+run_migrations_online()

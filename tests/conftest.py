@@ -1,0 +1,80 @@
+"""Shared fixtures: real store directories, sandboxes and small record builders."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ledger import effects as fx
+from ledger.effect_log import EffectLog, new_run_id
+from ledger.resources import FilesystemResource, FilesystemRoot
+
+REPO = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+
+def sha(data: bytes) -> str:
+    """The sha256 hex digest of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def op(name: str = "write_file", args: bytes = b"{}") -> fx.OperationRef:
+    """An operation with the digest of ``args``."""
+    return fx.OperationRef(name, "test/1", sha(args))
+
+
+def fs_ref(locator: str, role: str = "target") -> fx.ResourceRef:
+    """An ``fs`` resource reference for an absolute path."""
+    return fx.ResourceRef("fs", locator, role)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_default_store(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No test may touch the user's real default store.
+    monkeypatch.setenv("LEDGER_DIR", str(tmp_path_factory.mktemp("default-store") / "ledger"))
+
+
+@pytest.fixture
+def store_dir(tmp_path: Path) -> Path:
+    """A store directory that does not exist yet."""
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def run_id() -> str:
+    """A fresh run id."""
+    return new_run_id()
+
+
+@pytest.fixture
+def log(store_dir: Path, run_id: str) -> Iterator[EffectLog]:
+    """A new log on a fresh store, closed afterwards."""
+    with EffectLog(run_id, store_dir) as effect_log:
+        yield effect_log
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> FilesystemRoot:
+    """A sealed sandbox directory for agent file tools."""
+    path = tmp_path / "sandbox"
+    path.mkdir()
+    return FilesystemRoot.seal(path)
+
+
+def file_ref(root: FilesystemRoot, name: str, role: str = "target") -> fx.ResourceRef:
+    """The reference of ``name`` inside ``root`` (it may be missing)."""
+    return fx.resource_ref(FilesystemResource.resolve(root, name, allow_missing=True), role)
+
+
+def subprocess_env() -> dict[str, str]:
+    """The environment for child Python processes that import ledger."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
