@@ -59,8 +59,9 @@ def storage_errors(action: str) -> Iterator[None]:
 
 
 def _describe(error: BaseException) -> str:
-    if isinstance(error, sqlalchemy.exc.DBAPIError) and error.orig is not None:
-        return f"{type(error.orig).__name__}: {error.orig}"
+    orig = getattr(error, "orig", None)
+    if isinstance(orig, BaseException):
+        return f"{type(orig).__name__}: {orig}"
     if isinstance(error, OSError) and error.filename:
         return f"{error.strerror or type(error).__name__}: {error.filename}"
     return f"{type(error).__name__}: {error}"

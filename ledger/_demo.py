@@ -1,0 +1,254 @@
+"""The main job, end to end: a scripted agent worker killed mid-effect, and what the ledger says.
+
+The parent starts a real worker process that writes files into a sandbox, one
+claimed effect at a time. In the middle of one write the parent kills it with
+SIGKILL. It then starts the worker again on the same run: the worker loads the
+log, recovers the interrupted claim, observes every file and finishes its work.
+Finally the parent prints each effect's execution, impact and verdict, and the
+``sqlite3`` command that shows the same table from the ``effect_status`` view.
+
+Run the worker alone with ``python -m ledger._demo STORE SANDBOX RUN_ID first|resume``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ledger import effects as fx
+from ledger._store import acquire, release
+from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
+from ledger.resources import FilesystemResource, FilesystemRoot
+
+IN_FLIGHT = "IN-FLIGHT"
+WORKER_TIMEOUT_S = 60
+
+
+@dataclass(frozen=True)
+class Step:
+    """One tool call of the scripted agent."""
+
+    effect_id: str
+    path: str
+    content: bytes | None  # None: delete the file
+
+    @property
+    def args_sha256(self) -> str:
+        """Digest of the call's canonical arguments."""
+        args = {
+            "path": self.path,
+            "content": None if self.content is None else self.content.decode(),
+        }
+        canonical = json.dumps(args, sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(canonical).hexdigest()
+
+
+PLAN = (
+    Step("e1-plan", "notes/plan.md", b"# Plan\n1. gather\n2. write report\n"),
+    Step("e2-cleanup", "stale.lock", None),  # the file is not there: the call fails cleanly
+    Step("e3-report", "report.txt", b"Quarterly report\n" + b"figures and prose\n" * 2000),
+    Step("e4-data", "data/results.csv", b"name,value\nalpha,1\nbeta,2\n"),
+    Step("e5-summary", "summary.md", b"# Summary\nAll figures are in report.txt.\n"),
+)
+KILLED_IN = "e3-report"
+
+
+def _observe(log: EffectLog, root: FilesystemRoot, step: Step, observation_id: str) -> None:
+    resource = FilesystemResource.resolve(root, step.path, allow_missing=True)
+    try:
+        data = resource.path.read_bytes()
+    except FileNotFoundError:
+        exists, digest = False, None
+    else:
+        exists, digest = True, hashlib.sha256(data).hexdigest()
+    log.observe(
+        observation_id=observation_id,
+        resource=fx.resource_ref(resource, "target"),
+        mechanism=fx.ObservationMechanism.FILESYSTEM_READ,
+        coverage=fx.Coverage.COMPLETE,
+        source_action_id=f"check-{step.effect_id}",
+        exists=exists,
+        sha256=digest,
+    )
+
+
+def _perform(log: EffectLog, root: FilesystemRoot, step: Step, crash: Callable[[], None]) -> None:
+    resource = FilesystemResource.resolve(root, step.path, allow_missing=True)
+    ref = fx.resource_ref(resource, "target")
+    if step.content is None:
+        obligations = (fx.Postcondition(ref, fx.Predicate.ABSENT),)
+    else:
+        digest = hashlib.sha256(step.content).hexdigest()
+        obligations = (fx.Postcondition(ref, fx.Predicate.SHA256, digest),)
+    log.claim(
+        effect_id=step.effect_id,
+        action_id=f"act-{step.effect_id}",
+        operation=fx.OperationRef(
+            "delete_file" if step.content is None else "write_file",
+            "sandbox-fs/1",
+            step.args_sha256,
+        ),
+        impact_scope=(ref,),
+        obligations=obligations,
+    )
+    # The claim is durable now; only then is the tool invoked.
+    try:
+        if step.content is None:
+            resource.path.unlink()
+        else:
+            resource.path.parent.mkdir(parents=True, exist_ok=True)
+            with resource.path.open("wb") as f:
+                if step.effect_id == KILLED_IN:
+                    f.write(step.content[: len(step.content) // 2])
+                    f.flush()
+                    crash()
+                f.write(step.content)
+    except FileNotFoundError:
+        log.outcome(
+            effect_id=step.effect_id,
+            execution=fx.ExecutionOutcome.FAILED,
+            impact=fx.Impact.NONE,
+        )
+        return
+    log.outcome(
+        effect_id=step.effect_id,
+        execution=fx.ExecutionOutcome.REPORTED_SUCCESS,
+        impact=fx.Impact.CERTAIN,
+    )
+    _observe(log, root, step, f"obs-{step.effect_id}")
+
+
+def worker(store: Path, sandbox: Path, run_id: str, phase: str) -> None:
+    """The scripted agent worker: ``first`` runs until killed, ``resume`` recovers and finishes."""
+    root = FilesystemRoot.seal(sandbox)
+
+    def hang() -> None:
+        print(IN_FLIGHT, KILLED_IN, flush=True)  # noqa: T201 - the parent reads this line
+        time.sleep(WORKER_TIMEOUT_S)  # the parent kills us here
+
+    if phase == "first":
+        with EffectLog(run_id, store) as log:
+            for step in PLAN:
+                _perform(log, root, step, hang)
+        return
+    with EffectLog.load(run_id, store) as log:
+        recovered = log.recover_interrupted()
+        print("recovered:", " ".join(o.effect_id for o in recovered) or "nothing", flush=True)  # noqa: T201
+        claimed = {c.effect_id for c in log.history().claims}
+        for step in PLAN:
+            if step.effect_id in claimed:
+                _observe(log, root, step, f"recheck-{step.effect_id}")
+            else:
+                _perform(log, root, step, lambda: None)
+
+
+# --------------------------------------------------------------------------- parent
+
+
+def _spawn(store: Path, sandbox: Path, run_id: str, phase: str) -> subprocess.Popen[str]:
+    cmd = [sys.executable, "-m", "ledger._demo", str(store), str(sandbox), run_id, phase]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)  # noqa: S603 - our own module
+
+
+def _table(rows: Sequence[tuple[str, ...]], header: tuple[str, ...]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def run(store: Path, echo: Callable[[str], None] = print) -> int:
+    """Run the demo against the store at ``store``; return a process exit code."""
+    run_id = new_run_id()
+    # Open (and create or migrate) the store here, so that storage trouble is reported
+    # once, by this process, before any worker starts.
+    opened = acquire(store)
+    try:
+        opened.open_for_writing()
+    finally:
+        release(opened)
+    sandbox = Path(tempfile.mkdtemp(prefix="ledger-demo-sandbox-"))
+    echo(f"store    {store}")
+    echo(f"sandbox  {sandbox}")
+    echo(f"run      {run_id}\n")
+
+    first = _spawn(store, sandbox, run_id, "first")
+    assert first.stdout is not None  # noqa: S101 - Popen was given stdout=PIPE
+    line = first.stdout.readline().split()
+    if line[:1] != [IN_FLIGHT]:
+        first.kill()
+        first.wait()
+        echo(f"the worker stopped before the planned crash (exit {first.returncode})")
+        return 1
+    first.send_signal(signal.SIGKILL)
+    first.wait(WORKER_TIMEOUT_S)
+    echo(f"worker {first.pid} killed with SIGKILL in the middle of {line[1]}")
+
+    again = _spawn(store, sandbox, run_id, "resume")
+    out, _ = again.communicate(timeout=WORKER_TIMEOUT_S)
+    if again.returncode != 0:
+        echo(f"the restarted worker failed (exit {again.returncode})")
+        return 1
+    echo(f"worker {again.pid} restarted on the same run; {out.strip()}\n")
+
+    with EffectLog.load(run_id, store) as log:
+        history = log.history()
+        rows = []
+        for claim in history.claims:
+            a = log.assess(claim.effect_id)
+            target = claim.impact_scope[0].locator.removeprefix(str(sandbox) + "/")
+            rows.append(
+                (
+                    claim.effect_id,
+                    claim.operation.name,
+                    target,
+                    a.execution.value if a.execution else "-",
+                    a.impact.value if a.impact else "-",
+                    a.verdict.value,
+                    "yes" if a.unresolved_impact else "no",
+                )
+            )
+        db = log.path
+    echo(
+        _table(
+            rows, ("effect", "operation", "target", "execution", "impact", "verdict", "unresolved")
+        )
+    )
+    echo(
+        f"\n{KILLED_IN} was interrupted mid-write: the ledger holds its claim, recovery marked it "
+        "interrupted with possible impact, and the file observed afterwards does not match "
+        "the intended digest. The worker must not assume it happened, nor blindly run it again."
+    )
+    query = (
+        "SELECT effect_id, operation, execution, impact, verdict, unresolved_impact "
+        f"FROM effect_status WHERE run_id = '{run_id}' ORDER BY seq;"
+    )
+    argv = ["sqlite3", "-box", f"file:{urllib.parse.quote(str(db))}?mode=ro", query]
+    echo("\nThe same table from the store, read-only, with the stock sqlite3 shell:\n")
+    # The query holds no shell metacharacters, so it reads best in plain double quotes.
+    echo(f'  sqlite3 -box {shlex.quote(argv[2])} "{query}"\n')
+    if shutil.which("sqlite3"):
+        shown = subprocess.run(argv, capture_output=True, text=True, check=False)  # noqa: S603
+        echo((shown.stdout or shown.stderr).rstrip())
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        worker(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4])
+    except EffectPersistenceError as e:
+        sys.exit(f"worker: {e}")
