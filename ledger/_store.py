@@ -14,6 +14,7 @@ first-served before they ask SQLite for the lock.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
@@ -151,24 +152,45 @@ def create_files(directory: Path, db_path: Path) -> None:
 
 
 class _FairLock:
-    """A first-come, first-served lock: SQLite's busy handler is not fair, this queue is."""
+    """A first-come, first-served lock: SQLite's busy handler is not fair, this queue is.
+
+    The holder hands the lock directly to the oldest waiter. A waiter interrupted
+    while it waits (a signal handler raising, Ctrl-C) leaves the queue, or passes the
+    lock on if it was already handed over, so it never strands the writers behind it.
+    """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._next = 0
-        self._serving = 0
+        self._mutex = threading.Lock()
+        self._waiters: collections.deque[threading.Lock] = collections.deque()
+        self._held = False
 
     def __enter__(self) -> None:
-        with self._cond:
-            ticket = self._next
-            self._next += 1
-            while ticket != self._serving:
-                self._cond.wait()
+        with self._mutex:
+            if not self._held:
+                self._held = True
+                return
+            gate = threading.Lock()
+            gate.acquire()
+            self._waiters.append(gate)
+        try:
+            gate.acquire()  # released by the holder that hands the lock over
+        except BaseException:
+            with self._mutex:
+                if gate in self._waiters:
+                    self._waiters.remove(gate)
+                else:  # the lock was handed to us as we were interrupted: pass it on
+                    self._hand_over()
+            raise
 
     def __exit__(self, *exc: object) -> None:
-        with self._cond:
-            self._serving += 1
-            self._cond.notify_all()
+        with self._mutex:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        if self._waiters:
+            self._waiters.popleft().release()  # still held, now by the next waiter
+        else:
+            self._held = False
 
 
 def _on_connect(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:

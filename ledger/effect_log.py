@@ -44,6 +44,7 @@ from ledger.effects import (
     ExecutionOutcome,
     History,
     Impact,
+    InvalidTypeError,
     Observation,
     ObservationMechanism,
     OperationRef,
@@ -68,7 +69,7 @@ def new_run_id() -> str:
 
 def _check_run_id(run_id: object) -> str:
     if not isinstance(run_id, str):
-        raise TypeError(f"run_id must be a str, not {type(run_id).__name__}")
+        raise InvalidTypeError(f"run_id must be a str, not {type(run_id).__name__}")
     if not _RUN_ID.fullmatch(run_id):
         raise ValueError(
             f"run_id must be 32 lowercase hex characters (use new_run_id()), got {run_id!r:.80}"
@@ -80,7 +81,7 @@ def _directory(directory: str | os.PathLike[str] | None) -> Path:
     if directory is None:
         return effects_dir()
     if not isinstance(directory, (str, os.PathLike)):
-        raise TypeError(f"directory must be a path, not {type(directory).__name__}")
+        raise InvalidTypeError(f"directory must be a path, not {type(directory).__name__}")
     text = os.fspath(directory)
     if not text or "\x00" in text:
         raise ValueError("directory must be a non-empty path without NUL")
@@ -89,7 +90,7 @@ def _directory(directory: str | os.PathLike[str] | None) -> Path:
 
 def _check_resource(value: object, field: str) -> ResourceRef:
     if not isinstance(value, ResourceRef):
-        raise TypeError(
+        raise InvalidTypeError(
             f"{field} must be a ResourceRef (see effects.resource_ref), not {type(value).__name__}"
         )
     return value
@@ -287,7 +288,7 @@ class EffectLog:
             check_identifier(effect_id, "effect_id")
             check_identifier(action_id, "action_id")
             if not isinstance(operation, OperationRef):
-                raise TypeError(
+                raise InvalidTypeError(
                     f"operation must be an OperationRef, not {type(operation).__name__}"
                 )
             if effect_id in self._claimed:
@@ -330,11 +331,11 @@ class EffectLog:
             self._check_open()
             check_identifier(effect_id, "effect_id")
             if not isinstance(execution, ExecutionOutcome):
-                raise TypeError(
+                raise InvalidTypeError(
                     f"execution must be an ExecutionOutcome, not {type(execution).__name__}"
                 )
             if not isinstance(impact, Impact):
-                raise TypeError(f"impact must be an Impact, not {type(impact).__name__}")
+                raise InvalidTypeError(f"impact must be an Impact, not {type(impact).__name__}")
             if effect_id not in self._claimed:
                 raise ValueError(f"effect {effect_id!r} has no claim in run {self._run_id}")
             if effect_id in self._settled:

@@ -33,6 +33,7 @@ __all__ = [
     "ExecutionOutcome",
     "History",
     "Impact",
+    "InvalidTypeError",
     "Observation",
     "ObservationMechanism",
     "OperationRef",
@@ -107,6 +108,19 @@ class EffectVerdict(enum.Enum):
 
 # --------------------------------------------------------------------------- checks
 
+
+class InvalidTypeError(TypeError, ValueError):
+    """A value of the wrong type.
+
+    Both a ``TypeError`` (what it is) and a ``ValueError`` (the contract promises a
+    ``ValueError`` for any invalid identifier or run id, whatever its type).
+    """
+
+
+def _wrong(field: str, expected: str, value: object) -> InvalidTypeError:
+    return InvalidTypeError(f"{field} must be {expected}, not {type(value).__name__}")
+
+
 _E = TypeVar("_E", bound=enum.Enum)
 
 
@@ -119,7 +133,7 @@ def check_identifier(value: object, field: str, *, optional: bool = False) -> No
     if value is None and optional:
         return
     if not isinstance(value, str):
-        raise TypeError(f"{field} must be a str, not {type(value).__name__}")
+        raise InvalidTypeError(f"{field} must be a str, not {type(value).__name__}")
     if not value:
         raise ValueError(f"{field} must not be empty")
     if len(value) > MAX_IDENTIFIER:
@@ -130,7 +144,7 @@ def check_identifier(value: object, field: str, *, optional: bool = False) -> No
 
 def _check_str(value: object, field: str, *, empty: bool = False, limit: int = MAX_LOCATOR) -> None:
     if not isinstance(value, str):
-        raise TypeError(f"{field} must be a str, not {type(value).__name__}")
+        raise InvalidTypeError(f"{field} must be a str, not {type(value).__name__}")
     if not value and not empty:
         raise ValueError(f"{field} must not be empty")
     if len(value) > limit:
@@ -141,31 +155,31 @@ def _check_str(value: object, field: str, *, empty: bool = False, limit: int = M
 
 def _check_hex64(value: object, field: str) -> None:
     if not isinstance(value, str):
-        raise TypeError(f"{field} must be a str, not {type(value).__name__}")
+        raise InvalidTypeError(f"{field} must be a str, not {type(value).__name__}")
     if not _HEX64.fullmatch(value):
         raise ValueError(f"{field} must be 64 lowercase hex characters, got {value!r:.80}")
 
 
 def _check_enum(value: object, cls: type[_E], field: str) -> None:
     if not isinstance(value, cls):
-        raise TypeError(f"{field} must be a {cls.__name__}, not {type(value).__name__}")
+        raise InvalidTypeError(f"{field} must be a {cls.__name__}, not {type(value).__name__}")
 
 
 def _check_seq(value: object, field: str = "seq") -> None:
     if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{field} must be an int, not {type(value).__name__}")
+        raise InvalidTypeError(f"{field} must be an int, not {type(value).__name__}")
     if value < 1:
         raise ValueError(f"{field} must be at least 1, got {value}")
 
 
 def _check_optional_bool(value: object, field: str) -> None:
     if value is not None and not isinstance(value, bool):
-        raise TypeError(f"{field} must be a bool or None, not {type(value).__name__}")
+        raise InvalidTypeError(f"{field} must be a bool or None, not {type(value).__name__}")
 
 
 def _check_timestamp(value: object, field: str = "recorded_at") -> None:
     if not isinstance(value, str):
-        raise TypeError(f"{field} must be a str, not {type(value).__name__}")
+        raise InvalidTypeError(f"{field} must be a str, not {type(value).__name__}")
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
@@ -176,11 +190,13 @@ def _check_timestamp(value: object, field: str = "recorded_at") -> None:
 
 def _tuple_of(value: object, cls: type[Any], field: str) -> tuple[Any, ...]:
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
-        raise TypeError(f"{field} must be a sequence of {cls.__name__}")
+        raise InvalidTypeError(f"{field} must be a sequence of {cls.__name__}")
     items = tuple(value)
     for item in items:
         if not isinstance(item, cls):
-            raise TypeError(f"{field} must hold only {cls.__name__}, not {type(item).__name__}")
+            raise InvalidTypeError(
+                f"{field} must hold only {cls.__name__}, not {type(item).__name__}"
+            )
     return items
 
 
@@ -280,7 +296,7 @@ class ResourceRef:
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, str):
-            raise TypeError(f"kind must be a str, not {type(self.kind).__name__}")
+            raise InvalidTypeError(f"kind must be a str, not {type(self.kind).__name__}")
         if self.kind not in RESOURCE_KINDS:
             raise ValueError(
                 f"kind must be one of {', '.join(RESOURCE_KINDS)}, got {self.kind!r:.40}"
@@ -345,12 +361,12 @@ def resource_ref(resource: object, role: str) -> ResourceRef:
     """Return the :class:`ResourceRef` of a ``FilesystemResource`` or ``OwnedResource``."""
     to_ref = getattr(resource, "to_ref", None)
     if to_ref is None or not callable(to_ref):
-        raise TypeError(
+        raise InvalidTypeError(
             f"resource must be a FilesystemResource or OwnedResource, not {type(resource).__name__}"
         )
     ref = to_ref(role)
     if not isinstance(ref, ResourceRef):
-        raise TypeError("resource.to_ref() did not return a ResourceRef")
+        raise InvalidTypeError("resource.to_ref() did not return a ResourceRef")
     return ref
 
 
@@ -365,7 +381,7 @@ class OperationRef:
     def __post_init__(self) -> None:
         check_identifier(self.name, "operation name")
         if not isinstance(self.backend, str):
-            raise TypeError(f"backend must be a str, not {type(self.backend).__name__}")
+            raise InvalidTypeError(f"backend must be a str, not {type(self.backend).__name__}")
         if self.backend:
             check_identifier(self.backend, "backend")
         _check_hex64(self.args_sha256, "args_sha256")
@@ -393,7 +409,9 @@ class Postcondition:
 
     def __post_init__(self) -> None:
         if not isinstance(self.target, ResourceRef):
-            raise TypeError(f"target must be a ResourceRef, not {type(self.target).__name__}")
+            raise InvalidTypeError(
+                f"target must be a ResourceRef, not {type(self.target).__name__}"
+            )
         _check_enum(self.predicate, Predicate, "predicate")
         if self.predicate is Predicate.SHA256:
             if self.expected is None:
@@ -445,7 +463,7 @@ class EffectClaim:
         _check_seq(self.seq)
         check_identifier(self.action_id, "action_id")
         if not isinstance(self.operation, OperationRef):
-            raise TypeError(
+            raise InvalidTypeError(
                 f"operation must be an OperationRef, not {type(self.operation).__name__}"
             )
         _frozen(self, "impact_scope", _tuple_of(self.impact_scope, ResourceRef, "impact_scope"))
@@ -501,7 +519,7 @@ class EffectOutcome:
         _check_enum(self.impact, Impact, "impact")
         check_identifier(self.execution_id, "execution_id", optional=True)
         if not isinstance(self.replayed, bool):
-            raise TypeError(f"replayed must be a bool, not {type(self.replayed).__name__}")
+            raise InvalidTypeError(f"replayed must be a bool, not {type(self.replayed).__name__}")
         if self.recorded_at is not None:
             _check_timestamp(self.recorded_at)
         if self.execution is ExecutionOutcome.INTERRUPTED and self.impact is not Impact.POSSIBLE:
@@ -563,7 +581,9 @@ class Observation:
         check_identifier(self.observation_id, "observation_id")
         _check_seq(self.seq)
         if not isinstance(self.resource, ResourceRef):
-            raise TypeError(f"resource must be a ResourceRef, not {type(self.resource).__name__}")
+            raise InvalidTypeError(
+                f"resource must be a ResourceRef, not {type(self.resource).__name__}"
+            )
         _check_enum(self.mechanism, ObservationMechanism, "mechanism")
         _check_enum(self.coverage, Coverage, "coverage")
         check_identifier(self.source_action_id, "source_action_id")
@@ -730,7 +750,7 @@ class Assessment:
         if self.impact is not None:
             _check_enum(self.impact, Impact, "impact")
         if not isinstance(self.unresolved_impact, bool):
-            raise TypeError("unresolved_impact must be a bool")
+            raise InvalidTypeError("unresolved_impact must be a bool")
         _frozen(self, "evidence", _tuple_of(self.evidence, str, "evidence"))
         _frozen(self, "stale", _tuple_of(self.stale, str, "stale"))
 
@@ -829,9 +849,9 @@ def assess(claim: EffectClaim, history: History) -> Assessment:
     VERIFIED; anything else is UNVERIFIED.
     """
     if not isinstance(claim, EffectClaim):
-        raise TypeError(f"claim must be an EffectClaim, not {type(claim).__name__}")
+        raise InvalidTypeError(f"claim must be an EffectClaim, not {type(claim).__name__}")
     if not isinstance(history, History):
-        raise TypeError(f"history must be a History, not {type(history).__name__}")
+        raise InvalidTypeError(f"history must be a History, not {type(history).__name__}")
     current = _current(claim.effect_id, history.outcomes)
     execution = None if current is None else current.execution
     impact = None if current is None else current.impact

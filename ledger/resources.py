@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Self
 
 from ledger import _paths
-from ledger.effects import ResourceRef, check_identifier
+from ledger.effects import InvalidTypeError, ResourceRef, check_identifier
 
 __all__ = ["FilesystemResource", "FilesystemRoot", "OwnedResource"]
 
@@ -31,7 +31,7 @@ def _check_path_text(path: object, field: str) -> str:
     if isinstance(path, os.PathLike):
         path = os.fspath(path)
     if not isinstance(path, str):
-        raise TypeError(f"{field} must be a str or os.PathLike, not {type(path).__name__}")
+        raise InvalidTypeError(f"{field} must be a str or os.PathLike, not {type(path).__name__}")
     if not path:
         raise ValueError(f"{field} must not be empty")
     if "\x00" in path:
@@ -84,12 +84,13 @@ class FilesystemResource:
         and, saying "sensitive", when it is or lies inside a ledger store.
         """
         if not isinstance(root, FilesystemRoot):
-            raise TypeError(f"root must be a FilesystemRoot, not {type(root).__name__}")
+            raise InvalidTypeError(f"root must be a FilesystemRoot, not {type(root).__name__}")
         text = _check_path_text(path, "path")
         real = _real(root.path / text)
+        # Sensitivity first: a path into a store is refused as such wherever it lies.
+        _refuse_sensitive(real)
         if not _within(real, root.path):
             raise ValueError(f"{text} escapes the root {root.path}")
-        _refuse_sensitive(real)
         if not allow_missing and not os.path.lexists(real):
             raise ValueError(f"{text} does not exist under {root.path}")
         return cls(root, real)
