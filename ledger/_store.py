@@ -304,6 +304,10 @@ class Store:
         """Apply pending migrations under the write lock, so racing openers wait, not fail."""
         head = head_revision()
         engine = self._engine()
+        # Most opens find the schema current: ask in a read, without the write lock.
+        with engine.execution_options(**{READ_ONLY: True}).begin() as conn:
+            if MigrationContext.configure(conn).get_current_revision() == head:
+                return
         with self.write_lock, engine.begin() as conn:
             current = MigrationContext.configure(conn).get_current_revision()
             if current == head:
