@@ -56,6 +56,8 @@ def insert_claim(conn: Connection, run_id: str, claim: EffectClaim) -> None:
             "operation": claim.operation.name,
             "backend": claim.operation.backend,
             "args_sha256": claim.operation.args_sha256,
+            "scope_count": len(claim.impact_scope),
+            "obligation_count": len(claim.obligations),
             "recorded_at": claim.recorded_at,
         },
     )
@@ -269,6 +271,15 @@ def load_history(conn: Connection, run_id: str) -> History:
         loaded_claims = []
         for row in claim_rows:
             where = f"claim at seq {row['seq']}"
+            for table, rows, count in (
+                ("impact_scope", scopes, "scope_count"),
+                ("obligations", duties, "obligation_count"),
+            ):
+                if len(rows.get(row["effect_id"], ())) != row[count]:
+                    raise _InvalidRowError(  # noqa: TRY301 - reported below with the others
+                        f"{count} is {row[count]!r} but {table} holds "
+                        f"{len(rows.get(row['effect_id'], ()))} rows for the claim"
+                    )
             loaded_claims.append(
                 EffectClaim(
                     effect_id=row["effect_id"],

@@ -87,6 +87,10 @@ claims = Table(
     Column("operation", Text, nullable=False),
     Column("backend", Text, nullable=False),
     Column("args_sha256", Text, nullable=False),
+    # How many impact_scope and obligations rows the claim has: a row added to a
+    # committed claim later (from the sqlite3 shell) is refused, and load checks them.
+    Column("scope_count", Integer, nullable=False),
+    Column("obligation_count", Integer, nullable=False),
     Column("recorded_at", Text, nullable=False),
     PrimaryKeyConstraint("run_id", "seq"),
     UniqueConstraint("run_id", "effect_id"),
@@ -96,6 +100,8 @@ claims = Table(
     CheckConstraint(_identifier("action_id"), name="action_id"),
     CheckConstraint(_identifier("operation"), name="operation"),
     CheckConstraint(_hex("args_sha256", 64), name="args_sha256"),
+    CheckConstraint("scope_count >= 0", name="scope_count"),
+    CheckConstraint("obligation_count >= 0", name="obligation_count"),
     sqlite_strict=True,
 )
 
@@ -215,6 +221,8 @@ APPEND_ONLY_TABLES = ("runs", "claims", "impact_scope", "obligations", "outcomes
 
 
 def _raise(message: str) -> str:
+    if "'" in message:
+        raise ValueError("trigger messages are SQL string literals: no quotes")
     return f"SELECT RAISE(ABORT, 'ledger: {message}');"
 
 
@@ -279,6 +287,34 @@ def _sqlite_triggers() -> dict[str, str]:
             "an outcome must come after its claim",
         ),
     ]
+    guards.extend(
+        _guard(
+            table,
+            "guard_run",
+            "NOT EXISTS (SELECT 1 FROM runs WHERE run_id = NEW.run_id)",
+            f"{table} rows need their run in runs",
+        )
+        for table in ("claims", "observations")
+    )
+    guards.append(
+        _guard(
+            "outcomes",
+            "guard_claim",
+            "NOT EXISTS (SELECT 1 FROM claims WHERE run_id = NEW.run_id"
+            " AND effect_id = NEW.effect_id)",
+            "an outcome needs its claim",
+        )
+    )
+    guards.extend(
+        _guard(
+            table,
+            "guard_claim",
+            "NOT EXISTS (SELECT 1 FROM claims WHERE run_id = NEW.run_id"
+            f" AND effect_id = NEW.effect_id AND NEW.position < {count})",
+            f"{table} is append-only, the rows of a claim are written with it and no more",
+        )
+        for table, count in (("impact_scope", "scope_count"), ("obligations", "obligation_count"))
+    )
     guards.extend(
         _guard(
             table,

@@ -36,6 +36,7 @@ from sqlalchemy.pool import ConnectionPoolEntry
 
 from ledger import _paths
 from ledger._errors import EffectPersistenceError
+from ledger._schema import install_derived, missing_derived
 
 log = logging.getLogger("ledger")
 
@@ -249,6 +250,26 @@ def head_revision() -> str:
     return head
 
 
+@contextlib.contextmanager
+def _foreign_keys_off(conn: Connection) -> Iterator[None]:
+    """Foreign keys off around a migration, as SQLite prescribes for rebuilding tables.
+
+    Rebuilding a parent table (a batch migration) drops and renames it, which foreign
+    keys would refuse mid-way; the pragma is a no-op inside a transaction, so it is set
+    before BEGIN and ``PRAGMA foreign_key_check`` stands in for it before COMMIT.
+    """
+    raw = conn.connection.driver_connection
+    if raw is None:  # pragma: no cover - a checked-out connection always has one
+        raise EffectPersistenceError("the database connection is closed")
+    raw.execute("PRAGMA foreign_keys = OFF")
+    try:
+        yield
+    finally:
+        raw.execute("PRAGMA foreign_keys = ON")
+        if raw.execute("PRAGMA foreign_keys").fetchone() != (1,):  # pragma: no cover
+            conn.invalidate()  # never hand a connection without foreign keys to a writer
+
+
 class Store:
     """One database file, shared by every log of this process that writes to it."""
 
@@ -304,16 +325,34 @@ class Store:
         """Apply pending migrations under the write lock, so racing openers wait, not fail."""
         head = head_revision()
         engine = self._engine()
-        # Most opens find the schema current: ask in a read, without the write lock.
+        # Most opens find the schema current and guarded: ask in a read, without the lock.
         with engine.execution_options(**{READ_ONLY: True}).begin() as conn:
-            if MigrationContext.configure(conn).get_current_revision() == head:
+            current = MigrationContext.configure(conn).get_current_revision()
+            if current == head and not missing_derived(conn):
                 return
-        with self.write_lock, engine.begin() as conn:
+        with (
+            self.write_lock,
+            engine.connect() as conn,
+            _foreign_keys_off(conn),
+            conn.begin(),
+        ):
             current = MigrationContext.configure(conn).get_current_revision()
             if current == head:
+                missing = missing_derived(conn)
+                if missing:
+                    # Someone dropped guards (from the sqlite3 shell): put them back before
+                    # anything is written; load still validates every row it reads.
+                    log.warning("store %s lacked %s; re-installed", self.path, ", ".join(missing))
+                    install_derived(conn)
                 return
             log.info("migrating store %s from %s to %s", self.path, current, head)
             command.upgrade(alembic_config(conn), "head")
+            broken = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
+            if broken:
+                raise EffectPersistenceError(
+                    f"migrating {self.path} to {head} would break {len(broken)} foreign "
+                    f"key(s), first in {broken[0][0]}; nothing was changed"
+                )
 
     # -- transactions
 

@@ -29,10 +29,19 @@ def _run(connection: Connection) -> None:
         compare_type=True,
         on_version_apply=note,
     )
-    with context.begin_transaction():
-        context.run_migrations()
-        if applied:
-            install_derived(connection)
+    # A batch migration rebuilds a table and renames it into place; with the modern
+    # ALTER TABLE that rename re-parses the triggers and views of *other* tables that
+    # name it, which fails mid-rebuild. They are re-created from ledger._schema
+    # afterwards anyway. (The library turns foreign keys off around the migration and
+    # runs PRAGMA foreign_key_check before it commits, as SQLite prescribes.)
+    connection.exec_driver_sql("PRAGMA legacy_alter_table = ON")
+    try:
+        with context.begin_transaction():
+            context.run_migrations()
+            if applied:
+                install_derived(connection)
+    finally:
+        connection.exec_driver_sql("PRAGMA legacy_alter_table = OFF")
 
 
 def run_migrations_online() -> None:

@@ -37,6 +37,8 @@ def upgrade() -> None:
         sa.Column("operation", sa.Text(), nullable=False),
         sa.Column("backend", sa.Text(), nullable=False),
         sa.Column("args_sha256", sa.Text(), nullable=False),
+        sa.Column("scope_count", sa.Integer(), nullable=False),
+        sa.Column("obligation_count", sa.Integer(), nullable=False),
         sa.Column("recorded_at", sa.Text(), nullable=False),
         sa.CheckConstraint(
             "length(args_sha256) = 64 AND ltrim(args_sha256, '0123456789abcdef') = ''",
@@ -46,6 +48,8 @@ def upgrade() -> None:
         sa.CheckConstraint("length(effect_id) BETWEEN 1 AND 200", name=op.f("ck_claims_effect_id")),
         sa.CheckConstraint("length(operation) BETWEEN 1 AND 200", name=op.f("ck_claims_operation")),
         sa.CheckConstraint("seq >= 1", name=op.f("ck_claims_seq")),
+        sa.CheckConstraint("scope_count >= 0", name=op.f("ck_claims_scope_count")),
+        sa.CheckConstraint("obligation_count >= 0", name=op.f("ck_claims_obligation_count")),
         sa.ForeignKeyConstraint(["run_id"], ["runs.run_id"], name=op.f("fk_claims_run_id_runs")),
         sa.PrimaryKeyConstraint("run_id", "seq", name=op.f("pk_claims")),
         sa.UniqueConstraint("run_id", "effect_id", name=op.f("uq_claims_run_id_effect_id")),
