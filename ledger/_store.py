@@ -131,11 +131,16 @@ def create_files(directory: Path, db_path: Path) -> None:
     ``-wal`` and ``-shm`` the database file's mode.
     """
     if not os.path.lexists(directory):
-        parent = directory.parent
-        parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileExistsError):
-            directory.mkdir(mode=0o700)
-        _fsync_dir(parent)
+        # Missing ancestors get 0700 too (os.makedirs would give them the umask's
+        # default): nobody else may rename the path under the store. Top-down, and a
+        # directory another process creates meanwhile is fine.
+        missing = [directory]
+        while not os.path.lexists(missing[-1].parent):
+            missing.append(missing[-1].parent)
+        for path in reversed(missing):
+            with contextlib.suppress(FileExistsError):
+                path.mkdir(mode=0o700)
+            _fsync_dir(path.parent)
     check_directory(directory)
     if not os.path.lexists(db_path):
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
