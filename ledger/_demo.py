@@ -21,13 +21,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ledger import effects as fx
-from ledger._store import acquire, release
+from ledger._store import acquire, read_only_uri, release
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.resources import FilesystemResource, FilesystemRoot
 
@@ -237,7 +236,7 @@ def run(store: Path, echo: Callable[[str], None] = print) -> int:
         "SELECT effect_id, operation, execution, impact, verdict, unresolved_impact "
         f"FROM effect_status WHERE run_id = '{run_id}' ORDER BY seq;"
     )
-    argv = ["sqlite3", "-box", f"file:{urllib.parse.quote(str(db))}?mode=ro", query]
+    argv = ["sqlite3", "-box", read_only_uri(db), query]
     echo("\nThe same table from the store, read-only, with the stock sqlite3 shell:\n")
     # The query holds no shell metacharacters, so it reads best in plain double quotes.
     echo(f'  sqlite3 -box {shlex.quote(argv[2])} "{query}"\n')

@@ -12,9 +12,19 @@ from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import Connection, and_, exists, func, insert, literal, select, union_all
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from ledger._errors import EffectPersistenceError
-from ledger._schema import claims, impact_scope, obligations, observations, outcomes, runs
+from ledger._owner import Writer
+from ledger._schema import (
+    claims,
+    impact_scope,
+    obligations,
+    observations,
+    outcomes,
+    run_writers,
+    runs,
+)
 from ledger.effects import (
     Coverage,
     EffectClaim,
@@ -42,6 +52,19 @@ def run_exists(conn: Connection, run_id: str) -> bool:
 def insert_run(conn: Connection, run_id: str, created_at: str) -> None:
     """Record the run itself, in the transaction of its first record."""
     conn.execute(insert(runs), {"run_id": run_id, "created_at": created_at})
+
+
+def record_writer(conn: Connection, run_id: str, writer: Writer, now: str) -> None:
+    """Make ``writer`` the run's current writer (the one ``recover --dead`` checks)."""
+    values = {
+        "host": writer.host,
+        "boot_id": writer.boot_id,
+        "pid": writer.pid,
+        "process_started": writer.started,
+        "since": now,
+    }
+    statement = sqlite_insert(run_writers).values(run_id=run_id, **values)
+    conn.execute(statement.on_conflict_do_update(index_elements=["run_id"], set_=values))
 
 
 def insert_claim(conn: Connection, run_id: str, claim: EffectClaim) -> None:

@@ -213,6 +213,23 @@ observations = Table(
 )
 Index(None, observations.c.run_id, observations.c.resource_kind, observations.c.resource_locator)
 
+# Who writes each run now: host, boot and process. Not history: a run continued by
+# another process after a restart changes writer, so this table is updated in place.
+run_writers = Table(
+    "run_writers",
+    metadata,
+    Column("run_id", Text, nullable=False),
+    Column("host", Text, nullable=False),
+    Column("boot_id", Text, nullable=True),
+    Column("pid", Integer, nullable=False),
+    Column("process_started", Text, nullable=True),
+    Column("since", Text, nullable=False),
+    PrimaryKeyConstraint("run_id"),
+    ForeignKeyConstraint(["run_id"], ["runs.run_id"]),
+    CheckConstraint("pid > 0", name="pid"),
+    sqlite_strict=True,
+)
+
 RECORD_TABLES = ("claims", "outcomes", "observations")
 APPEND_ONLY_TABLES = ("runs", "claims", "impact_scope", "obligations", "outcomes", "observations")
 

@@ -21,6 +21,7 @@ import os
 import sqlite3
 import stat
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.pool import ConnectionPoolEntry
+from sqlalchemy.pool import ConnectionPoolEntry, NullPool
 
 from ledger import _paths
 from ledger._errors import EffectPersistenceError
@@ -385,6 +386,56 @@ class Store:
             self.engine.dispose()
             self.engine = None
         self._ready = False
+
+
+def read_only_uri(db: Path) -> str:
+    """The SQLite URI that reads ``db`` without writing or creating any file.
+
+    ``immutable`` when there is no ``-wal`` (no connection has the store open and every
+    commit is in the file), else ``mode=ro`` so that commits still in the WAL are read.
+    """
+    wal = os.path.lexists(db.with_name(db.name + "-wal"))
+    return f"file:{urllib.parse.quote(str(db))}?mode=ro" + ("" if wal else "&immutable=1")
+
+
+def _reader_connect(uri: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
+    conn.isolation_level = None
+    conn.execute("PRAGMA query_only = ON")
+    return conn
+
+
+@contextlib.contextmanager
+def reader(directory: Path) -> Iterator[Connection]:
+    """One read-only snapshot of a store, for forensics: it never writes or creates a file.
+
+    With no ``-wal`` file no connection has the store open and every commit is in the
+    database file: it is opened ``immutable``, which takes no lock and creates nothing,
+    so it also works for a user who may read the store but not write its directory.
+    With a ``-wal`` (a writer is active, or crashed) it is opened ``mode=ro`` so that
+    committed transactions in the WAL are read; SQLite then uses the ``-shm`` index.
+    Owner checks do not apply: an operator may inspect another user's store.
+    """
+    db = directory / _paths.DB_NAME
+    with storage_errors(f"cannot read the store {directory}"):
+        if not os.path.lexists(db):
+            raise EffectPersistenceError(f"there is no store at {directory}")
+        st = os.lstat(directory)
+        if stat.S_ISLNK(st.st_mode):
+            raise _refuse(f"store directory {directory} is a symlink; refusing it")
+        st = os.lstat(db)
+        if not stat.S_ISREG(st.st_mode):
+            raise _refuse(f"database file {db} is not a regular file")
+        uri = read_only_uri(db)
+        engine = create_engine(
+            "sqlite+pysqlite://", creator=lambda: _reader_connect(uri), poolclass=NullPool
+        )
+        event.listen(engine, "begin", _on_begin)
+        try:
+            with engine.execution_options(**{READ_ONLY: True}).begin() as conn:
+                yield conn
+        finally:
+            engine.dispose()
 
 
 _registry_lock = threading.Lock()

@@ -1,65 +1,448 @@
-"""The ``ledger`` command line.
+"""The ``ledger`` command line: inspect, verify, recover, export and import stores.
 
-It parses, makes one library call and renders. Only the library's own errors are
-caught: they become a one-line message and a non-zero exit, never a traceback.
+Every command parses its arguments, makes one library call and renders the result:
+an aligned table for people, or ``--json`` (shapes in ``docs/cli.md``) for scripts.
+Reading commands open the store read-only and never change a file. Only the
+library's own errors are caught; they become a one-line message and an exit code:
+2 for a usage mistake (such as an unknown run), 1 for storage or integrity trouble.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
-from ledger import _demo
+from ledger import _demo, _inspect, _jsonl
 from ledger._paths import DB_NAME
+from ledger._store import read_only_uri
 from ledger.effect_log import EffectPersistenceError, effects_dir
+from ledger.effects import EffectClaim, EffectOutcome, Observation
 
 __all__ = ["main"]
 
-EXIT_STORAGE = 1
+F = TypeVar("F", bound=Callable[..., Any])
+
+_VERDICT_COLOURS = {
+    "verified": "green",
+    "failed": "blue",
+    "pending": "yellow",
+    "unverified": "yellow",
+    "contradicted": "red",
+}
 
 
-def _store_option() -> click.Option:
-    return click.Option(
-        ["--store"],
+class _UsageMistake(click.ClickException):
+    exit_code = 2
+
+
+@contextlib.contextmanager
+def _library_errors() -> Iterator[None]:
+    """The library's errors as one line and an exit code, never a traceback."""
+    try:
+        yield
+    except _inspect.RunNotFoundError as e:
+        raise _UsageMistake(_one_line(e)) from None
+    except (EffectPersistenceError, ValueError) as e:
+        raise click.ClickException(_one_line(e)) from None
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())
+
+
+def _store_option(f: F) -> F:
+    return click.option(
+        "--store",
         type=click.Path(file_okay=False, path_type=Path),
         default=None,
-        help="Store directory (default: $LEDGER_DIR, else the user's state directory).",
+        help="Store directory. Default: $LEDGER_DIR, else the user's state directory.",
+    )(f)
+
+
+def _json_option(f: F) -> F:
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print JSON (the shape is in docs/cli.md)."
+    )(f)
+
+
+def _directory(store: Path | None) -> Path:
+    return (store if store is not None else effects_dir()).absolute()
+
+
+def _print_json(value: object) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """An aligned table; a verdict column is coloured when the output is a terminal."""
+    text = [["-" if cell is None else str(cell) for cell in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in text)) for i, h in enumerate(headers)]
+    click.echo(
+        "  ".join(
+            click.style(h.ljust(w), bold=True) for h, w in zip(headers, widths, strict=True)
+        ).rstrip()
     )
+    for row in text:
+        cells = []
+        for header, cell, width in zip(headers, row, widths, strict=True):
+            padded = cell.ljust(width)
+            colour = _VERDICT_COLOURS.get(cell) if header == "VERDICT" else None
+            cells.append(click.style(padded, fg=colour) if colour else padded)
+        click.echo("  ".join(cells).rstrip())
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="effect-ledger")
+@click.version_option(package_name="effect-ledger", prog_name="ledger")
 def main() -> None:
-    """Inspect and exercise effect-ledger stores."""
+    """Inspect, verify and recover effect-ledger stores.
+
+    A store is a directory holding one SQLite database shared by every run on the
+    machine. Reading commands never change it.
+    """
+
+
+# --------------------------------------------------------------------------- runs
 
 
 @main.command()
+@_store_option
+@_json_option
+def runs(store: Path | None, as_json: bool) -> None:
+    """One row per run: when it wrote, its writer, its verdict counts."""
+    with _library_errors():
+        summaries = _inspect.list_runs(_directory(store))
+    if as_json:
+        _print_json([s.to_dict() for s in summaries])
+        return
+    _table(
+        ("RUN", "FIRST", "LAST", "WRITER", "CLAIMS", *(v.upper() for v in _inspect.VERDICTS)),
+        [
+            (
+                s.run_id,
+                s.first_at,
+                s.last_at,
+                None if s.writer is None else f"{s.writer.host}:{s.writer.pid}",
+                s.claims,
+                *(s.verdicts[v] for v in _inspect.VERDICTS),
+            )
+            for s in summaries
+        ],
+    )
+
+
+def _describe(record: EffectClaim | EffectOutcome | Observation) -> tuple[str, str]:
+    if isinstance(record, EffectClaim):
+        scope = ", ".join(r.locator for r in record.impact_scope) or "-"
+        duties = ", ".join(
+            p.predicate.value
+            + (f"={p.expected[:12]}" if p.expected else "")
+            + f" {p.target.locator}"
+            for p in record.obligations
+        )
+        return record.effect_id, f"{record.operation.name} on {scope}" + (
+            f"; expects {duties}" if duties else ""
+        )
+    if isinstance(record, EffectOutcome):
+        replayed = " (recovery)" if record.replayed else ""
+        return record.effect_id, f"{record.execution.value}, impact {record.impact.value}{replayed}"
+    seen = {True: "exists", False: "absent", None: "existence unknown"}[record.exists]
+    extra = "".join(
+        f", {name} {value[:12]}"
+        for name, value in (("sha256", record.sha256), ("revision", record.revision))
+        if value
+    )
+    how = f"{record.mechanism.value}, {record.coverage.value}"
+    return record.observation_id, f"{record.resource.locator}: {seen}{extra} ({how})"
+
+
+@main.command()
+@click.argument("run")
+@_store_option
+@_json_option
+def show(run: str, store: Path | None, as_json: bool) -> None:
+    """A run's timeline, every record in seq order, and the verdict on each effect.
+
+    RUN is a run id or a unique prefix of one.
+    """
+    with _library_errors():
+        report = _inspect.show_run(_directory(store), run)
+    if as_json:
+        _print_json(
+            {
+                "run_id": report.run_id,
+                "writer": None
+                if report.writer is None
+                else {"host": report.writer.host, "pid": report.writer.pid},
+                "records": [
+                    {"type": r.kind, "record": r.to_dict()} for r in report.history.records()
+                ],
+                "effects": [a.to_dict() for a in report.assessments],
+            }
+        )
+        return
+    writer = "unknown" if report.writer is None else f"{report.writer.host}:{report.writer.pid}"
+    click.echo(f"run {report.run_id}  writer {writer}\n")
+    rows = []
+    for record in report.history.records():
+        ident, what = _describe(record)
+        rows.append((record.seq, record.recorded_at, record.kind, ident, what))
+    _table(("SEQ", "RECORDED", "KIND", "ID", "WHAT"), rows)
+    click.echo()
+    operations = {c.effect_id: c.operation.name for c in report.history.claims}
+    _table(
+        (
+            "EFFECT",
+            "OPERATION",
+            "EXECUTION",
+            "IMPACT",
+            "VERDICT",
+            "UNRESOLVED",
+            "EVIDENCE",
+            "STALE",
+        ),
+        [
+            (
+                a.effect_id,
+                operations[a.effect_id],
+                None if a.execution is None else a.execution.value,
+                None if a.impact is None else a.impact.value,
+                a.verdict.value,
+                "yes" if a.unresolved_impact else "no",
+                ",".join(a.evidence) or None,
+                ",".join(a.stale) or None,
+            )
+            for a in report.assessments
+        ],
+    )
+
+
+@main.command()
+@click.option("--run", "run", default=None, help="Only this run (an id or a unique prefix).")
 @click.option(
-    "--store",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Store directory (default: $LEDGER_DIR, else the user's state directory).",
+    "--unresolved",
+    is_flag=True,
+    help="Only effects whose impact is unresolved: the incident list.",
 )
+@_store_option
+@_json_option
+def status(run: str | None, unresolved: bool, store: Path | None, as_json: bool) -> None:
+    """Effects across runs with their verdicts, oldest claim first."""
+    with _library_errors():
+        rows = _inspect.effect_statuses(_directory(store), run, unresolved=unresolved)
+    if as_json:
+        _print_json([r.to_dict() for r in rows])
+        return
+    _table(
+        ("RUN", "SEQ", "EFFECT", "OPERATION", "EXECUTION", "IMPACT", "VERDICT", "UNRESOLVED"),
+        [
+            (
+                r.run_id,
+                r.seq,
+                r.effect_id,
+                r.operation,
+                r.execution,
+                r.impact,
+                r.verdict,
+                "yes" if r.unresolved_impact else "no",
+            )
+            for r in rows
+        ],
+    )
+
+
+# --------------------------------------------------------------------------- writes
+
+
+@main.command()
+@click.argument("run", required=False)
+@click.option(
+    "--dead",
+    is_flag=True,
+    help="Recover every run whose recorded writer on this host is gone.",
+)
+@_store_option
+@_json_option
+def recover(run: str | None, dead: bool, store: Path | None, as_json: bool) -> None:
+    """Mark claims that never got an outcome as interrupted, with possible impact.
+
+    Give RUN (an id or a unique prefix), or --dead. --dead never touches a run whose
+    writer is alive, ran on another host, or is not recorded.
+    """
+    if (run is None) == (not dead):
+        raise click.UsageError("give a RUN or --dead, not both")
+    with _library_errors():
+        if dead:
+            results = _inspect.recover_dead(_directory(store))
+        else:
+            assert run is not None  # noqa: S101 - checked above
+            results = [_inspect.recover_run(_directory(store), run)]
+    if as_json:
+        _print_json([r.to_dict() for r in results])
+        return
+    for result in results:
+        if result.skipped:
+            click.echo(f"run {result.run_id}: left alone, {result.skipped}")
+        elif not result.outcomes:
+            click.echo(f"run {result.run_id}: nothing to recover")
+        for outcome in result.outcomes:
+            click.echo(
+                f"run {result.run_id}: {outcome.effect_id} interrupted, impact possible "
+                f"(seq {outcome.seq})"
+            )
+    if not results:
+        click.echo("nothing to recover")
+
+
+@main.command()
+@_store_option
+@_json_option
+def verify(store: Path | None, as_json: bool) -> None:
+    """Check the database file, the schema and its guards, and every row of every run.
+
+    Exits 0 when the store is clean, 1 with a report of each problem when it is not.
+    """
+    directory = _directory(store)
+    with _library_errors():
+        total = _inspect.run_count(directory)
+        with click.progressbar(
+            length=total, label="verifying runs", file=sys.stderr
+        ) as bar:  # shown only on a terminal
+            done = [0]
+
+            def advance(n: int) -> None:
+                bar.update(n - done[0])
+                done[0] = n
+
+            report = _inspect.verify(directory, advance)
+    if as_json:
+        _print_json(report.to_dict())
+    elif report.ok:
+        click.echo(f"ok: {report.runs} runs, {report.records} records, schema current")
+    else:
+        for problem in report.problems:
+            click.echo(problem)
+        click.echo(f"{len(report.problems)} problem(s) in {directory / DB_NAME}")
+    if not report.ok:
+        raise SystemExit(1)
+
+
+@main.command()
+@click.argument("run")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write to this file instead of standard output.",
+)
+@_store_option
+def export(run: str, output: Path | None, store: Path | None) -> None:
+    """Print a run as JSON lines, one record per line in seq order.
+
+    The format of the earlier file-based effect logs:
+    {"v": 1, "type": "claim"|"outcome"|"observation", "record": {...}}.
+    """
+    with _library_errors():
+        _run_id, lines = _jsonl.export_lines(_directory(store), run)
+    text = "".join(line + "\n" for line in lines)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    with _library_errors(), contextlib.suppress(FileNotFoundError):
+        if output.is_symlink():
+            raise ValueError(f"{output} is a symlink; refusing to write through it")
+    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+@main.command(name="import")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--run",
+    "run",
+    default=None,
+    help="Run id for the imported file (only with one file). Default: from <run_id>.jsonl.",
+)
+@_store_option
+@_json_option
+def import_(files: tuple[Path, ...], run: str | None, store: Path | None, as_json: bool) -> None:
+    """Import JSON-lines effect logs, each file as a new run, each all or nothing.
+
+    A torn final line (a crash mid-append) is ignored; any other malformed or forged
+    line refuses the whole file, naming the line.
+    """
+    if run is not None and len(files) > 1:
+        raise click.UsageError("--run goes with a single file")
+    directory = _directory(store)
+    imported = []
+    with _library_errors():
+        sizes = [f.stat().st_size if f.exists() else 0 for f in files]
+        with click.progressbar(length=sum(sizes), label="importing", file=sys.stderr) as bar:
+            for path, size in zip(files, sizes, strict=True):
+                imported.append(_jsonl.import_file(directory, path, run))
+                bar.update(size)
+    if as_json:
+        _print_json([i.to_dict() for i in imported])
+        return
+    for item in imported:
+        torn = " (torn final line ignored)" if item.torn_tail else ""
+        click.echo(f"{item.path}: run {item.run_id}, {item.records} records{torn}")
+
+
+# --------------------------------------------------------------------------- the store
+
+
+@main.command()
+@_store_option
+@_json_option
+def path(store: Path | None, as_json: bool) -> None:
+    """Print the path of the store's database file."""
+    db = _directory(store) / DB_NAME
+    if as_json:
+        _print_json({"path": str(db), "exists": db.exists()})
+    else:
+        click.echo(str(db))
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.argument("sqlite3_args", nargs=-1, type=click.UNPROCESSED)
+@_store_option
+def sql(sqlite3_args: tuple[str, ...], store: Path | None) -> None:
+    """Open the stock sqlite3 shell on the store, read-only.
+
+    Extra arguments go to sqlite3, e.g. ledger sql -box "SELECT * FROM effect_status".
+    """
+    db = _directory(store) / DB_NAME
+    shell = shutil.which("sqlite3")
+    if shell is None:
+        raise click.ClickException(
+            "the sqlite3 shell is not installed (Debian/Ubuntu: apt install sqlite3); "
+            f"any SQLite client can open {db} read-only"
+        )
+    if not db.exists():
+        raise click.ClickException(f"there is no store at {db.parent}")
+    uri = read_only_uri(db)
+    options = [a for a in sqlite3_args if a.startswith("-")]
+    rest = [a for a in sqlite3_args if not a.startswith("-")]
+    os.execv(shell, [shell, "-readonly", *options, uri, *rest])  # noqa: S606 - the user's own shell
+
+
+@main.command()
+@_store_option
 def demo(store: Path | None) -> None:
     """Kill a scripted agent worker mid-effect, recover, and show every verdict."""
-    try:
-        code = _demo.run((store or effects_dir()).absolute(), click.echo)
-    except EffectPersistenceError as e:
-        raise click.ClickException(str(e)) from None
+    with _library_errors():
+        code = _demo.run(_directory(store), click.echo)
     raise SystemExit(code)
-
-
-@main.command()
-@click.option(
-    "--store",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Store directory (default: $LEDGER_DIR, else the user's state directory).",
-)
-def path(store: Path | None) -> None:
-    """Print the path of the store's database file."""
-    click.echo(str((store or effects_dir()).absolute() / DB_NAME))
 
 
 if __name__ == "__main__":  # pragma: no cover - python -m ledger.cli

@@ -34,6 +34,7 @@ from typing import Self
 
 from ledger import _paths, _records
 from ledger._errors import EffectPersistenceError
+from ledger._owner import Writer
 from ledger._paths import effects_dir
 from ledger._store import Store, acquire, release
 from ledger.effects import (
@@ -126,6 +127,7 @@ class EffectLog:
         self._next_seq = 1
         self._started = False  # whether the run's row is in the store
         self._continuing = False  # loaded: the run may already exist
+        self._writer_recorded = False  # this process is recorded as the run's writer
         self._degraded = False
         self._closed = False
 
@@ -245,6 +247,8 @@ class EffectLog:
                 else:
                     _records.insert_run(conn, self._run_id, utc_now())
                 _records.insert_observations(conn, self._run_id, self._unwritten)
+            if not self._writer_recorded:
+                _records.record_writer(conn, self._run_id, Writer.current(), utc_now())
             for record in records:
                 if isinstance(record, EffectClaim):
                     _records.insert_claim(conn, self._run_id, record)
@@ -253,6 +257,7 @@ class EffectLog:
                 else:
                     _records.insert_observations(conn, self._run_id, (record,))
         self._started = True
+        self._writer_recorded = True
         self._unwritten.clear()
 
     def _degrade(self, what: str, error: EffectPersistenceError) -> None:
@@ -446,6 +451,7 @@ class EffectLog:
             store = self._store_for_write()
             base = self._next_seq - 1
             with store.write(f"cannot recover run {self._run_id}") as conn:
+                _records.record_writer(conn, self._run_id, Writer.current(), utc_now())
                 durable = _records.max_seq(conn, self._run_id)
                 if durable != base:
                     raise EffectPersistenceError(

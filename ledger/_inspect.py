@@ -1,0 +1,333 @@
+"""What the ``ledger`` command asks of a store: summaries, timelines, verdicts, checks.
+
+Reads go through :func:`ledger._store.reader`, which never writes or creates a file;
+only recovery writes, through :class:`ledger.effect_log.EffectLog` like any worker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection
+from sqlalchemy.exc import SQLAlchemyError
+
+from ledger import _records
+from ledger._errors import EffectPersistenceError
+from ledger._owner import Writer
+from ledger._schema import missing_derived
+from ledger._store import head_revision, reader
+from ledger.effect_log import EffectLog
+from ledger.effects import Assessment, EffectOutcome, History, assess
+
+_HEX = re.compile(r"[0-9a-f]{1,32}")
+VERDICTS = ("pending", "unverified", "contradicted", "verified", "failed")
+
+
+class RunNotFoundError(ValueError):
+    """No run, or more than one, matches the given run id or prefix."""
+
+
+def _has_table(conn: Connection, name: str) -> bool:
+    found = conn.exec_driver_sql(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+    ).first()
+    return found is not None
+
+
+def resolve_run(conn: Connection, prefix: str) -> str:
+    """The one run whose id starts with ``prefix`` (a whole id or a unique prefix, as git does)."""
+    if not _HEX.fullmatch(prefix):
+        raise RunNotFoundError(f"{prefix!r} is not a run id or a prefix of one (lowercase hex)")
+    rows = conn.exec_driver_sql(
+        "SELECT run_id FROM runs WHERE substr(run_id, 1, ?) = ? ORDER BY run_id LIMIT 3",
+        (len(prefix), prefix),
+    ).all()
+    if not rows:
+        raise RunNotFoundError(f"no run matches {prefix!r}")
+    if len(rows) > 1:
+        raise RunNotFoundError(f"{prefix!r} matches more than one run; give more characters")
+    return str(rows[0][0])
+
+
+def _writer(conn: Connection, run_id: str) -> Writer | None:
+    if not _has_table(conn, "run_writers"):
+        return None
+    row = conn.exec_driver_sql(
+        "SELECT host, boot_id, pid, process_started FROM run_writers WHERE run_id = ?", (run_id,)
+    ).first()
+    return None if row is None else Writer(row[0], row[1], row[2], row[3])
+
+
+# --------------------------------------------------------------------------- runs
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunSummary:
+    """One run at a glance."""
+
+    run_id: str
+    first_at: str | None
+    last_at: str | None
+    writer: Writer | None
+    claims: int
+    verdicts: dict[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The documented JSON shape of ``ledger runs --json``."""
+        return {
+            "run_id": self.run_id,
+            "first_at": self.first_at,
+            "last_at": self.last_at,
+            "host": None if self.writer is None else self.writer.host,
+            "pid": None if self.writer is None else self.writer.pid,
+            "claims": self.claims,
+            **self.verdicts,
+        }
+
+
+_RUNS_SQL = """
+WITH records AS (
+    SELECT run_id, recorded_at FROM claims
+    UNION ALL SELECT run_id, recorded_at FROM outcomes
+    UNION ALL SELECT run_id, recorded_at FROM observations
+),
+times AS (
+    SELECT run_id, min(recorded_at) AS first_at, max(recorded_at) AS last_at
+      FROM records GROUP BY run_id
+),
+verdicts AS (
+    SELECT run_id, count(*) AS claims, {counts} FROM effect_status GROUP BY run_id
+)
+SELECT r.run_id, t.first_at, t.last_at, coalesce(v.claims, 0), {columns}
+  FROM runs AS r
+  LEFT JOIN times AS t ON t.run_id = r.run_id
+  LEFT JOIN verdicts AS v ON v.run_id = r.run_id
+ ORDER BY coalesce(t.first_at, r.created_at), r.run_id
+"""
+
+
+def list_runs(directory: Path) -> list[RunSummary]:
+    """Every run of the store, oldest first, with its writer and its verdict counts."""
+    counts = ", ".join(f"sum(verdict = '{v}') AS {v}" for v in VERDICTS)
+    columns = ", ".join(f"coalesce(v.{v}, 0)" for v in VERDICTS)
+    with reader(directory) as conn:
+        rows = conn.exec_driver_sql(_RUNS_SQL.format(counts=counts, columns=columns)).all()
+        return [
+            RunSummary(
+                run_id=row[0],
+                first_at=row[1],
+                last_at=row[2],
+                writer=_writer(conn, row[0]),
+                claims=row[3],
+                verdicts=dict(zip(VERDICTS, row[4:], strict=True)),
+            )
+            for row in rows
+        ]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunReport:
+    """One run in full: its validated history and the assessment of every claim."""
+
+    run_id: str
+    writer: Writer | None
+    history: History
+    assessments: tuple[Assessment, ...]
+
+
+def show_run(directory: Path, prefix: str) -> RunReport:
+    """The run matching ``prefix``, validated like ``EffectLog.load`` does."""
+    with reader(directory) as conn:
+        run_id = resolve_run(conn, prefix)
+        history = _records.load_history(conn, run_id)
+        writer = _writer(conn, run_id)
+    assessments = tuple(assess(claim, history) for claim in history.claims)
+    return RunReport(run_id, writer, history, assessments)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EffectRow:
+    """One claimed effect and its verdict, as the ``effect_status`` view gives it."""
+
+    run_id: str
+    seq: int
+    effect_id: str
+    operation: str
+    execution: str | None
+    impact: str | None
+    verdict: str
+    unresolved_impact: bool
+    claimed_at: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The documented JSON shape of ``ledger status --json``."""
+        return dataclasses.asdict(self)
+
+
+def effect_statuses(
+    directory: Path, run: str | None = None, *, unresolved: bool = False
+) -> list[EffectRow]:
+    """Effects across runs (or of one run) with their verdicts; optionally only unresolved ones."""
+    with reader(directory) as conn:
+        where, params = [], []
+        if run is not None:
+            where.append("run_id = ?")
+            params.append(resolve_run(conn, run))
+        if unresolved:
+            where.append("unresolved_impact = 1")
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        rows = conn.exec_driver_sql(
+            "SELECT run_id, seq, effect_id, operation, execution, impact, verdict,"
+            f" unresolved_impact, claimed_at FROM effect_status {clause}"
+            " ORDER BY claimed_at, run_id, seq",
+            tuple(params),
+        ).all()
+    return [
+        EffectRow(
+            run_id=row[0],
+            seq=row[1],
+            effect_id=row[2],
+            operation=row[3],
+            execution=row[4],
+            impact=row[5],
+            verdict=row[6],
+            unresolved_impact=bool(row[7]),
+            claimed_at=row[8],
+        )
+        for row in rows
+    ]
+
+
+# --------------------------------------------------------------------------- recovery
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Recovery:
+    """What recovery did to one run, or why it left the run alone."""
+
+    run_id: str
+    outcomes: tuple[EffectOutcome, ...] = ()
+    skipped: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The documented JSON shape of one entry of ``ledger recover --json``."""
+        return {
+            "run_id": self.run_id,
+            "outcomes": [o.to_dict() for o in self.outcomes],
+            "skipped": self.skipped,
+        }
+
+
+def _recover(directory: Path, run_id: str) -> tuple[EffectOutcome, ...]:
+    with EffectLog.load(run_id, directory) as log:
+        return log.recover_interrupted()
+
+
+def recover_run(directory: Path, prefix: str) -> Recovery:
+    """Mark the matching run's claims that have no outcome as interrupted."""
+    with reader(directory) as conn:
+        run_id = resolve_run(conn, prefix)
+    return Recovery(run_id, _recover(directory, run_id))
+
+
+def recover_dead(directory: Path) -> list[Recovery]:
+    """Recover every run whose recorded writer ran on this host and is gone.
+
+    A run whose writer is alive, ran on another host, or is not recorded is left
+    alone, and said so.
+    """
+    with reader(directory) as conn:
+        candidates = [
+            row[0]
+            for row in conn.exec_driver_sql(
+                "SELECT DISTINCT run_id FROM unsettled_claims WHERE running = 0 ORDER BY run_id"
+            )
+        ]
+        writers = {run_id: _writer(conn, run_id) for run_id in candidates}
+    results = []
+    for run_id in candidates:
+        writer = writers[run_id]
+        if writer is None:
+            results.append(Recovery(run_id, skipped="its writer is not recorded"))
+        elif not writer.on_this_host():
+            results.append(Recovery(run_id, skipped=f"its writer ran on host {writer.host}"))
+        elif writer.is_alive():
+            results.append(Recovery(run_id, skipped=f"its writer, pid {writer.pid}, is alive"))
+        else:
+            results.append(Recovery(run_id, _recover(directory, run_id)))
+    return results
+
+
+# --------------------------------------------------------------------------- verify
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """The result of checking a whole store."""
+
+    runs: int
+    records: int
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        """Whether the store passed every check."""
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        """The documented JSON shape of ``ledger verify --json``."""
+        return {
+            "ok": self.ok,
+            "runs": self.runs,
+            "records": self.records,
+            "problems": list(self.problems),
+        }
+
+
+def verify(directory: Path, progress: Callable[[int], None] | None = None) -> VerifyReport:
+    """Check the file, the schema, the guards and every row of every run.
+
+    ``progress`` is called with the number of runs checked so far.
+    """
+    problems: list[str] = []
+    records = 0
+    with reader(directory) as conn:
+        integrity = [row[0] for row in conn.exec_driver_sql("PRAGMA integrity_check")]
+        if integrity != ["ok"]:
+            problems.extend(f"integrity: {line}" for line in integrity)
+        try:
+            revision = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+        except SQLAlchemyError:
+            revision = None
+        if revision != head_revision():
+            problems.append(f"schema: revision {revision} where {head_revision()} is current")
+        problems.extend(f"schema: {name} is missing" for name in missing_derived(conn))
+        run_ids = [
+            row[0] for row in conn.exec_driver_sql("SELECT run_id FROM runs ORDER BY run_id")
+        ]
+        orphans = conn.exec_driver_sql(
+            "SELECT DISTINCT run_id FROM (SELECT run_id FROM claims UNION ALL"
+            " SELECT run_id FROM outcomes UNION ALL SELECT run_id FROM observations)"
+            " WHERE run_id NOT IN (SELECT run_id FROM runs) ORDER BY run_id"
+        ).all()
+        problems.extend(f"run {row[0]}: records without a row in runs" for row in orphans)
+        for done, run_id in enumerate(run_ids, start=1):
+            try:
+                history = _records.load_history(conn, run_id)
+            except EffectPersistenceError as e:
+                problems.append(f"run {run_id}: {e}")
+            else:
+                records += len(history.records())
+            if progress is not None:
+                progress(done)
+    return VerifyReport(len(run_ids), records, tuple(problems))
+
+
+def run_count(directory: Path) -> int:
+    """How many runs the store holds (for progress bars)."""
+    with reader(directory) as conn:
+        return int(conn.exec_driver_sql("SELECT count(*) FROM runs").scalar_one())

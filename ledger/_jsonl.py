@@ -1,0 +1,180 @@
+"""Runs as JSON lines: the format of the earlier file-based effect logs.
+
+One ``<run_id>.jsonl`` file per run, one record per line, in ``seq`` order::
+
+    {"v": 1, "type": "claim" | "outcome" | "observation", "record": <to_dict()>}
+
+Those logs were written with fsynced appends, so a crash could leave a torn final
+line: it is ignored. Anything else that does not validate refuses the whole file,
+naming the line, and nothing of it is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+from ledger import _records
+from ledger._inspect import resolve_run
+from ledger._store import acquire, reader, release
+from ledger.effects import (
+    EffectClaim,
+    EffectOutcome,
+    History,
+    Observation,
+    check_history,
+    utc_now,
+)
+
+FORMAT_VERSION = 1
+_TYPES: dict[str, type[EffectClaim | EffectOutcome | Observation]] = {
+    "claim": EffectClaim,
+    "outcome": EffectOutcome,
+    "observation": Observation,
+}
+_RUN_ID = re.compile(r"[0-9a-f]{32}")
+
+
+class ImportRefusedError(ValueError):
+    """A JSON-lines file that cannot be imported; nothing of it was written."""
+
+
+def export_lines(directory: Path, prefix: str) -> tuple[str, list[str]]:
+    """The run matching ``prefix`` as JSON lines (without newlines), validated first."""
+    with reader(directory) as conn:
+        run_id = resolve_run(conn, prefix)
+        history = _records.load_history(conn, run_id)
+    lines = [
+        json.dumps(
+            {"v": FORMAT_VERSION, "type": record.kind, "record": record.to_dict()},
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+        for record in history.records()
+    ]
+    return run_id, lines
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Imported:
+    """One imported file."""
+
+    path: Path
+    run_id: str
+    records: int
+    torn_tail: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """The documented JSON shape of one entry of ``ledger import --json``."""
+        return {
+            "file": str(self.path),
+            "run_id": self.run_id,
+            "records": self.records,
+            "torn_tail_ignored": self.torn_tail,
+        }
+
+
+def _read(path: Path) -> bytes:
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise ImportRefusedError(f"{path}: a symlink; refusing it")
+    if not stat.S_ISREG(st.st_mode):
+        raise ImportRefusedError(f"{path}: not a regular file")
+    if st.st_nlink > 1:
+        raise ImportRefusedError(f"{path}: has {st.st_nlink} hard links; refusing it")
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
+def _record(line: bytes, number: int, path: Path) -> EffectClaim | EffectOutcome | Observation:
+    where = f"{path}: line {number}"
+    try:
+        entry = json.loads(line)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ImportRefusedError(f"{where}: not JSON ({e})") from None
+    if not isinstance(entry, dict) or set(entry) != {"v", "type", "record"}:
+        raise ImportRefusedError(f'{where}: not an object with exactly "v", "type", "record"')
+    if entry["v"] != FORMAT_VERSION or isinstance(entry["v"], bool):
+        raise ImportRefusedError(f"{where}: format version {entry['v']!r} is not {FORMAT_VERSION}")
+    kind = _TYPES.get(entry["type"]) if isinstance(entry["type"], str) else None
+    if kind is None:
+        raise ImportRefusedError(f"{where}: unknown record type {entry['type']!r}")
+    try:
+        return kind.from_dict(entry["record"])
+    except ValueError as e:
+        raise ImportRefusedError(f"{where}: invalid {entry['type']}: {e}") from None
+
+
+def parse(path: Path) -> tuple[History, bool]:
+    """Read and validate a whole file; return its history and whether a torn tail was dropped."""
+    data = _read(path)
+    lines = data.split(b"\n")
+    torn = False
+    if lines and lines[-1] == b"":
+        lines.pop()  # the file ends with a newline, as every complete append does
+    elif lines:
+        # The final append was cut short by a crash: it never was a record.
+        try:
+            json.loads(lines[-1])
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            lines.pop()
+            torn = True
+    records = [_record(line, number, path) for number, line in enumerate(lines, start=1)]
+    for number, record in enumerate(records, start=1):
+        if record.seq != number:
+            raise ImportRefusedError(
+                f"{path}: line {number}: seq {record.seq} where {number} was due"
+            )
+    history = History(
+        tuple(r for r in records if isinstance(r, EffectClaim)),
+        tuple(r for r in records if isinstance(r, EffectOutcome)),
+        tuple(r for r in records if isinstance(r, Observation)),
+    )
+    try:
+        check_history(history)
+    except ValueError as e:
+        seq = re.search(r"at seq (\d+)", str(e))
+        line = f"line {seq.group(1)}: " if seq else ""
+        raise ImportRefusedError(f"{path}: {line}{e}") from None
+    return history, torn
+
+
+def _run_id_for(path: Path, run_id: str | None) -> str:
+    chosen = run_id if run_id is not None else path.name.removesuffix(".jsonl")
+    if not _RUN_ID.fullmatch(chosen):
+        raise ImportRefusedError(
+            f"{path}: the run id comes from a file named <run_id>.jsonl (32 lowercase hex) "
+            "or from --run"
+        )
+    return chosen
+
+
+def import_file(directory: Path, path: Path, run_id: str | None = None) -> Imported:
+    """Import one file as a new run, all or nothing."""
+    chosen = _run_id_for(path, run_id)
+    history, torn = parse(path)
+    records = history.records()
+    if not records:
+        raise ImportRefusedError(f"{path}: holds no record")
+    store = acquire(directory)
+    try:
+        with store.write(f"cannot import {path}") as conn:
+            if _records.run_exists(conn, chosen):
+                raise ImportRefusedError(f"{path}: run {chosen} is already in the store")
+            _records.insert_run(conn, chosen, utc_now())
+            for record in records:
+                if isinstance(record, EffectClaim):
+                    _records.insert_claim(conn, chosen, record)
+                elif isinstance(record, EffectOutcome):
+                    _records.insert_outcome(conn, chosen, record)
+                else:
+                    _records.insert_observations(conn, chosen, (record,))
+    finally:
+        release(store)
+    return Imported(path, chosen, len(records), torn)
