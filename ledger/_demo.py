@@ -236,7 +236,7 @@ def run(store: Path, echo: Callable[[str], None] = print) -> int:
         "SELECT effect_id, operation, execution, impact, verdict, unresolved_impact "
         f"FROM effect_status WHERE run_id = '{run_id}' ORDER BY seq;"
     )
-    argv = ["sqlite3", "-box", read_only_uri(db), query]
+    argv = ["sqlite3", "-box", read_only_uri(db, immutable=False), query]
     echo("\nThe same table from the store, read-only, with the stock sqlite3 shell:\n")
     # The query holds no shell metacharacters, so it reads best in plain double quotes.
     echo(f'  sqlite3 -box {shlex.quote(argv[2])} "{query}"\n')

@@ -19,7 +19,7 @@ from ledger import _records
 from ledger._errors import EffectPersistenceError
 from ledger._owner import Writer
 from ledger._schema import missing_derived
-from ledger._store import head_revision, reader
+from ledger._store import head_revision, read
 from ledger.effect_log import EffectLog
 from ledger.effects import Assessment, EffectOutcome, History, assess
 
@@ -114,7 +114,8 @@ def list_runs(directory: Path) -> list[RunSummary]:
     """Every run of the store, oldest first, with its writer and its verdict counts."""
     counts = ", ".join(f"sum(verdict = '{v}') AS {v}" for v in VERDICTS)
     columns = ", ".join(f"coalesce(v.{v}, 0)" for v in VERDICTS)
-    with reader(directory) as conn:
+
+    def query(conn: Connection) -> list[RunSummary]:
         rows = conn.exec_driver_sql(_RUNS_SQL.format(counts=counts, columns=columns)).all()
         return [
             RunSummary(
@@ -127,6 +128,8 @@ def list_runs(directory: Path) -> list[RunSummary]:
             )
             for row in rows
         ]
+
+    return read(directory, query)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -141,10 +144,12 @@ class RunReport:
 
 def show_run(directory: Path, prefix: str) -> RunReport:
     """The run matching ``prefix``, validated like ``EffectLog.load`` does."""
-    with reader(directory) as conn:
+
+    def query(conn: Connection) -> tuple[str, History, Writer | None]:
         run_id = resolve_run(conn, prefix)
-        history = _records.load_history(conn, run_id)
-        writer = _writer(conn, run_id)
+        return run_id, _records.load_history(conn, run_id), _writer(conn, run_id)
+
+    run_id, history, writer = read(directory, query)
     assessments = tuple(assess(claim, history) for claim in history.claims)
     return RunReport(run_id, writer, history, assessments)
 
@@ -172,7 +177,8 @@ def effect_statuses(
     directory: Path, run: str | None = None, *, unresolved: bool = False
 ) -> list[EffectRow]:
     """Effects across runs (or of one run) with their verdicts; optionally only unresolved ones."""
-    with reader(directory) as conn:
+
+    def query(conn: Connection) -> list[Any]:
         where, params = [], []
         if run is not None:
             where.append("run_id = ?")
@@ -180,12 +186,16 @@ def effect_statuses(
         if unresolved:
             where.append("unresolved_impact = 1")
         clause = f"WHERE {' AND '.join(where)}" if where else ""
-        rows = conn.exec_driver_sql(
-            "SELECT run_id, seq, effect_id, operation, execution, impact, verdict,"
-            f" unresolved_impact, claimed_at FROM effect_status {clause}"
-            " ORDER BY claimed_at, run_id, seq",
-            tuple(params),
-        ).all()
+        return list(
+            conn.exec_driver_sql(
+                "SELECT run_id, seq, effect_id, operation, execution, impact, verdict,"
+                f" unresolved_impact, claimed_at FROM effect_status {clause}"
+                " ORDER BY claimed_at, run_id, seq",
+                tuple(params),
+            ).all()
+        )
+
+    rows = read(directory, query)
     return [
         EffectRow(
             run_id=row[0],
@@ -229,8 +239,7 @@ def _recover(directory: Path, run_id: str) -> tuple[EffectOutcome, ...]:
 
 def recover_run(directory: Path, prefix: str) -> Recovery:
     """Mark the matching run's claims that have no outcome as interrupted."""
-    with reader(directory) as conn:
-        run_id = resolve_run(conn, prefix)
+    run_id = read(directory, lambda conn: resolve_run(conn, prefix))
     return Recovery(run_id, _recover(directory, run_id))
 
 
@@ -240,17 +249,15 @@ def recover_dead(directory: Path) -> list[Recovery]:
     A run whose writer is alive, ran on another host, or is not recorded is left
     alone, and said so.
     """
-    with reader(directory) as conn:
-        candidates = [
-            row[0]
-            for row in conn.exec_driver_sql(
-                "SELECT DISTINCT run_id FROM unsettled_claims WHERE running = 0 ORDER BY run_id"
-            )
-        ]
-        writers = {run_id: _writer(conn, run_id) for run_id in candidates}
+
+    def query(conn: Connection) -> dict[str, Writer | None]:
+        candidates = conn.exec_driver_sql(
+            "SELECT DISTINCT run_id FROM unsettled_claims WHERE running = 0 ORDER BY run_id"
+        )
+        return {row[0]: _writer(conn, row[0]) for row in candidates}
+
     results = []
-    for run_id in candidates:
-        writer = writers[run_id]
+    for run_id, writer in read(directory, query).items():
         if writer is None:
             results.append(Recovery(run_id, skipped="its writer is not recorded"))
         elif not writer.on_this_host():
@@ -293,41 +300,47 @@ def verify(directory: Path, progress: Callable[[int], None] | None = None) -> Ve
 
     ``progress`` is called with the number of runs checked so far.
     """
+
+    def query(conn: Connection) -> VerifyReport:
+        return _verify(conn, progress)
+
+    return read(directory, query)
+
+
+def _verify(conn: Connection, progress: Callable[[int], None] | None) -> VerifyReport:
     problems: list[str] = []
     records = 0
-    with reader(directory) as conn:
-        integrity = [row[0] for row in conn.exec_driver_sql("PRAGMA integrity_check")]
-        if integrity != ["ok"]:
-            problems.extend(f"integrity: {line}" for line in integrity)
+    integrity = [row[0] for row in conn.exec_driver_sql("PRAGMA integrity_check")]
+    if integrity != ["ok"]:
+        problems.extend(f"integrity: {line}" for line in integrity)
+    try:
+        revision = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+    except SQLAlchemyError:
+        revision = None
+    if revision != head_revision():
+        problems.append(f"schema: revision {revision} where {head_revision()} is current")
+    problems.extend(f"schema: {name} is missing" for name in missing_derived(conn))
+    run_ids = [row[0] for row in conn.exec_driver_sql("SELECT run_id FROM runs ORDER BY run_id")]
+    orphans = conn.exec_driver_sql(
+        "SELECT DISTINCT run_id FROM (SELECT run_id FROM claims UNION ALL"
+        " SELECT run_id FROM outcomes UNION ALL SELECT run_id FROM observations)"
+        " WHERE run_id NOT IN (SELECT run_id FROM runs) ORDER BY run_id"
+    ).all()
+    problems.extend(f"run {row[0]}: records without a row in runs" for row in orphans)
+    for done, run_id in enumerate(run_ids, start=1):
         try:
-            revision = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
-        except SQLAlchemyError:
-            revision = None
-        if revision != head_revision():
-            problems.append(f"schema: revision {revision} where {head_revision()} is current")
-        problems.extend(f"schema: {name} is missing" for name in missing_derived(conn))
-        run_ids = [
-            row[0] for row in conn.exec_driver_sql("SELECT run_id FROM runs ORDER BY run_id")
-        ]
-        orphans = conn.exec_driver_sql(
-            "SELECT DISTINCT run_id FROM (SELECT run_id FROM claims UNION ALL"
-            " SELECT run_id FROM outcomes UNION ALL SELECT run_id FROM observations)"
-            " WHERE run_id NOT IN (SELECT run_id FROM runs) ORDER BY run_id"
-        ).all()
-        problems.extend(f"run {row[0]}: records without a row in runs" for row in orphans)
-        for done, run_id in enumerate(run_ids, start=1):
-            try:
-                history = _records.load_history(conn, run_id)
-            except EffectPersistenceError as e:
-                problems.append(f"run {run_id}: {e}")
-            else:
-                records += len(history.records())
-            if progress is not None:
-                progress(done)
+            history = _records.load_history(conn, run_id)
+        except EffectPersistenceError as e:
+            problems.append(f"run {run_id}: {e}")
+        else:
+            records += len(history.records())
+        if progress is not None:
+            progress(done)
     return VerifyReport(len(run_ids), records, tuple(problems))
 
 
 def run_count(directory: Path) -> int:
     """How many runs the store holds (for progress bars)."""
-    with reader(directory) as conn:
-        return int(conn.exec_driver_sql("SELECT count(*) FROM runs").scalar_one())
+    return read(
+        directory, lambda conn: int(conn.exec_driver_sql("SELECT count(*) FROM runs").scalar_one())
+    )

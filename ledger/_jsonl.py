@@ -19,9 +19,11 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import Connection
+
 from ledger import _records
 from ledger._inspect import resolve_run
-from ledger._store import acquire, reader, release
+from ledger._store import acquire, read, release
 from ledger.effects import (
     EffectClaim,
     EffectOutcome,
@@ -46,9 +48,12 @@ class ImportRefusedError(ValueError):
 
 def export_lines(directory: Path, prefix: str) -> tuple[str, list[str]]:
     """The run matching ``prefix`` as JSON lines (without newlines), validated first."""
-    with reader(directory) as conn:
+
+    def query(conn: Connection) -> tuple[str, History]:
         run_id = resolve_run(conn, prefix)
-        history = _records.load_history(conn, run_id)
+        return run_id, _records.load_history(conn, run_id)
+
+    run_id, history = read(directory, query)
     lines = [
         json.dumps(
             {"v": FORMAT_VERSION, "type": record.kind, "record": record.to_dict()},

@@ -22,9 +22,9 @@ import sqlite3
 import stat
 import threading
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy.exc
 from alembic import command
@@ -388,14 +388,14 @@ class Store:
         self._ready = False
 
 
-def read_only_uri(db: Path) -> str:
-    """The SQLite URI that reads ``db`` without writing or creating any file.
+def read_only_uri(db: Path, *, immutable: bool) -> str:
+    """The SQLite URI that opens ``db`` read-only; ``immutable`` also takes no lock.
 
-    ``immutable`` when there is no ``-wal`` (no connection has the store open and every
-    commit is in the file), else ``mode=ro`` so that commits still in the WAL are read.
+    ``immutable`` reads create and change no file at all (not even ``-wal``/``-shm``,
+    which a ``mode=ro`` reader creates when it may), but see nothing that is still in a
+    WAL and are not protected from a checkpoint that lands while they read.
     """
-    wal = os.path.lexists(db.with_name(db.name + "-wal"))
-    return f"file:{urllib.parse.quote(str(db))}?mode=ro" + ("" if wal else "&immutable=1")
+    return f"file:{urllib.parse.quote(str(db))}?mode=ro" + ("&immutable=1" if immutable else "")
 
 
 def _reader_connect(uri: str) -> sqlite3.Connection:
@@ -405,37 +405,63 @@ def _reader_connect(uri: str) -> sqlite3.Connection:
     return conn
 
 
-@contextlib.contextmanager
-def reader(directory: Path) -> Iterator[Connection]:
-    """One read-only snapshot of a store, for forensics: it never writes or creates a file.
+def _fingerprint(db: Path) -> tuple[int, int, int, int, bool]:
+    st = db.stat()
+    wal = os.path.lexists(db.with_name(db.name + "-wal"))
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, wal)
 
-    With no ``-wal`` file no connection has the store open and every commit is in the
-    database file: it is opened ``immutable``, which takes no lock and creates nothing,
-    so it also works for a user who may read the store but not write its directory.
-    With a ``-wal`` (a writer is active, or crashed) it is opened ``mode=ro`` so that
-    committed transactions in the WAL are read; SQLite then uses the ``-shm`` index.
-    Owner checks do not apply: an operator may inspect another user's store.
+
+class _StoreChangedError(Exception):
+    """The store changed under an immutable read: its result cannot be trusted."""
+
+
+T = TypeVar("T")
+
+
+def read(directory: Path, query: Callable[[Connection], T]) -> T:
+    """Run ``query`` on one read-only snapshot of a store, for forensics.
+
+    It never writes, and creates no file when it can avoid it. With no ``-wal`` no
+    connection has the store open and every commit is in the database file: it is read
+    ``immutable`` (no lock, no file created; works for a user who may read the store
+    but not write its directory), and if the file changed or a ``-wal`` appeared while
+    it read, the result is discarded and the query runs again ``mode=ro``. With a
+    ``-wal`` (a writer is active, or crashed) it runs ``mode=ro``, so that commits still
+    in the WAL are read. Owner checks do not apply: an operator may inspect another
+    user's store.
     """
     db = directory / _paths.DB_NAME
     with storage_errors(f"cannot read the store {directory}"):
         if not os.path.lexists(db):
             raise EffectPersistenceError(f"there is no store at {directory}")
-        st = os.lstat(directory)
-        if stat.S_ISLNK(st.st_mode):
+        if stat.S_ISLNK(os.lstat(directory).st_mode):
             raise _refuse(f"store directory {directory} is a symlink; refusing it")
-        st = os.lstat(db)
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(os.lstat(db).st_mode):
             raise _refuse(f"database file {db} is not a regular file")
-        uri = read_only_uri(db)
-        engine = create_engine(
-            "sqlite+pysqlite://", creator=lambda: _reader_connect(uri), poolclass=NullPool
-        )
-        event.listen(engine, "begin", _on_begin)
-        try:
-            with engine.execution_options(**{READ_ONLY: True}).begin() as conn:
-                yield conn
-        finally:
-            engine.dispose()
+        before = _fingerprint(db)
+        if not before[-1]:
+            try:
+                result = _read_once(read_only_uri(db, immutable=True), query)
+            except (sqlalchemy.exc.SQLAlchemyError, EffectPersistenceError):
+                if _fingerprint(db) == before:
+                    raise  # the store did not change: the failure is real
+            else:
+                if _fingerprint(db) == before:
+                    return result
+            log.info("store %s changed during an immutable read; reading it again", db)
+        return _read_once(read_only_uri(db, immutable=False), query)
+
+
+def _read_once(uri: str, query: Callable[[Connection], T]) -> T:
+    engine = create_engine(
+        "sqlite+pysqlite://", creator=lambda: _reader_connect(uri), poolclass=NullPool
+    )
+    event.listen(engine, "begin", _on_begin)
+    try:
+        with engine.execution_options(**{READ_ONLY: True}).begin() as conn:
+            return query(conn)
+    finally:
+        engine.dispose()
 
 
 _registry_lock = threading.Lock()

@@ -430,7 +430,18 @@ def sql(sqlite3_args: tuple[str, ...], store: Path | None) -> None:
         )
     if not db.exists():
         raise click.ClickException(f"there is no store at {db.parent}")
-    uri = read_only_uri(db)
+    # mode=ro keeps the session consistent while workers write (SQLite may create the
+    # -wal/-shm index files for it); a user who cannot write the directory gets an
+    # immutable view instead, which cannot see later writes.
+    wal = db.with_name(db.name + "-wal").exists()
+    immutable = not wal and not os.access(db.parent, os.W_OK)
+    if immutable:
+        click.echo(
+            "note: you cannot write this store's directory, so it is opened immutable: "
+            "quit before workers write to it again",
+            err=True,
+        )
+    uri = read_only_uri(db, immutable=immutable)
     options = [a for a in sqlite3_args if a.startswith("-")]
     rest = [a for a in sqlite3_args if not a.startswith("-")]
     os.execv(shell, [shell, "-readonly", *options, uri, *rest])  # noqa: S606 - the user's own shell
