@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint env clean
+.PHONY: demo test lint env clean docs
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +15,9 @@ env: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/ledger demo --store .demo/store
+
+docs: $(STAMP)
+	$(BIN)/python -m ledger._clidoc > docs/cli.md.tmp && mv docs/cli.md.tmp docs/cli.md
 
 lint: $(STAMP)
 	$(BIN)/ruff check ledger tests migrations

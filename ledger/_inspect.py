@@ -141,6 +141,17 @@ class RunReport:
     history: History
     assessments: tuple[Assessment, ...]
 
+    def to_dict(self) -> dict[str, Any]:
+        """The documented JSON shape of ``ledger show --json``."""
+        return {
+            "run_id": self.run_id,
+            "writer": None
+            if self.writer is None
+            else {"host": self.writer.host, "pid": self.writer.pid},
+            "records": [{"type": r.kind, "record": r.to_dict()} for r in self.history.records()],
+            "effects": [a.to_dict() for a in self.assessments],
+        }
+
 
 def show_run(directory: Path, prefix: str) -> RunReport:
     """The run matching ``prefix``, validated like ``EffectLog.load`` does."""
@@ -237,9 +248,27 @@ def _recover(directory: Path, run_id: str) -> tuple[EffectOutcome, ...]:
         return log.recover_interrupted()
 
 
-def recover_run(directory: Path, prefix: str) -> Recovery:
-    """Mark the matching run's claims that have no outcome as interrupted."""
-    run_id = read(directory, lambda conn: resolve_run(conn, prefix))
+class WriterAliveError(ValueError):
+    """The run's writer still runs on this host: recovering under it would break it."""
+
+
+def recover_run(directory: Path, prefix: str, *, force: bool = False) -> Recovery:
+    """Mark the matching run's claims that have no outcome as interrupted.
+
+    Refused while the run's recorded writer runs on this host, unless ``force``: its
+    next write would then fail, since recovery took the seq it was about to use.
+    """
+
+    def query(conn: Connection) -> tuple[str, Writer | None]:
+        run_id = resolve_run(conn, prefix)
+        return run_id, _writer(conn, run_id)
+
+    run_id, writer = read(directory, query)
+    if not force and writer is not None and writer.on_this_host() and writer.is_alive():
+        raise WriterAliveError(
+            f"run {run_id} is being written by pid {writer.pid} on this host; "
+            "recovering it would break that worker (use --force to do it anyway)"
+        )
     return Recovery(run_id, _recover(directory, run_id))
 
 

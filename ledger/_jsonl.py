@@ -85,6 +85,13 @@ class Imported:
 
 
 def _read(path: Path) -> bytes:
+    try:
+        return _read_file(path)
+    except OSError as e:
+        raise ImportRefusedError(f"{path}: {e.strerror or e}") from None
+
+
+def _read_file(path: Path) -> bytes:
     st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode):
         raise ImportRefusedError(f"{path}: a symlink; refusing it")
@@ -105,15 +112,18 @@ def _record(line: bytes, number: int, path: Path) -> EffectClaim | EffectOutcome
         raise ImportRefusedError(f"{where}: not JSON ({e})") from None
     if not isinstance(entry, dict) or set(entry) != {"v", "type", "record"}:
         raise ImportRefusedError(f'{where}: not an object with exactly "v", "type", "record"')
-    if entry["v"] != FORMAT_VERSION or isinstance(entry["v"], bool):
+    if type(entry["v"]) is not int or entry["v"] != FORMAT_VERSION:
         raise ImportRefusedError(f"{where}: format version {entry['v']!r} is not {FORMAT_VERSION}")
     kind = _TYPES.get(entry["type"]) if isinstance(entry["type"], str) else None
     if kind is None:
         raise ImportRefusedError(f"{where}: unknown record type {entry['type']!r}")
     try:
-        return kind.from_dict(entry["record"])
+        record = kind.from_dict(entry["record"])
     except ValueError as e:
         raise ImportRefusedError(f"{where}: invalid {entry['type']}: {e}") from None
+    if record.recorded_at is None:
+        raise ImportRefusedError(f"{where}: invalid {entry['type']}: recorded_at is missing")
+    return record
 
 
 def parse(path: Path) -> tuple[History, bool]:
@@ -151,7 +161,12 @@ def parse(path: Path) -> tuple[History, bool]:
 
 
 def _run_id_for(path: Path, run_id: str | None) -> str:
-    chosen = run_id if run_id is not None else path.name.removesuffix(".jsonl")
+    if run_id is not None:
+        chosen = run_id
+    elif path.name.endswith(".jsonl"):
+        chosen = path.name.removesuffix(".jsonl")
+    else:
+        chosen = ""
     if not _RUN_ID.fullmatch(chosen):
         raise ImportRefusedError(
             f"{path}: the run id comes from a file named <run_id>.jsonl (32 lowercase hex) "

@@ -349,7 +349,13 @@ class Store:
                     # Someone dropped guards (from the sqlite3 shell): put them back before
                     # anything is written; load still validates every row it reads.
                     log.warning("store %s lacked %s; re-installed", self.path, ", ".join(missing))
-                    install_derived(conn)
+                    try:
+                        install_derived(conn)
+                    except sqlalchemy.exc.IntegrityError as e:
+                        raise EffectPersistenceError(
+                            f"the store lacks {', '.join(missing)} and its rows forbid "
+                            "restoring them: it was forged or damaged (see ledger verify)"
+                        ) from e
                 return
             log.info("migrating store %s from %s to %s", self.path, current, head)
             command.upgrade(alembic_config(conn), "head")
@@ -405,10 +411,17 @@ def _reader_connect(uri: str) -> sqlite3.Connection:
     return conn
 
 
-def _fingerprint(db: Path) -> tuple[int, int, int, int, bool]:
+def wal_size(db: Path) -> int:
+    """The size of ``db``'s ``-wal``: -1 when there is none, 0 when it holds no commit."""
+    try:
+        return os.lstat(db.with_name(db.name + "-wal")).st_size
+    except FileNotFoundError:
+        return -1
+
+
+def _fingerprint(db: Path) -> tuple[int, int, int, int, int]:
     st = db.stat()
-    wal = os.path.lexists(db.with_name(db.name + "-wal"))
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, wal)
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, wal_size(db))
 
 
 class _StoreChangedError(Exception):
@@ -439,7 +452,7 @@ def read(directory: Path, query: Callable[[Connection], T]) -> T:
         if not stat.S_ISREG(os.lstat(db).st_mode):
             raise _refuse(f"database file {db} is not a regular file")
         before = _fingerprint(db)
-        if not before[-1]:
+        if before[-1] <= 0:  # no -wal, or an empty one: every commit is in the file
             try:
                 result = _read_once(read_only_uri(db, immutable=True), query)
             except (sqlalchemy.exc.SQLAlchemyError, EffectPersistenceError):

@@ -22,7 +22,7 @@ import click
 
 from ledger import _demo, _inspect, _jsonl
 from ledger._paths import DB_NAME
-from ledger._store import read_only_uri
+from ledger._store import read_only_uri, wal_size
 from ledger.effect_log import EffectPersistenceError, effects_dir
 from ledger.effects import EffectClaim, EffectOutcome, Observation
 
@@ -63,7 +63,8 @@ def _store_option(f: F) -> F:
         "--store",
         type=click.Path(file_okay=False, path_type=Path),
         default=None,
-        help="Store directory. Default: $LEDGER_DIR, else the user's state directory.",
+        help="Store directory. Default: $LEDGER_DIR, else $XDG_STATE_HOME/ledger, "
+        "else ~/.local/state/ledger.",
     )(f)
 
 
@@ -71,6 +72,11 @@ def _json_option(f: F) -> F:
     return click.option(
         "--json", "as_json", is_flag=True, help="Print JSON (the shape is in docs/cli.md)."
     )(f)
+
+
+def _quiet() -> bool:
+    """Progress bars only on a terminal: a script's stderr holds errors, one line each."""
+    return not sys.stderr.isatty()
 
 
 def _directory(store: Path | None) -> Path:
@@ -84,19 +90,19 @@ def _print_json(value: object) -> None:
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
     """An aligned table; a verdict column is coloured when the output is a terminal."""
     text = [["-" if cell is None else str(cell) for cell in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in text)) for i, h in enumerate(headers)]
-    click.echo(
-        "  ".join(
-            click.style(h.ljust(w), bold=True) for h, w in zip(headers, widths, strict=True)
-        ).rstrip()
-    )
+    widths = [max(len(h), *(len(r[i]) for r in text), 0) for i, h in enumerate(headers)]
+    last = len(headers) - 1
+
+    def pad(cell: str, i: int) -> str:
+        return cell if i == last else cell.ljust(widths[i])  # no trailing spaces
+
+    click.echo("  ".join(click.style(pad(h, i), bold=True) for i, h in enumerate(headers)))
     for row in text:
         cells = []
-        for header, cell, width in zip(headers, row, widths, strict=True):
-            padded = cell.ljust(width)
-            colour = _VERDICT_COLOURS.get(cell) if header == "VERDICT" else None
-            cells.append(click.style(padded, fg=colour) if colour else padded)
-        click.echo("  ".join(cells).rstrip())
+        for i, cell in enumerate(row):
+            colour = _VERDICT_COLOURS.get(cell) if headers[i] == "VERDICT" else None
+            cells.append(click.style(pad(cell, i), fg=colour) if colour else pad(cell, i))
+        click.echo("  ".join(cells))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -163,7 +169,7 @@ def _describe(record: EffectClaim | EffectOutcome | Observation) -> tuple[str, s
     return record.observation_id, f"{record.resource.locator}: {seen}{extra} ({how})"
 
 
-@main.command()
+@main.command(short_help="A run's timeline and the verdict on each effect.")
 @click.argument("run")
 @_store_option
 @_json_option
@@ -175,18 +181,7 @@ def show(run: str, store: Path | None, as_json: bool) -> None:
     with _library_errors():
         report = _inspect.show_run(_directory(store), run)
     if as_json:
-        _print_json(
-            {
-                "run_id": report.run_id,
-                "writer": None
-                if report.writer is None
-                else {"host": report.writer.host, "pid": report.writer.pid},
-                "records": [
-                    {"type": r.kind, "record": r.to_dict()} for r in report.history.records()
-                ],
-                "effects": [a.to_dict() for a in report.assessments],
-            }
-        )
+        _print_json(report.to_dict())
         return
     writer = "unknown" if report.writer is None else f"{report.writer.host}:{report.writer.pid}"
     click.echo(f"run {report.run_id}  writer {writer}\n")
@@ -225,7 +220,9 @@ def show(run: str, store: Path | None, as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--run", "run", default=None, help="Only this run (an id or a unique prefix).")
+@click.option(
+    "--run", "run", default=None, metavar="RUN", help="Only this run (an id or a unique prefix)."
+)
 @click.option(
     "--unresolved",
     is_flag=True,
@@ -261,29 +258,35 @@ def status(run: str | None, unresolved: bool, store: Path | None, as_json: bool)
 # --------------------------------------------------------------------------- writes
 
 
-@main.command()
+@main.command(short_help="Mark claims that never got an outcome as interrupted.")
 @click.argument("run", required=False)
 @click.option(
     "--dead",
     is_flag=True,
     help="Recover every run whose recorded writer on this host is gone.",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Recover RUN even though its writer on this host is alive (that writer then fails).",
+)
 @_store_option
 @_json_option
-def recover(run: str | None, dead: bool, store: Path | None, as_json: bool) -> None:
+def recover(run: str | None, dead: bool, force: bool, store: Path | None, as_json: bool) -> None:
     """Mark claims that never got an outcome as interrupted, with possible impact.
 
-    Give RUN (an id or a unique prefix), or --dead. --dead never touches a run whose
-    writer is alive, ran on another host, or is not recorded.
+    Give RUN (an id or a unique prefix), or --dead. RUN is refused while its writer on
+    this host is alive, unless --force. --dead never touches a run whose writer is
+    alive, ran on another host, or is not recorded.
     """
     if (run is None) == (not dead):
-        raise click.UsageError("give a RUN or --dead, not both")
+        raise click.UsageError("give a RUN or --dead (exactly one)")
     with _library_errors():
         if dead:
             results = _inspect.recover_dead(_directory(store))
         else:
             assert run is not None  # noqa: S101 - checked above
-            results = [_inspect.recover_run(_directory(store), run)]
+            results = [_inspect.recover_run(_directory(store), run, force=force)]
     if as_json:
         _print_json([r.to_dict() for r in results])
         return
@@ -301,7 +304,7 @@ def recover(run: str | None, dead: bool, store: Path | None, as_json: bool) -> N
         click.echo("nothing to recover")
 
 
-@main.command()
+@main.command(short_help="Check the file, the schema and every run; exit 1 on a problem.")
 @_store_option
 @_json_option
 def verify(store: Path | None, as_json: bool) -> None:
@@ -313,8 +316,8 @@ def verify(store: Path | None, as_json: bool) -> None:
     with _library_errors():
         total = _inspect.run_count(directory)
         with click.progressbar(
-            length=total, label="verifying runs", file=sys.stderr
-        ) as bar:  # shown only on a terminal
+            length=total, label="verifying runs", file=sys.stderr, hidden=_quiet()
+        ) as bar:
             done = [0]
 
             def advance(n: int) -> None:
@@ -347,8 +350,8 @@ def verify(store: Path | None, as_json: bool) -> None:
 def export(run: str, output: Path | None, store: Path | None) -> None:
     """Print a run as JSON lines, one record per line in seq order.
 
-    The format of the earlier file-based effect logs:
-    {"v": 1, "type": "claim"|"outcome"|"observation", "record": {...}}.
+    This is the format of the earlier file-based effect logs: each line is an object
+    with "v" (1), "type" (claim, outcome or observation) and "record".
     """
     with _library_errors():
         _run_id, lines = _jsonl.export_lines(_directory(store), run)
@@ -356,20 +359,34 @@ def export(run: str, output: Path | None, store: Path | None) -> None:
     if output is None:
         click.echo(text, nl=False)
         return
-    with _library_errors(), contextlib.suppress(FileNotFoundError):
-        if output.is_symlink():
-            raise ValueError(f"{output} is a symlink; refusing to write through it")
-    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
+    # A new private file renamed into place: never written through a link, always 0600.
+    temporary = output.with_name(f".{output.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        temporary.replace(output)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise click.ClickException(f"cannot write {output}: {e.strerror or e}") from None
 
 
-@main.command(name="import")
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@main.command(name="import", short_help="Import JSON-lines effect logs, each file as a new run.")
+@click.argument(
+    "files",
+    nargs=-1,
+    required=True,
+    metavar="FILE...",
+    type=click.Path(dir_okay=False, path_type=Path),
+)
 @click.option(
     "--run",
     "run",
     default=None,
+    metavar="RUN",
     help="Run id for the imported file (only with one file). Default: from <run_id>.jsonl.",
 )
 @_store_option
@@ -386,10 +403,19 @@ def import_(files: tuple[Path, ...], run: str | None, store: Path | None, as_jso
     imported = []
     with _library_errors():
         sizes = [f.stat().st_size if f.exists() else 0 for f in files]
-        with click.progressbar(length=sum(sizes), label="importing", file=sys.stderr) as bar:
-            for path, size in zip(files, sizes, strict=True):
-                imported.append(_jsonl.import_file(directory, path, run))
-                bar.update(size)
+        with click.progressbar(
+            length=sum(sizes), label="importing", file=sys.stderr, hidden=_quiet()
+        ) as bar:
+            try:
+                for path, size in zip(files, sizes, strict=True):
+                    imported.append(_jsonl.import_file(directory, path, run))
+                    bar.update(size)
+            finally:
+                # Files imported before a refused one stay imported: say which.
+                _report_imports(imported, as_json=as_json)
+
+
+def _report_imports(imported: list[_jsonl.Imported], *, as_json: bool) -> None:
     if as_json:
         _print_json([i.to_dict() for i in imported])
         return
@@ -433,8 +459,7 @@ def sql(sqlite3_args: tuple[str, ...], store: Path | None) -> None:
     # mode=ro keeps the session consistent while workers write (SQLite may create the
     # -wal/-shm index files for it); a user who cannot write the directory gets an
     # immutable view instead, which cannot see later writes.
-    wal = db.with_name(db.name + "-wal").exists()
-    immutable = not wal and not os.access(db.parent, os.W_OK)
+    immutable = wal_size(db) <= 0 and not os.access(db.parent, os.W_OK)
     if immutable:
         click.echo(
             "note: you cannot write this store's directory, so it is opened immutable: "
@@ -442,12 +467,11 @@ def sql(sqlite3_args: tuple[str, ...], store: Path | None) -> None:
             err=True,
         )
     uri = read_only_uri(db, immutable=immutable)
-    options = [a for a in sqlite3_args if a.startswith("-")]
-    rest = [a for a in sqlite3_args if not a.startswith("-")]
-    os.execv(shell, [shell, "-readonly", *options, uri, *rest])  # noqa: S606 - the user's own shell
+    # sqlite3 reads options after the database name too, so they pass through in order.
+    os.execv(shell, [shell, "-readonly", uri, *sqlite3_args])  # noqa: S606 - the user's own shell
 
 
-@main.command()
+@main.command(short_help="Kill a worker mid-effect, recover, show every verdict.")
 @_store_option
 def demo(store: Path | None) -> None:
     """Kill a scripted agent worker mid-effect, recover, and show every verdict."""

@@ -701,12 +701,14 @@ def check_history(history: History) -> None:
     claims: dict[str, EffectClaim] = {}
     for claim in history.claims:
         if claim.effect_id in claims:
-            raise ValueError(f"effect {claim.effect_id!r} is claimed twice")
+            raise ValueError(f"effect {claim.effect_id!r} is claimed again at seq {claim.seq}")
         claims[claim.effect_id] = claim
     seen_obs: set[str] = set()
     for obs in history.observations:
         if obs.observation_id in seen_obs:
-            raise ValueError(f"observation {obs.observation_id!r} is recorded twice")
+            raise ValueError(
+                f"observation {obs.observation_id!r} is recorded again at seq {obs.seq}"
+            )
         seen_obs.add(obs.observation_id)
     settled: dict[str, EffectOutcome] = {}
     for outcome in history.outcomes:

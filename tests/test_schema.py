@@ -562,7 +562,8 @@ IGNORE_CHECKS = "PRAGMA ignore_check_constraints = ON"
             ],
             "outcomes",
             {"effect_id": "e1"},
-            "outcome at seq 7 comes after 'e1' settled",
+            # Opening for writing restores the dropped index first, which the forged row forbids.
+            "uq_outcomes_terminal and its rows forbid restoring them",
             id="duplicate-terminal",
         ),
         pytest.param(
@@ -617,7 +618,7 @@ def test_a_row_slipped_past_the_schema_makes_load_fail_closed(
         for statement in statements:
             conn.execute(statement)
         insert(conn, table, **row(built, table, **values))
-    with pytest.raises(EffectPersistenceError, match=f"{message}.*refusing to load it"):
+    with pytest.raises(EffectPersistenceError, match=message):
         EffectLog.load(built.run_id, built.directory)
 
 

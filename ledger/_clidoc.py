@@ -1,0 +1,702 @@
+"""The command reference, ``docs/cli.md``, generated from the click commands themselves.
+
+``python -m ledger._clidoc`` prints the whole file (``make docs`` writes it), and
+``python -m ledger._clidoc --check [PATH]`` exits 1 when the file differs from what it
+would print. Each command gets a ``## ledger <cmd>`` section, in the order
+``ledger/cli.py`` defines the commands, holding its ``--help`` exactly as click prints
+it on any terminal at least 80 columns wide, then the hand-written notes of
+:data:`NOTES` (what it reads or writes, its ``--json`` shape as tables of keys and
+types), then an example of its output. The examples are built from the library's own
+records and ``to_dict()`` methods with fixed values, so they need no clock, disk or
+host. Like :mod:`ledger.cli`, this module imports click: it documents click commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import hashlib
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+
+from ledger import _inspect, _jsonl
+from ledger._owner import Writer
+from ledger.cli import main as ledger_main
+from ledger.effects import (
+    Coverage,
+    EffectClaim,
+    EffectOutcome,
+    ExecutionOutcome,
+    History,
+    Impact,
+    Observation,
+    ObservationMechanism,
+    OperationRef,
+    Postcondition,
+    Predicate,
+    ResourceRef,
+    assess,
+)
+
+__all__ = ["DOC", "NOTES", "WIDTH", "document", "render", "run"]
+
+# click formats help at min(terminal columns, 80) - 2: this is what `ledger X --help`
+# prints on any terminal at least 80 columns wide, and it does not depend on this one.
+WIDTH = 78
+DOC = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
+MAKE_TARGET = "make docs"
+
+# --------------------------------------------------------------------------- examples
+
+_RUN_A = "3f9c2a7e5b1d4c8f9a0b6e2d7c4f1a93"
+_RUN_B = "b81e0c5d2f7a4e6b9c3d1a8f5e2b7c40"
+_RUN_C = "c2d94e7a1b3f4a6d8e0c5b7a9f1d3e62"
+_SANDBOX = "/srv/agent/sandbox"
+_STORE = "/home/agent/.local/state/ledger"
+_WRITER = Writer("worker-1", None, 48213, None)
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _example_run_a() -> tuple[History, str, str]:
+    """A verified effect: claim, outcome and observation, as the README's example writes."""
+    hello = ResourceRef("fs", f"{_SANDBOX}/hello.txt", "target")
+    digest = _sha(b"hello, world\n")
+    claim = EffectClaim(
+        effect_id="write-hello",
+        seq=1,
+        action_id="step-1",
+        operation=OperationRef("write_file", "fs/1", _sha(b'{"path":"hello.txt"}')),
+        impact_scope=(hello,),
+        obligations=(Postcondition(hello, Predicate.SHA256, digest),),
+        recorded_at="2026-03-01T09:15:02.118734+00:00",
+    )
+    outcome = EffectOutcome(
+        effect_id="write-hello",
+        seq=2,
+        execution=ExecutionOutcome.REPORTED_SUCCESS,
+        impact=Impact.CERTAIN,
+        recorded_at="2026-03-01T09:15:02.164021+00:00",
+    )
+    observation = Observation(
+        observation_id="check-1",
+        seq=3,
+        resource=hello,
+        mechanism=ObservationMechanism.FILESYSTEM_READ,
+        coverage=Coverage.COMPLETE,
+        source_action_id="step-2",
+        exists=True,
+        sha256=digest,
+        revision=None,
+        recorded_at="2026-03-01T09:15:02.171590+00:00",
+    )
+    history = History((claim,), (outcome,), (observation,))
+    return history, claim.recorded_at, observation.recorded_at
+
+
+def _example_run_b() -> tuple[History, EffectOutcome]:
+    """An effect whose worker died mid-call, recovered as interrupted."""
+    notes = ResourceRef("fs", f"{_SANDBOX}/notes.md", "target")
+    claim = EffectClaim(
+        effect_id="append-notes",
+        seq=1,
+        action_id="step-3",
+        operation=OperationRef("append_file", "fs/1", _sha(b'{"path":"notes.md"}')),
+        impact_scope=(notes,),
+        obligations=(Postcondition(notes, Predicate.EXISTS),),
+        recorded_at="2026-03-01T09:17:40.502317+00:00",
+    )
+    recovered = EffectOutcome(
+        effect_id="append-notes",
+        seq=2,
+        execution=ExecutionOutcome.INTERRUPTED,
+        impact=Impact.POSSIBLE,
+        replayed=True,
+        recorded_at="2026-03-01T09:21:05.930112+00:00",
+    )
+    return History((claim,), (recovered,), ()), recovered
+
+
+def _examples() -> dict[str, object]:
+    """What each command prints, for the example stores above."""
+    history_a, first_a, last_a = _example_run_a()
+    history_b, recovered = _example_run_b()
+    effects_a = [assess(c, history_a) for c in history_a.claims]
+    effects_b = [assess(c, history_b) for c in history_b.claims]
+    counts = dict.fromkeys(_inspect.VERDICTS, 0)
+    runs = [
+        _inspect.RunSummary(
+            _RUN_A, first_a, last_a, _WRITER, 1, counts | {effects_a[0].verdict.value: 1}
+        ),
+        _inspect.RunSummary(
+            _RUN_B,
+            history_b.claims[0].recorded_at,
+            recovered.recorded_at,
+            Writer("worker-1", None, 48377, None),
+            1,
+            counts | {effects_b[0].verdict.value: 1},
+        ),
+    ]
+    status = [
+        _inspect.EffectRow(
+            run_id=run_id,
+            seq=claim.seq,
+            effect_id=claim.effect_id,
+            operation=claim.operation.name,
+            execution=None if a.execution is None else a.execution.value,
+            impact=None if a.impact is None else a.impact.value,
+            verdict=a.verdict.value,
+            unresolved_impact=a.unresolved_impact,
+            claimed_at=claim.recorded_at,
+        )
+        for run_id, history, a in (
+            (_RUN_A, history_a, effects_a[0]),
+            (_RUN_B, history_b, effects_b[0]),
+        )
+        for claim in history.claims
+    ]
+    recover = [
+        _inspect.Recovery(_RUN_B, (recovered,)),
+        _inspect.Recovery(_RUN_C, skipped="its writer, pid 48502, is alive"),
+    ]
+    return {
+        "runs": [r.to_dict() for r in runs],
+        "show": _inspect.RunReport(_RUN_A, _WRITER, history_a, tuple(effects_a)).to_dict(),
+        "status": [r.to_dict() for r in status],
+        "recover": [r.to_dict() for r in recover],
+        "verify": _inspect.VerifyReport(2, 5, ()).to_dict(),
+        "export": [
+            {"v": _jsonl.FORMAT_VERSION, "type": r.kind, "record": r.to_dict()}
+            for r in history_a.records()
+        ],
+        "import": [_jsonl.Imported(Path(f"{_RUN_A}.jsonl"), _RUN_A, 3, torn_tail=False).to_dict()],
+        "path": {"path": f"{_STORE}/ledger.sqlite3", "exists": True},
+    }
+
+
+_EXAMPLE_COMMANDS = {
+    "runs": "ledger runs --json",
+    "show": "ledger show 3f9c --json",
+    "status": "ledger status --json",
+    "recover": "ledger recover --dead --json",
+    "verify": "ledger verify --json",
+    "export": "ledger export 3f9c",
+    "import": f"ledger import {_RUN_A}.jsonl --json",
+    "path": "ledger path --json",
+}
+
+# --------------------------------------------------------------------------- prose
+
+_TITLE = """\
+# The `ledger` command
+
+<!-- Generated by `make docs` (python -m ledger._clidoc) from ledger/_clidoc.py and the
+     click commands of ledger/cli.py: edit those, then regenerate. -->
+
+`ledger` inspects, verifies and recovers effect-ledger stores. It is installed with the
+package as a console script; `python -m ledger` is the same command. Every command
+parses its arguments, makes one library call and prints the result: an aligned table
+for people, or JSON for scripts with `--json`.
+"""
+
+_GENERAL = """\
+## Which store
+
+Every command takes `--store DIR`, the store directory. Without it the store is the
+first of:
+
+1. `$LEDGER_DIR`, when it is set and not empty;
+2. `$XDG_STATE_HOME/ledger`, when `XDG_STATE_HOME` is an absolute path;
+3. `~/.local/state/ledger`.
+
+That is the library's default (`effects_dir()`), so `ledger` finds the store a worker
+uses when it runs with the worker's environment. A relative `DIR` is taken from the
+current directory. The database is the file `ledger.sqlite3` in the store directory:
+`ledger path` prints its path. A `--store` that names a file is a usage mistake.
+
+## Reading commands never change the store
+
+`runs`, `show`, `status`, `verify`, `export` and `sql` open the store read-only, and
+`path` does not open it at all. No statement they run can write, they never take the
+write lock, and a store that does not exist is an error, never created. When every
+commit is in the database file (there is no `-wal` file, or an empty one) `runs`,
+`show`, `status`, `verify` and `export` read it `immutable`, creating and changing no
+file at all, and read it again `mode=ro` if the store changed while they read.
+Otherwise they read `mode=ro`, which sees the commits still in the WAL and may update
+the `-shm` index (it holds no records). `sql` opens the `sqlite3` shell `mode=ro`, for
+which SQLite may create an empty `-wal` and `-shm`. The details, and what each kind of
+reader does to the files, are in [forensics.md](forensics.md#open-it-read-only).
+
+`recover`, `import` and `demo` write, as a worker does: in transactions that are on
+disk when the command returns. `import` and `demo` create the store if it does not
+exist. `export -o FILE` writes FILE, not the store.
+
+## Output
+
+- Tables go to standard output: aligned columns, `-` where a value is unknown. Only
+  when standard output is a terminal are the headings bold and the verdicts coloured
+  (verified green, failed blue, pending and unverified yellow, contradicted red); piped
+  or redirected output carries no escape codes.
+- `verify` and `import` draw a progress bar on standard error, only when standard error
+  is a terminal; otherwise standard error carries nothing but errors. Standard output
+  carries only the result, so `ledger verify --json | jq .ok` works.
+- An error is one line on standard error, `Error: ` and the message, never a traceback.
+  A usage mistake that click detects (an unknown option, a missing argument) prints the
+  usage line and a hint first.
+- `--json` prints one JSON document on standard output, indented by two spaces, with
+  non-ASCII characters as they are (UTF-8). Every key is always present: a value that is
+  unknown or does not apply is `null`. Timestamps are UTC, ISO 8601 with an explicit
+  offset (`2026-03-01T09:15:02.118734+00:00`); enumerations are the lowercase words the
+  database stores (`reported_success`, `possible`, `verified`); digests are 64
+  lowercase hex characters and run ids 32. Each command's section below gives its shape
+  as tables of keys and types, and an example; the records that several commands
+  share are at [JSON records](#json-records).
+
+## Exit codes
+
+- **0**: the command did what was asked; `verify` found the store clean.
+- **1**: storage or integrity trouble: no store in that directory; a database file that
+  is a symlink, not a regular file, not a database, corrupt, or at a schema revision
+  this version does not know; a record that does not validate; a full disk; an import
+  file that is refused. And `verify` when it found a problem (its report is the output).
+- **2**: a usage mistake: an unknown command or option, a missing argument, a RUN that
+  is not a run id or that matches no run or more than one, a `--store` that names a
+  file, `recover` with both or neither of RUN and `--dead`, `import --run` with more
+  than one file.
+
+`ledger` with no command prints its help and exits 2. `demo` exits 1 when the demo did
+not go as scripted. `sql` becomes the `sqlite3` shell, so its exit code is the shell's
+(or 1 when the shell is not installed or there is no store).
+"""
+
+# The JSON shapes: for each object, its keys in the order they are printed, each with
+# its type and meaning. A type is `string`, `integer`, `boolean`, `null`, `array of T`,
+# the name of another shape, or alternatives joined by " or ". tests/test_cli_docs.py
+# reads these tables back from docs/cli.md and checks real output against them.
+_SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
+    # ledger runs
+    "run": (
+        ("run_id", "string", "the run's id"),
+        ("first_at", "string or null", "when its first record was written; `null` if none"),
+        ("last_at", "string or null", "when its last record was written; `null` if none"),
+        ("host", "string or null", "the host its writer ran on; `null` when none is recorded"),
+        ("pid", "integer or null", "the writer's process id; `null` when none is recorded"),
+        ("claims", "integer", "how many effects it claimed"),
+        ("pending", "integer", "how many of them are pending"),
+        ("unverified", "integer", "how many are unverified"),
+        ("contradicted", "integer", "how many are contradicted"),
+        ("verified", "integer", "how many are verified"),
+        ("failed", "integer", "how many failed"),
+    ),
+    # ledger show
+    "run report": (
+        ("run_id", "string", "the whole id of the run RUN matched"),
+        ("writer", "writer or null", "the last process that wrote it; `null` if not recorded"),
+        ("records", "array of record entry", "every record, in `seq` order"),
+        ("effects", "array of assessment", "the verdict on each claimed effect, in claim order"),
+    ),
+    "writer": (
+        ("host", "string", "the host name it ran on"),
+        ("pid", "integer", "its process id"),
+    ),
+    "record entry": (
+        ("type", "string", "`claim`, `outcome` or `observation`"),
+        ("record", "claim or outcome or observation", "the record, as `type` says"),
+    ),
+    # ledger status
+    "effect row": (
+        ("run_id", "string", "the run"),
+        ("seq", "integer", "the claim's position in its run"),
+        ("effect_id", "string", "the claimed effect"),
+        ("operation", "string", "the tool's name"),
+        ("execution", "string or null", "the current outcome's execution; `null` with none"),
+        ("impact", "string or null", "the current outcome's impact; `null` with none"),
+        ("verdict", "string", "`pending`, `verified`, `unverified`, `contradicted` or `failed`"),
+        ("unresolved_impact", "boolean", "it may have changed the world, nobody can say how"),
+        ("claimed_at", "string", "when the claim was written"),
+    ),
+    # ledger recover
+    "recovery": (
+        ("run_id", "string", "the run"),
+        (
+            "outcomes",
+            "array of outcome",
+            "the outcomes appended, in `seq` order; empty if none was needed or it was skipped",
+        ),
+        ("skipped", "string or null", "why `--dead` left the run alone; `null` otherwise"),
+    ),
+    # ledger verify
+    "verify report": (
+        ("ok", "boolean", "whether every check passed (then the exit code is 0)"),
+        ("runs", "integer", "how many runs the store holds"),
+        ("records", "integer", "how many records the runs that validated hold"),
+        ("problems", "array of string", "one line per problem, as printed without `--json`"),
+    ),
+    # ledger export (and what ledger import reads)
+    "exported line": (
+        ("v", "integer", "the format version: `1`"),
+        ("type", "string", "`claim`, `outcome` or `observation`"),
+        ("record", "claim or outcome or observation", "the record, as `type` says"),
+    ),
+    # ledger import
+    "imported file": (
+        ("file", "string", "the file, as given"),
+        ("run_id", "string", "the run it became"),
+        ("records", "integer", "how many records it held"),
+        ("torn_tail_ignored", "boolean", "whether a torn final line was ignored"),
+    ),
+    # ledger path
+    "store path": (
+        ("path", "string", "the absolute path of the database file"),
+        ("exists", "boolean", "whether that file exists"),
+    ),
+    # the records, from ledger.effects
+    "claim": (
+        ("effect_id", "string", "the effect, unique in its run"),
+        ("seq", "integer", "the record's position in its run: 1, 2, 3, ... for all records"),
+        ("action_id", "string", "the agent's action that made the call"),
+        ("operation", "operation", "the tool call"),
+        ("impact_scope", "array of resource reference", "what the effect may touch"),
+        ("obligations", "array of postcondition", "what should hold afterwards"),
+        ("recorded_at", "string", "when it was written"),
+    ),
+    "outcome": (
+        ("effect_id", "string", "the claimed effect"),
+        ("seq", "integer", "the record's position in its run"),
+        ("execution", "string", "`running`, `reported_success`, `failed` or `interrupted`"),
+        ("impact", "string", "`none`, `possible` or `certain` (`possible` when interrupted)"),
+        ("execution_id", "string or null", "the tool's own id for the call, if it gave one"),
+        ("replayed", "boolean", "whether recovery wrote it"),
+        ("recorded_at", "string", "when it was written"),
+    ),
+    "observation": (
+        ("observation_id", "string", "the observation, unique in its run"),
+        ("seq", "integer", "the record's position in its run"),
+        ("resource", "resource reference", "what was looked at"),
+        (
+            "mechanism",
+            "string",
+            "`filesystem_read`, `filesystem_stat`, `record_read` or `backend_query`",
+        ),
+        ("coverage", "string", "`complete` or `partial`"),
+        ("source_action_id", "string", "the agent's action that looked"),
+        ("exists", "boolean or null", "whether the resource exists; `null` when not known"),
+        ("sha256", "string or null", "the digest of its content, when read"),
+        ("revision", "string or null", "its revision, when known"),
+        ("recorded_at", "string", "when it was written"),
+    ),
+    "resource reference": (
+        ("kind", "string", "`fs` (a file or directory) or `owned` (an application record)"),
+        ("locator", "string", "`fs`: the real absolute path; `owned`: the record's identity"),
+        ("role", "string", "how the effect relates to it, e.g. `target`"),
+        ("revision", "string or null", "the record revision it points at, when known"),
+    ),
+    "operation": (
+        ("name", "string", "the tool's name"),
+        ("backend", "string", "a backend and version label; may be empty"),
+        ("args_sha256", "string", "the digest of the call's canonical arguments"),
+    ),
+    "postcondition": (
+        ("target", "resource reference", "what it is about"),
+        ("predicate", "string", "`exists`, `absent`, `sha256` or `revision`"),
+        (
+            "expected",
+            "string or null",
+            "the digest for `sha256`, the revision for `revision`, else `null`",
+        ),
+    ),
+    "assessment": (
+        ("effect_id", "string", "the claimed effect"),
+        ("verdict", "string", "`pending`, `verified`, `unverified`, `contradicted` or `failed`"),
+        ("execution", "string or null", "the current outcome's execution; `null` with none"),
+        ("impact", "string or null", "the current outcome's impact; `null` with none"),
+        ("unresolved_impact", "boolean", "it may have changed the world, nobody can say how"),
+        ("evidence", "array of string", "the `observation_id`s the verdict rests on"),
+        ("stale", "array of string", "observations of its targets a later claim made stale"),
+    ),
+}
+
+
+def _anchor(shape: str) -> str:
+    return shape.replace(" ", "-")
+
+
+def _type_cell(type_text: str) -> str:
+    """The type with every shape name linked to its table."""
+    alternatives = []
+    for alternative in type_text.split(" or "):
+        _, array, name = alternative.rpartition("array of ")
+        link = f"[{name}](#{_anchor(name)})" if name in _SHAPES else name
+        alternatives.append(f"{array}{link}")
+    return " or ".join(alternatives)
+
+
+def _shape(name: str, intro: str = "") -> str:
+    """A shape's heading and table of keys."""
+    rows = "".join(
+        f"| `{key}` | {_type_cell(type_text)} | {meaning} |\n"
+        for key, type_text, meaning in _SHAPES[name]
+    )
+    lead = f"{intro}\n\n" if intro else ""
+    return f"### {name}\n\n{lead}| key | type | meaning |\n| --- | --- | --- |\n{rows}"
+
+
+_ASSESSMENT = "The verdict on one claim, by the rules in [concepts.md](concepts.md#verdicts)."
+_RECORDS = f"""\
+## JSON records
+
+The records of a run and the assessment of an effect, as `ledger show --json`,
+`ledger recover --json` and `ledger export` print them: each is the `to_dict()` of its
+class in [`ledger.effects`](api.md), and `X.from_dict()` reads it back. What the fields
+mean is in [concepts.md](concepts.md).
+
+{_shape("claim", "Written before the tool is invoked.")}
+{_shape("outcome", "How the call of a claimed effect ended, or that it is still running.")}
+{_shape("observation", "What the worker saw of a resource.")}
+{_shape("resource reference")}
+{_shape("operation")}
+{_shape("postcondition")}
+{_shape("assessment", _ASSESSMENT)}"""
+NOTES: dict[str, str] = {
+    "": """\
+`ledger --version` prints the version of the installed package; `-h` is short for
+`--help` everywhere.
+""",
+    "runs": f"""\
+Reads the store. One row per run, oldest first: its id, when its first and its last
+record were written, its writer (`host:pid`; `-` when none is recorded, as for an
+imported run), how many effects it claimed, and how many of them have each verdict.
+The writer is the last process that wrote the run: after a recovery, the process that
+recovered it.
+
+`--json` prints an array of [run](#run) objects, oldest first.
+
+{_shape("run")}""",
+    "show": f"""\
+Reads the store. RUN is a run id or a unique prefix of one, in lowercase hex, the way
+git takes commit prefixes; a RUN that matches no run or more than one is a usage
+mistake (exit 2). The run is validated as `EffectLog.load` validates it: a record that
+does not validate is an error (exit 1), never skipped. It prints the writer, then the
+timeline (every claim, outcome and observation in `seq` order), then one row per
+effect: its operation, the execution and impact of its current outcome, its verdict,
+whether its impact is unresolved, and the observations that are evidence for it or
+stale.
+
+`--json` prints one [run report](#run-report) object.
+
+{_shape("run report")}
+{_shape("writer")}
+{_shape("record entry")}""",
+    "status": f"""\
+Reads the store. One row per claimed effect across all runs, oldest claim first, with
+the verdict the `effect_status` view computes (the same rules as `assess`; see
+[forensics.md](forensics.md#effect_status)). `--run` keeps the effects of one run (an
+id or a unique prefix). `--unresolved` keeps the effects whose impact is unresolved
+(pending, unverified or contradicted, with an impact that is not `none`): the incident
+list after a crash.
+
+`--json` prints an array of [effect row](#effect-row) objects, oldest claim first.
+
+{_shape("effect row")}""",
+    "recover": f"""\
+Writes to the store. To every claim of the run that has no outcome at all it appends
+an outcome `interrupted`, impact `possible`, `replayed: true`, in one transaction, as
+`EffectLog.recover_interrupted` does; claims with a `running` outcome are left alone
+(their call may still be running). Recovery is idempotent: a second time there is
+nothing to recover. It never says that an effect happened: observe the resources
+afterwards ([concepts.md](concepts.md#recovery)).
+
+RUN is a run id or a unique prefix of one, recovered whoever its writer is: make sure
+its worker is gone. `--dead` instead considers every run with a claim that has no
+outcome, and recovers it only when its recorded writer ran on this host and is gone
+(no process with its pid and start time, or the machine rebooted since); a run whose
+writer is alive, ran on another host, or is not recorded is left alone, and the output
+says why. Give RUN or `--dead`, not both.
+
+`--json` prints an array of [recovery](#recovery) objects, one per run considered (an
+empty array when `--dead` finds nothing to recover).
+
+{_shape("recovery")}""",
+    "verify": f"""\
+Reads the store. Checks the database file (`PRAGMA integrity_check`), that the schema
+is at the current revision with every guard (trigger, index, view) in place, that every
+record belongs to a run, and that every run loads and validates as `EffectLog.load`
+would load it. Each problem is one line: `integrity: ...`, `schema: ...` or
+`run <run_id>: ...`. Exits 0 when there is none, else 1, with or without `--json`.
+
+`--json` prints one [verify report](#verify-report) object.
+
+{_shape("verify report")}""",
+    "export": f"""\
+Reads the store. RUN is a run id or a unique prefix of one. The run is validated first,
+and nothing is printed if a record does not validate (exit 1). The format is the one of
+the earlier file-based effect logs, which `ledger import` reads back: compact JSON, one
+record per line in `seq` order, each line ending with a newline. `-o FILE` writes FILE
+instead of standard output (created with mode 0600, or truncated); a FILE that is a
+symlink is refused.
+
+It prints one [exported line](#exported-line) object per line.
+
+{_shape("exported line")}""",
+    "import": f"""\
+Writes to the store, and creates it if it does not exist. Each FILE becomes a new run,
+all or nothing: the whole file is read and validated (every line an
+[exported line](#exported-line), `seq` 1, 2, 3, ... without a gap, a history a durable
+run can hold) before one transaction writes it. The run id is the file's name without
+`.jsonl` (32 lowercase hex), or `--run` for a single file; a run the store already
+holds is refused. A final line cut short by a crash mid-append (not JSON) is ignored
+and reported. Any other malformed or forged line refuses the file, naming the line
+(exit 1), and nothing of that file is written; the files before it stay imported.
+Symlinks, files with more than one hard link and files that are not regular files are
+refused too.
+
+`--json` prints an array of [imported file](#imported-file) objects, one per file, in
+the order given.
+
+{_shape("imported file")}""",
+    "path": f"""\
+Prints the path of the database file, `ledger.sqlite3` in the store directory (see
+[Which store](#which-store)), without opening it: it creates nothing and works when
+there is no store yet.
+
+`--json` prints one [store path](#store-path) object.
+
+{_shape("store path")}""",
+    "sql": """\
+Reads the store. Replaces itself with the stock `sqlite3` shell, opened on the
+database with `-readonly` and `mode=ro`, so that no statement can change the store; the
+tables, views and recipes for an incident are in [forensics.md](forensics.md). Only
+when you cannot write the store's directory and its `-wal` is missing or empty does
+it open the database `immutable` instead, and it says so on standard error: quit such a
+session before workers write to the store again.
+
+Every argument goes to `sqlite3` after the database, in order: options
+(`-box`, `-json`, `-separator ,`) and then SQL statements or dot-commands.
+
+```sh
+ledger sql                     # an interactive shell on the default store
+ledger sql -box "SELECT run_id, effect_id, verdict FROM effect_status"
+```
+
+It needs the `sqlite3` program (Debian and Ubuntu: `apt install sqlite3`).
+""",
+    "demo": """\
+Writes to the store: a new run. It starts a scripted agent worker that writes files
+into a temporary sandbox, one claimed effect at a time, kills it with SIGKILL in the
+middle of one write, and starts it again on the same run: the worker loads the log,
+recovers the interrupted claim, observes every file and finishes. Then it prints each
+effect's execution, impact and verdict, and the `sqlite3` command that shows the same
+table from the `effect_status` view. Without `--store` the run goes to the default
+store; `make demo` uses `.demo/store`. Exits 0 when the demo went as scripted, else 1.
+""",
+}
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _context(command: click.Command, name: str, parent: click.Context | None) -> click.Context:
+    """The context click makes for ``command``, at a fixed width."""
+    return click.Context(
+        command, info_name=name, parent=parent, terminal_width=WIDTH, **command.context_settings
+    )
+
+
+def _commands() -> list[tuple[str, click.Command]]:
+    """The visible commands, in the order ledger/cli.py defines them."""
+    return [(name, c) for name, c in ledger_main.commands.items() if not c.hidden]
+
+
+def _example(name: str, value: object) -> str:
+    if name == "export" and isinstance(value, list):
+        lines = "".join(
+            json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n" for line in value
+        )
+        return f"```jsonl\n{lines}```\n"
+    return f"```json\n{json.dumps(value, indent=2, ensure_ascii=False)}\n```\n"
+
+
+def _section(title: str, help_text: str, notes: str, example: str | None) -> str:
+    parts = [f"## {title}\n\n```text\n{help_text}\n```\n"]
+    if notes:
+        parts.append(notes)
+    if example is not None:
+        parts.append(example)
+    return "\n".join(parts)
+
+
+def render() -> str:
+    """The command reference: a section per command, with its help, notes and example."""
+    root = _context(ledger_main, "ledger", None)
+    examples = _examples()
+    sections = [_section("ledger", ledger_main.get_help(root), NOTES.get("", ""), None)]
+    for name, command in _commands():
+        help_text = command.get_help(_context(command, name, root))
+        example = None
+        if name in examples:
+            example = f"Example, `{_EXAMPLE_COMMANDS[name]}`:\n\n" + _example(name, examples[name])
+        sections.append(_section(f"ledger {name}", help_text, NOTES.get(name, ""), example))
+    return "\n".join(sections)
+
+
+def _contents() -> str:
+    rows = "".join(
+        f"| [`{name}`](#ledger-{name}) | {c.get_short_help_str(limit=200)} |\n"
+        for name, c in _commands()
+    )
+    return f"| command | what it does |\n| --- | --- |\n{rows}"
+
+
+def document() -> str:
+    """The whole of docs/cli.md."""
+    return f"{_TITLE}\n{_contents()}\n{_GENERAL}\n{render()}\n{_RECORDS}"
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Print docs/cli.md, or with ``--check`` compare it with a file; return an exit code."""
+    parser = argparse.ArgumentParser(
+        prog="python -m ledger._clidoc", description="Generate the ledger command reference."
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1, with a diff, when the file differs from what would be printed",
+    )
+    parser.add_argument(
+        "path", nargs="?", type=Path, default=DOC, help=f"the file to check (default: {DOC})"
+    )
+    args = parser.parse_args(argv)
+    text = document()
+    if not args.check:
+        sys.stdout.buffer.write(text.encode())
+        sys.stdout.flush()
+        return 0
+    try:
+        current = args.path.read_text(encoding="utf-8")
+    except OSError as e:
+        sys.stderr.write(f"cannot read {args.path}: {e.strerror}\n")
+        return 1
+    if current == text:
+        return 0
+    diff = difflib.unified_diff(
+        current.splitlines(keepends=True),
+        text.splitlines(keepends=True),
+        str(args.path),
+        "generated",
+    )
+    sys.stderr.writelines(diff)
+    sys.stderr.write(f"{args.path} is out of date: run `{MAKE_TARGET}`\n")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(run())
