@@ -177,6 +177,7 @@ def _examples() -> dict[str, object]:
         ],
         "import": [_jsonl.Imported(Path(f"{_RUN_A}.jsonl"), _RUN_A, 3, torn_tail=False).to_dict()],
         "path": {"path": f"{_STORE}/ledger.sqlite3", "exists": True},
+        "head": _inspect.Head(_RUN_A, len(history_a.records()), "5" * 64).to_dict(),
     }
 
 
@@ -189,6 +190,7 @@ _EXAMPLE_COMMANDS = {
     "export": "ledger export 3f9c",
     "import": f"ledger import {_RUN_A}.jsonl --json",
     "path": "ledger path --json",
+    "head": "ledger head 3f9c --json",
 }
 
 # --------------------------------------------------------------------------- prose
@@ -350,6 +352,13 @@ _SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("run_id", "string", "the run it became"),
         ("records", "integer", "how many records it held"),
         ("torn_tail_ignored", "boolean", "whether a torn final line was ignored"),
+    ),
+    # ledger head
+    "run head": (
+        ("run_id", "string", "the run"),
+        ("seq", "integer", "the seq of its last record"),
+        ("hash", "string", "that record's hash in the run's chain: 64 lowercase hex"),
+        ("anchor", "string", "the three as RUN:SEQ:HASH, what verify --anchor takes"),
     ),
     # ledger path
     "store path": (
@@ -560,6 +569,16 @@ refused too.
 the order given.
 
 {_shape("imported file")}""",
+    "head": f"""\
+Reads the store. Checks the run's whole hash chain (every record row carries the hash
+of the one before it, see [forensics.md](forensics.md#9-verify-a-runs-hash-chain)) and
+prints its head, `RUN:SEQ:HASH`. The chain shows any change inside a run; keeping the
+head somewhere the store's users cannot write also shows a run that was truncated, or
+whose chain was recomputed after a change: `ledger verify --anchor RUN:SEQ:HASH`.
+
+`--json` prints one [run head](#run-head) object.
+
+{_shape("run head")}""",
     "path": f"""\
 Prints the path of the database file, `ledger.sqlite3` in the store directory (see
 [Which store](#which-store)), without opening it: it creates nothing and works when

@@ -324,14 +324,79 @@ class VerifyReport:
         }
 
 
-def verify(directory: Path, progress: Callable[[int], None] | None = None) -> VerifyReport:
-    """Check the file, the schema, the guards and every row of every run.
+@dataclasses.dataclass(frozen=True, slots=True)
+class Head:
+    """The last record of a run: what to keep elsewhere to detect a rewritten history."""
+
+    run_id: str
+    seq: int
+    hash: str
+
+    def __str__(self) -> str:
+        return f"{self.run_id}:{self.seq}:{self.hash}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The documented JSON shape of ``ledger head --json``."""
+        return {"run_id": self.run_id, "seq": self.seq, "hash": self.hash, "anchor": str(self)}
+
+    @classmethod
+    def parse(cls, text: str) -> Head:
+        """Read an anchor ``RUN:SEQ:HASH`` (RUN may be a unique prefix)."""
+        parts = text.split(":")
+        if len(parts) != 3 or not parts[1].isdigit() or not re.fullmatch(r"[0-9a-f]{64}", parts[2]):
+            raise RunNotFoundError(
+                f"{text!r} is not an anchor RUN:SEQ:HASH (as ledger head prints)"
+            )
+        return cls(parts[0], int(parts[1]), parts[2])
+
+
+def run_head(directory: Path, prefix: str) -> Head:
+    """The matching run's head, after checking its whole chain."""
+
+    def query(conn: Connection) -> Head:
+        run_id = resolve_run(conn, prefix)
+        history, digest = _records.load_run(conn, run_id)
+        records = history.records()
+        return Head(run_id, records[-1].seq if records else 0, digest)
+
+    return read(directory, query)
+
+
+def _check_anchor(conn: Connection, anchor: Head) -> str | None:
+    run_id = resolve_run(conn, anchor.run_id)
+    found = conn.exec_driver_sql(
+        " UNION ALL ".join(
+            f"SELECT hash FROM {t} WHERE run_id = ? AND seq = ?"
+            for t in ("claims", "outcomes", "observations")
+        ),
+        (run_id, anchor.seq) * 3,
+    ).first()
+    if found is None:
+        return (
+            f"run {run_id}: anchor at seq {anchor.seq}: the record is gone (the run was truncated)"
+        )
+    if found[0] != anchor.hash:
+        return (
+            f"run {run_id}: anchor at seq {anchor.seq}: the hash differs "
+            "(records up to it were changed and the chain recomputed)"
+        )
+    return None
+
+
+def verify(
+    directory: Path,
+    progress: Callable[[int], None] | None = None,
+    anchors: tuple[Head, ...] = (),
+) -> VerifyReport:
+    """Check the file, the schema, the guards, every row and chain of every run, and anchors.
 
     ``progress`` is called with the number of runs checked so far.
     """
 
     def query(conn: Connection) -> VerifyReport:
-        return _verify(conn, progress)
+        report = _verify(conn, progress)
+        anchored = tuple(p for a in anchors if (p := _check_anchor(conn, a)) is not None)
+        return dataclasses.replace(report, problems=report.problems + anchored)
 
     return read(directory, query)
 

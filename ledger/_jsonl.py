@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from ledger import _records
+from ledger._chain import GENESIS
 from ledger._inspect import resolve_run
 from ledger._store import acquire, read, release
 from ledger.effects import (
@@ -188,13 +189,7 @@ def import_file(directory: Path, path: Path, run_id: str | None = None) -> Impor
             if _records.run_exists(conn, chosen):
                 raise ImportRefusedError(f"{path}: run {chosen} is already in the store")
             _records.insert_run(conn, chosen, utc_now())
-            for record in records:
-                if isinstance(record, EffectClaim):
-                    _records.insert_claim(conn, chosen, record)
-                elif isinstance(record, EffectOutcome):
-                    _records.insert_outcome(conn, chosen, record)
-                else:
-                    _records.insert_observations(conn, chosen, (record,))
+            _records.insert_records(conn, chosen, records, GENESIS)
     finally:
         release(store)
     return Imported(path, chosen, len(records), torn)

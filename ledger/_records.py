@@ -11,9 +11,10 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, and_, exists, func, insert, literal, select, union_all
+from sqlalchemy import Connection, and_, exists, func, insert, select, union_all
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from ledger import _chain
 from ledger._errors import EffectPersistenceError
 from ledger._owner import Writer
 from ledger._schema import (
@@ -67,99 +68,105 @@ def record_writer(conn: Connection, run_id: str, writer: Writer, now: str) -> No
     conn.execute(statement.on_conflict_do_update(index_elements=["run_id"], set_=values))
 
 
-def insert_claim(conn: Connection, run_id: str, claim: EffectClaim) -> None:
-    """Insert a claim with its impact scope and obligations."""
-    conn.execute(
-        insert(claims),
-        {
+Record = EffectClaim | EffectOutcome | Observation
+Rows = tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]
+
+
+def rows_of(run_id: str, record: Record) -> Rows:
+    """The row of a record as the store holds it (chain aside), and a claim's child rows."""
+    if isinstance(record, EffectClaim):
+        scope = [
+            {
+                "run_id": run_id,
+                "effect_id": record.effect_id,
+                "position": i,
+                "kind": ref.kind,
+                "locator": ref.locator,
+                "role": ref.role,
+                "revision": ref.revision,
+            }
+            for i, ref in enumerate(record.impact_scope)
+        ]
+        duties = [
+            {
+                "run_id": run_id,
+                "effect_id": record.effect_id,
+                "position": i,
+                "target_kind": p.target.kind,
+                "target_locator": p.target.locator,
+                "target_role": p.target.role,
+                "target_revision": p.target.revision,
+                "predicate": p.predicate.value,
+                "expected": p.expected,
+            }
+            for i, p in enumerate(record.obligations)
+        ]
+        row = {
             "run_id": run_id,
-            "seq": claim.seq,
-            "effect_id": claim.effect_id,
-            "action_id": claim.action_id,
-            "operation": claim.operation.name,
-            "backend": claim.operation.backend,
-            "args_sha256": claim.operation.args_sha256,
-            "scope_count": len(claim.impact_scope),
-            "obligation_count": len(claim.obligations),
-            "recorded_at": claim.recorded_at,
-        },
-    )
-    if claim.impact_scope:
-        conn.execute(
-            insert(impact_scope),
-            [
-                {
-                    "run_id": run_id,
-                    "effect_id": claim.effect_id,
-                    "position": i,
-                    "kind": ref.kind,
-                    "locator": ref.locator,
-                    "role": ref.role,
-                    "revision": ref.revision,
-                }
-                for i, ref in enumerate(claim.impact_scope)
-            ],
-        )
-    if claim.obligations:
-        conn.execute(
-            insert(obligations),
-            [
-                {
-                    "run_id": run_id,
-                    "effect_id": claim.effect_id,
-                    "position": i,
-                    "target_kind": p.target.kind,
-                    "target_locator": p.target.locator,
-                    "target_role": p.target.role,
-                    "target_revision": p.target.revision,
-                    "predicate": p.predicate.value,
-                    "expected": p.expected,
-                }
-                for i, p in enumerate(claim.obligations)
-            ],
-        )
-
-
-def insert_outcome(conn: Connection, run_id: str, outcome: EffectOutcome) -> None:
-    """Insert an outcome."""
-    conn.execute(
-        insert(outcomes),
-        {
-            "run_id": run_id,
-            "seq": outcome.seq,
-            "effect_id": outcome.effect_id,
-            "execution": outcome.execution.value,
-            "impact": outcome.impact.value,
-            "execution_id": outcome.execution_id,
-            "replayed": int(outcome.replayed),
-            "recorded_at": outcome.recorded_at,
-        },
-    )
-
-
-def insert_observations(conn: Connection, run_id: str, items: Iterable[Observation]) -> None:
-    """Insert observations (several at once for those made before the first claim)."""
-    rows = [
-        {
-            "run_id": run_id,
-            "seq": obs.seq,
-            "observation_id": obs.observation_id,
-            "resource_kind": obs.resource.kind,
-            "resource_locator": obs.resource.locator,
-            "resource_role": obs.resource.role,
-            "resource_revision": obs.resource.revision,
-            "mechanism": obs.mechanism.value,
-            "coverage": obs.coverage.value,
-            "source_action_id": obs.source_action_id,
-            "resource_exists": None if obs.exists is None else int(obs.exists),
-            "sha256": obs.sha256,
-            "revision": obs.revision,
-            "recorded_at": obs.recorded_at,
+            "seq": record.seq,
+            "effect_id": record.effect_id,
+            "action_id": record.action_id,
+            "operation": record.operation.name,
+            "backend": record.operation.backend,
+            "args_sha256": record.operation.args_sha256,
+            "scope_count": len(scope),
+            "obligation_count": len(duties),
+            "recorded_at": record.recorded_at,
         }
-        for obs in items
-    ]
-    if rows:
-        conn.execute(insert(observations), rows)
+        return row, scope, duties
+    if isinstance(record, EffectOutcome):
+        row = {
+            "run_id": run_id,
+            "seq": record.seq,
+            "effect_id": record.effect_id,
+            "execution": record.execution.value,
+            "impact": record.impact.value,
+            "execution_id": record.execution_id,
+            "replayed": int(record.replayed),
+            "recorded_at": record.recorded_at,
+        }
+        return row, [], []
+    exists = None if record.exists is None else int(record.exists)
+    row = {
+        "run_id": run_id,
+        "seq": record.seq,
+        "observation_id": record.observation_id,
+        "resource_kind": record.resource.kind,
+        "resource_locator": record.resource.locator,
+        "resource_role": record.resource.role,
+        "resource_revision": record.resource.revision,
+        "mechanism": record.mechanism.value,
+        "coverage": record.coverage.value,
+        "source_action_id": record.source_action_id,
+        "resource_exists": exists,
+        "sha256": record.sha256,
+        "revision": record.revision,
+        "recorded_at": record.recorded_at,
+    }
+    return row, [], []
+
+
+def chain_hash(run_id: str, record: Record, prev_hash: str) -> str:
+    """The hash a record has in its run's chain after ``prev_hash``."""
+    row, scope, duties = rows_of(run_id, record)
+    return _chain.link(prev_hash, _chain.encode(record.kind, run_id, row, scope, duties))
+
+
+_TABLES = {"claim": claims, "outcome": outcomes, "observation": observations}
+
+
+def insert_records(conn: Connection, run_id: str, records: Iterable[Record], head: str) -> str:
+    """Insert records in seq order, each chained to the one before; return the new head hash."""
+    for record in records:
+        row, scope, duties = rows_of(run_id, record)
+        digest = _chain.link(head, _chain.encode(record.kind, run_id, row, scope, duties))
+        conn.execute(insert(_TABLES[record.kind]), {**row, "prev_hash": head, "hash": digest})
+        if scope:
+            conn.execute(insert(impact_scope), scope)
+        if duties:
+            conn.execute(insert(obligations), duties)
+        head = digest
+    return head
 
 
 def max_seq(conn: Connection, run_id: str) -> int:
@@ -170,46 +177,49 @@ def max_seq(conn: Connection, run_id: str) -> int:
     return int(conn.execute(select(func.coalesce(func.max(seqs.c.seq), 0))).scalar_one())
 
 
-def recover(conn: Connection, run_id: str, after_seq: int, now: str) -> tuple[EffectOutcome, ...]:
+def head(conn: Connection, run_id: str) -> tuple[int, str]:
+    """The run's last record: its seq and hash (0 and the genesis value for none)."""
+    rows = union_all(
+        *(
+            select(t.c.seq, t.c.hash).where(t.c.run_id == run_id)
+            for t in (claims, outcomes, observations)
+        )
+    ).subquery()
+    found = conn.execute(
+        select(rows.c.seq, rows.c.hash).order_by(rows.c.seq.desc()).limit(1)
+    ).first()
+    return (0, _chain.GENESIS) if found is None else (int(found[0]), str(found[1]))
+
+
+def recover(
+    conn: Connection, run_id: str, after_seq: int, prev_hash: str, now: str
+) -> tuple[tuple[EffectOutcome, ...], str]:
     """Append INTERRUPTED / POSSIBLE to every claim of the run with no outcome at all.
 
-    One ``INSERT … SELECT``: the seq of each new outcome continues the run in
-    claim order. Returns the appended outcomes in seq order.
+    One transaction (the caller's, begun IMMEDIATE, so no other writer interleaves):
+    the unsettled claims are selected and their outcomes appended, chained, continuing
+    the run's seq in claim order. Returns the appended outcomes and the new head hash.
     """
     has_outcome = exists().where(
         and_(outcomes.c.run_id == claims.c.run_id, outcomes.c.effect_id == claims.c.effect_id)
     )
-    unsettled = select(
-        claims.c.run_id,
-        (literal(after_seq) + func.row_number().over(order_by=claims.c.seq)).label("seq"),
-        claims.c.effect_id,
-        literal(ExecutionOutcome.INTERRUPTED.value).label("execution"),
-        literal(Impact.POSSIBLE.value).label("impact"),
-        literal(None).label("execution_id"),
-        literal(1).label("replayed"),
-        literal(now).label("recorded_at"),
-    ).where(claims.c.run_id == run_id, ~has_outcome)
-    conn.execute(
-        insert(outcomes).from_select(
-            [
-                "run_id",
-                "seq",
-                "effect_id",
-                "execution",
-                "impact",
-                "execution_id",
-                "replayed",
-                "recorded_at",
-            ],
-            unsettled,
+    unsettled = conn.execute(
+        select(claims.c.effect_id)
+        .where(claims.c.run_id == run_id, ~has_outcome)
+        .order_by(claims.c.seq)
+    ).scalars()
+    appended = tuple(
+        EffectOutcome(
+            effect_id=effect_id,
+            seq=after_seq + i,
+            execution=ExecutionOutcome.INTERRUPTED,
+            impact=Impact.POSSIBLE,
+            replayed=True,
+            recorded_at=now,
         )
+        for i, effect_id in enumerate(unsettled, start=1)
     )
-    rows = conn.execute(
-        select(outcomes)
-        .where(outcomes.c.run_id == run_id, outcomes.c.seq > after_seq)
-        .order_by(outcomes.c.seq)
-    ).mappings()
-    return tuple(_outcome(row) for row in rows)
+    return appended, insert_records(conn, run_id, appended, prev_hash)
 
 
 # --------------------------------------------------------------------------- reads
@@ -281,6 +291,30 @@ def _children(conn: Connection, table: Any, run_id: str, claimed: set[str]) -> d
 
 def load_history(conn: Connection, run_id: str) -> History:
     """Read and validate every record of one run; fail closed on anything wrong."""
+    return load_run(conn, run_id)[0]
+
+
+def _check_chain(run_id: str, history: History, links: dict[int, tuple[str, str]]) -> str:
+    prev = _chain.GENESIS
+    for record in history.records():
+        stored_prev, stored_hash = links[record.seq]
+        if stored_prev != prev:
+            raise _InvalidRowError(
+                f"chain broken at seq {record.seq}: its prev_hash is not the hash of the record "
+                "before it (a record was removed, inserted or reordered)"
+            )
+        if chain_hash(run_id, record, prev) != stored_hash:
+            raise _InvalidRowError(
+                f"chain broken at seq {record.seq}: its hash does not match its fields "
+                "(the record was changed)"
+            )
+        prev = stored_hash
+    return prev
+
+
+def load_run(conn: Connection, run_id: str) -> tuple[History, str]:
+    """The validated history of a run and the hash at its head."""
+    links: dict[int, tuple[str, str]] = {}
     where = "record"
     try:
         claim_rows = list(
@@ -294,6 +328,7 @@ def load_history(conn: Connection, run_id: str) -> History:
         loaded_claims = []
         for row in claim_rows:
             where = f"claim at seq {row['seq']}"
+            links[row["seq"]] = (row["prev_hash"], row["hash"])
             for table, rows, count in (
                 ("impact_scope", scopes, "scope_count"),
                 ("obligations", duties, "obligation_count"),
@@ -334,20 +369,24 @@ def load_history(conn: Connection, run_id: str) -> History:
             select(outcomes).where(outcomes.c.run_id == run_id).order_by(outcomes.c.seq)
         ).mappings():
             where = f"outcome at seq {row['seq']}"
+            links[row["seq"]] = (row["prev_hash"], row["hash"])
             loaded_outcomes.append(_outcome(row))
         loaded_observations = []
         for row in conn.execute(
             select(observations).where(observations.c.run_id == run_id).order_by(observations.c.seq)
         ).mappings():
             where = f"observation at seq {row['seq']}"
+            links[row["seq"]] = (row["prev_hash"], row["hash"])
             loaded_observations.append(_observation(row))
         where = "history"
         history = History(tuple(loaded_claims), tuple(loaded_outcomes), tuple(loaded_observations))
         check_history(history)
+        where = "chain"
+        head_hash = _check_chain(run_id, history, links)
         if history.records() and not run_exists(conn, run_id):
             raise _InvalidRowError("the run has records but no row in runs")  # noqa: TRY301 - reported below with the others
     except (ValueError, TypeError, _InvalidRowError) as e:
         raise EffectPersistenceError(
             f"run {run_id} does not validate ({where}): {e}; refusing to load it"
         ) from e
-    return history
+    return history, head_hash

@@ -29,6 +29,7 @@ from sqlalchemy import (
     text,
 )
 
+from ledger._chain import GENESIS
 from ledger.effects import (
     RESOURCE_KINDS,
     Coverage,
@@ -92,8 +93,13 @@ claims = Table(
     Column("scope_count", Integer, nullable=False),
     Column("obligation_count", Integer, nullable=False),
     Column("recorded_at", Text, nullable=False),
+    # The run's hash chain (ledger._chain): the previous record's hash, and this one's.
+    Column("prev_hash", Text, nullable=False),
+    Column("hash", Text, nullable=False),
     PrimaryKeyConstraint("run_id", "seq"),
     UniqueConstraint("run_id", "effect_id"),
+    CheckConstraint(_hex("prev_hash", 64), name="prev_hash"),
+    CheckConstraint(_hex("hash", 64), name="hash"),
     ForeignKeyConstraint(["run_id"], ["runs.run_id"]),
     CheckConstraint("seq >= 1", name="seq"),
     CheckConstraint(_identifier("effect_id"), name="effect_id"),
@@ -159,10 +165,15 @@ outcomes = Table(
     Column("execution_id", Text, nullable=True),
     Column("replayed", Integer, nullable=False),
     Column("recorded_at", Text, nullable=False),
+    # The run's hash chain (ledger._chain): the previous record's hash, and this one's.
+    Column("prev_hash", Text, nullable=False),
+    Column("hash", Text, nullable=False),
     PrimaryKeyConstraint("run_id", "seq"),
     ForeignKeyConstraint(["run_id", "effect_id"], ["claims.run_id", "claims.effect_id"]),
     CheckConstraint("seq >= 1", name="seq"),
     CheckConstraint(_enum_words("execution", ExecutionOutcome), name="execution"),
+    CheckConstraint(_hex("prev_hash", 64), name="prev_hash"),
+    CheckConstraint(_hex("hash", 64), name="hash"),
     CheckConstraint(_enum_words("impact", Impact), name="impact"),
     CheckConstraint("replayed IN (0, 1)", name="replayed"),
     CheckConstraint("replayed = 0 OR execution = 'interrupted'", name="replayed_interrupted"),
@@ -199,8 +210,13 @@ observations = Table(
     Column("sha256", Text, nullable=True),
     Column("revision", Text, nullable=True),
     Column("recorded_at", Text, nullable=False),
+    # The run's hash chain (ledger._chain): the previous record's hash, and this one's.
+    Column("prev_hash", Text, nullable=False),
+    Column("hash", Text, nullable=False),
     PrimaryKeyConstraint("run_id", "seq"),
     UniqueConstraint("run_id", "observation_id"),
+    CheckConstraint(_hex("prev_hash", 64), name="prev_hash"),
+    CheckConstraint(_hex("hash", 64), name="hash"),
     ForeignKeyConstraint(["run_id"], ["runs.run_id"]),
     CheckConstraint("seq >= 1", name="seq"),
     CheckConstraint(_identifier("observation_id"), name="observation_id"),
@@ -331,6 +347,21 @@ def _sqlite_triggers() -> dict[str, str]:
             f"{table} is append-only, the rows of a claim are written with it and no more",
         )
         for table, count in (("impact_scope", "scope_count"), ("obligations", "obligation_count"))
+    )
+    # Each record must extend the run's chain: its prev_hash is the hash of the record
+    # just before it (by seq), or the genesis value for the first.
+    previous = " UNION ALL ".join(
+        f"SELECT hash FROM {t} WHERE run_id = NEW.run_id AND seq = NEW.seq - 1"
+        for t in RECORD_TABLES
+    )
+    guards.extend(
+        _guard(
+            table,
+            "guard_chain",
+            f"NEW.prev_hash IS NOT (CASE WHEN NEW.seq = 1 THEN '{GENESIS}' ELSE ({previous}) END)",
+            f"{table} is append-only, the record does not extend the chain of its run",
+        )
+        for table in RECORD_TABLES
     )
     guards.extend(
         _guard(

@@ -305,15 +305,25 @@ def recover(run: str | None, dead: bool, force: bool, store: Path | None, as_jso
 
 
 @main.command(short_help="Check the file, the schema and every run; exit 1 on a problem.")
+@click.option(
+    "--anchor",
+    "anchors",
+    multiple=True,
+    metavar="RUN:SEQ:HASH",
+    help="A head kept elsewhere (from ledger head): the record must still be there, unchanged.",
+)
 @_store_option
 @_json_option
-def verify(store: Path | None, as_json: bool) -> None:
-    """Check the database file, the schema and its guards, and every row of every run.
+def verify(anchors: tuple[str, ...], store: Path | None, as_json: bool) -> None:
+    """Check the database file, the schema and its guards, and every row and chain of every run.
 
-    Exits 0 when the store is clean, 1 with a report of each problem when it is not.
+    With --anchor, also check that a run still holds the head recorded earlier: this
+    catches a truncated run, or a chain recomputed after a change. Exits 0 when the
+    store is clean, 1 with a report of each problem when it is not.
     """
     directory = _directory(store)
     with _library_errors():
+        heads = tuple(_inspect.Head.parse(a) for a in anchors)
         total = _inspect.run_count(directory)
         with click.progressbar(
             length=total, label="verifying runs", file=sys.stderr, hidden=_quiet()
@@ -324,7 +334,7 @@ def verify(store: Path | None, as_json: bool) -> None:
                 bar.update(n - done[0])
                 done[0] = n
 
-            report = _inspect.verify(directory, advance)
+            report = _inspect.verify(directory, advance, heads)
     if as_json:
         _print_json(report.to_dict())
     elif report.ok:
@@ -335,6 +345,24 @@ def verify(store: Path | None, as_json: bool) -> None:
         click.echo(f"{len(report.problems)} problem(s) in {directory / DB_NAME}")
     if not report.ok:
         raise SystemExit(1)
+
+
+@main.command(short_help="Print a run's head: its last seq and hash, to keep elsewhere.")
+@click.argument("run")
+@_store_option
+@_json_option
+def head(run: str, store: Path | None, as_json: bool) -> None:
+    """Print a run's head as RUN:SEQ:HASH, after checking its whole chain.
+
+    Keep it somewhere the store's users cannot write; ledger verify --anchor then
+    proves the run was neither truncated nor rewritten up to that point.
+    """
+    with _library_errors():
+        found = _inspect.run_head(_directory(store), run)
+    if as_json:
+        _print_json(found.to_dict())
+    else:
+        click.echo(str(found))
 
 
 @main.command()

@@ -33,6 +33,7 @@ from types import TracebackType
 from typing import Self
 
 from ledger import _paths, _records
+from ledger._chain import GENESIS
 from ledger._errors import EffectPersistenceError
 from ledger._owner import Writer
 from ledger._paths import effects_dir
@@ -125,6 +126,7 @@ class EffectLog:
         self._observation_ids: set[str] = set()
         self._unwritten: list[Observation] = []  # made before the run's first write
         self._next_seq = 1
+        self._head = GENESIS  # the hash of the run's last durable record
         self._started = False  # whether the run's row is in the store
         self._continuing = False  # loaded: the run may already exist
         self._writer_recorded = False  # this process is recorded as the run's writer
@@ -170,7 +172,7 @@ class EffectLog:
         try:
             if store.open_existing():
                 with store.read(f"cannot load run {run_id}") as conn:
-                    history = _records.load_history(conn, run_id)
+                    history, self._head = _records.load_run(conn, run_id)
                 self._adopt(history)
         except BaseException:
             release(store)
@@ -246,16 +248,11 @@ class EffectLog:
                         )
                 else:
                     _records.insert_run(conn, self._run_id, utc_now())
-                _records.insert_observations(conn, self._run_id, self._unwritten)
             if not self._writer_recorded:
                 _records.record_writer(conn, self._run_id, Writer.current(), utc_now())
-            for record in records:
-                if isinstance(record, EffectClaim):
-                    _records.insert_claim(conn, self._run_id, record)
-                elif isinstance(record, EffectOutcome):
-                    _records.insert_outcome(conn, self._run_id, record)
-                else:
-                    _records.insert_observations(conn, self._run_id, (record,))
+            pending = [*self._unwritten] if not self._started else []
+            head = _records.insert_records(conn, self._run_id, [*pending, *records], self._head)
+        self._head = head
         self._started = True
         self._writer_recorded = True
         self._unwritten.clear()
@@ -458,7 +455,8 @@ class EffectLog:
                         f"run {self._run_id} holds records up to seq {durable} where this log "
                         f"knows {base}: another writer touched it; load it again"
                     )
-                appended = _records.recover(conn, self._run_id, base, utc_now())
+                appended, head = _records.recover(conn, self._run_id, base, self._head, utc_now())
+            self._head = head
             self._outcomes.extend(appended)
             self._settled.update(o.effect_id for o in appended)
             self._next_seq += len(appended)

@@ -264,6 +264,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "status": ("status", "--json", *at),
         "verify": ("verify", "--json", *at),
         "path": ("path", "--json", *at),
+        "head": ("head", done[:8], "--json", *at),
         "export": ("export", done, *at),
     }
     with ThreadPoolExecutor(len(reads)) as pool:

@@ -245,8 +245,10 @@ def _forge(store: Path, *statements: str, past: tuple[str, ...] = ()) -> None:
     """Write with plain sqlite3 as a forger would: CHECKs ignored, foreign keys off.
 
     The triggers and indexes named in ``past`` are dropped for the write; the
-    triggers are put back afterwards (an index may no longer fit the rows).
+    triggers are put back afterwards (an index may no longer fit the rows). The chain
+    guards are always among them: forged rows carry made-up chain columns (CHAIN).
     """
+    past = (*past, "claims_guard_chain", "outcomes_guard_chain", "observations_guard_chain")
     conn = sqlite3.connect(store / DB, isolation_level=None)
     try:
         conn.execute("PRAGMA foreign_keys = OFF")
@@ -266,11 +268,15 @@ def _forge(store: Path, *statements: str, past: tuple[str, ...] = ()) -> None:
         conn.close()
 
 
+# Well-formed but made-up chain columns of a forged row.
+CHAIN = f"'{'0' * 64}', '{'f' * 64}'"
+
+
 def _outcome_sql(run_id: str, seq: int, effect_id: str, execution: str, impact: str) -> str:
     return (
         "INSERT INTO outcomes (run_id, seq, effect_id, execution, impact, execution_id,"
-        f" replayed, recorded_at) VALUES ('{run_id}', {seq}, '{effect_id}', '{execution}',"
-        f" '{impact}', NULL, 0, '{T0}')"
+        f" replayed, recorded_at, prev_hash, hash) VALUES ('{run_id}', {seq}, '{effect_id}',"
+        f" '{execution}', '{impact}', NULL, 0, '{T0}', {CHAIN})"
     )
 
 
@@ -421,9 +427,9 @@ def _seq_gap(store: Path, run_id: str) -> tuple[str, tuple[str, ...]]:
         store,
         "INSERT INTO observations (run_id, seq, observation_id, resource_kind,"
         " resource_locator, resource_role, resource_revision, mechanism, coverage,"
-        " source_action_id, resource_exists, sha256, revision, recorded_at)"
+        " source_action_id, resource_exists, sha256, revision, recorded_at, prev_hash, hash)"
         f" VALUES ('{run_id}', 5, 'late', 'fs', '/srv/app/f0', 'target', NULL,"
-        f" 'filesystem_stat', 'complete', 'act-9', 1, NULL, NULL, '{T0}')",
+        f" 'filesystem_stat', 'complete', 'act-9', 1, NULL, NULL, '{T0}', {CHAIN})",
     )
     return f"run {run_id}: ", ("seq 5 of observation where 4 was due",)
 
@@ -457,9 +463,9 @@ def _records_without_a_run(store: Path, run_id: str) -> tuple[str, tuple[str, ..
     _forge(
         store,
         "INSERT INTO claims (run_id, seq, effect_id, action_id, operation, backend,"
-        " args_sha256, scope_count, obligation_count, recorded_at)"
+        " args_sha256, scope_count, obligation_count, recorded_at, prev_hash, hash)"
         f" VALUES ('{orphan}', 1, 'ghost', 'act-1', 'write_file', 'test/1',"
-        f" '{sha(b'{}')}', 0, 0, '{T0}')",
+        f" '{sha(b'{}')}', 0, 0, '{T0}', {CHAIN})",
         past=("claims_guard_run",),
     )
     return f"run {orphan}: records without a row in runs", ()

@@ -570,6 +570,30 @@ def check_runs(s: Scenario, rows: list[dict[str, Any]]) -> None:
     assert rows[0]["first_record_at"] < rows[0]["created_at"]
 
 
+def check_chain(s: Scenario, rows: list[dict[str, Any]]) -> None:
+    """The chain of the main run, as the library wrote it, verifies: no broken record."""
+    assert rows == []
+
+
+def test_chain_recipe_names_the_first_tampered_record(tmp_path: Path) -> None:
+    """After a field is changed with the shell (triggers dropped), the chain recipe names that record."""
+    s = build_store(tmp_path)
+    (recipe,) = [r for r in RECIPES if r.number == 9]
+    conn = sqlite3.connect(s.db, isolation_level=None)
+    try:
+        conn.execute("DROP TRIGGER outcomes_no_update")
+        seq = conn.execute("SELECT min(seq) FROM outcomes WHERE run_id = ?", (s.main,)).fetchone()[
+            0
+        ]
+        conn.execute(
+            "UPDATE outcomes SET impact = 'possible' WHERE run_id = ? AND seq = ?", (s.main, seq)
+        )
+    finally:
+        conn.close()
+    rows = shell(str(s.db), substitute(recipe.sql, s))
+    assert rows == [{"seq": seq, "kind": "outcome", "problem": "hash does not match the fields"}]
+
+
 CHECKS: dict[int, Callable[[Scenario, list[dict[str, Any]]], None]] = {
     1: check_incident_list,
     2: check_timeline,
@@ -579,6 +603,7 @@ CHECKS: dict[int, Callable[[Scenario, list[dict[str, Any]]], None]] = {
     6: check_recoverable,
     7: check_postconditions,
     8: check_runs,
+    9: check_chain,
 }
 
 
@@ -588,11 +613,11 @@ CHECKS: dict[int, Callable[[Scenario, list[dict[str, Any]]], None]] = {
 def test_every_sql_block_is_a_checked_recipe() -> None:
     """Every ```sql block of the guide is a numbered recipe with a one-line description and a check."""
     blocks = SQL_BLOCK.findall(DOC)
-    assert len(blocks) == len(RECIPES) == len(CHECKS) == 8
+    assert len(blocks) == len(RECIPES) == len(CHECKS) == 9
     assert [r.sql for r in RECIPES] == blocks
     assert [r.number for r in RECIPES] == sorted(CHECKS)
     assert "LIKE" not in RECIPES[2].sql.upper()
-    assert sum(RUN_PLACEHOLDER in r.sql for r in RECIPES) == 2
+    assert sum(RUN_PLACEHOLDER in r.sql for r in RECIPES) == 3
     assert sum(PATH_PLACEHOLDER in r.sql for r in RECIPES) == 1
     assert sum(f"'{EFFECT_IN_DOC}'" in r.sql for r in RECIPES) == 1
 

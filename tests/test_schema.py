@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from ledger import effects as fx
+from ledger._records import chain_hash
 from ledger._schema import APPEND_ONLY_TABLES
 from ledger._store import Store, _on_connect
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
@@ -27,6 +28,10 @@ from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from .conftest import fs_ref, op, sha
 
 TS = "2024-01-01T00:00:00+00:00"
+# Attack rows carry well-formed chain columns; the chain guard itself is dropped by
+# attacker() so that each test reaches the constraint it is about (tamper tests check
+# the chain).
+CHAIN = {"prev_hash": "0" * 64, "hash": "f" * 64}
 A = "/sandbox/a.txt"
 D = "/sandbox/d.txt"
 
@@ -39,6 +44,7 @@ CLAIM = {
     "scope_count": 0,
     "obligation_count": 0,
     "recorded_at": TS,
+    **CHAIN,
 }
 OUTCOME = {
     "execution": "failed",
@@ -46,6 +52,7 @@ OUTCOME = {
     "execution_id": None,
     "replayed": 0,
     "recorded_at": TS,
+    **CHAIN,
 }
 OBSERVATION = {
     "observation_id": "o9",
@@ -60,6 +67,7 @@ OBSERVATION = {
     "sha256": None,
     "revision": None,
     "recorded_at": TS,
+    **CHAIN,
 }
 SCOPE = {"kind": "fs", "locator": "/sandbox/z", "role": "target", "revision": None}
 OBLIGATION = {
@@ -150,8 +158,13 @@ def built(template: Built, store_dir: Path) -> Built:
 
 @contextlib.contextmanager
 def attacker(built: Built) -> Iterator[sqlite3.Connection]:
-    """A plain ``sqlite3`` connection in autocommit mode, as the shell would open."""
+    """A plain ``sqlite3`` connection in autocommit mode, as the shell would open.
+
+    The chain guards are dropped first (see CHAIN).
+    """
     conn = sqlite3.connect(built.path, isolation_level=None)
+    for table in ("claims", "outcomes", "observations"):
+        conn.execute(f"DROP TRIGGER IF EXISTS {table}_guard_chain")
     try:
         yield conn
     finally:
@@ -444,9 +457,17 @@ def test_an_outcome_after_a_terminal_one_is_refused(built: Built) -> None:
 
 
 def test_terminal_after_running_is_accepted(built: Built) -> None:
-    """A terminal outcome after a RUNNING one is allowed: the guards refuse only real forgeries."""
-    with attacker(built) as conn:
-        insert(conn, "outcomes", **row(built, "outcomes", effect_id="e2"))
+    """A terminal outcome after a RUNNING one, correctly chained, is allowed: the guards refuse only forgeries."""
+    outcome = fx.EffectOutcome("e2", 7, fx.ExecutionOutcome.FAILED, fx.Impact.NONE, recorded_at=TS)
+    conn = sqlite3.connect(built.path, isolation_level=None)  # every guard in place
+    try:
+        prev = conn.execute(
+            "SELECT hash FROM claims WHERE run_id = ? AND seq = 6", (built.run_id,)
+        ).fetchone()[0]
+        chained = {"prev_hash": prev, "hash": chain_hash(built.run_id, outcome, prev)}
+        insert(conn, "outcomes", **row(built, "outcomes", effect_id="e2", **chained))
+    finally:
+        conn.close()
     with EffectLog.load(built.run_id, built.directory) as log:
         assert log.assess("e2").execution is fx.ExecutionOutcome.FAILED
 
