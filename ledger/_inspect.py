@@ -38,8 +38,15 @@ def _has_table(conn: Connection, name: str) -> bool:
     return found is not None
 
 
+def _blank(conn: Connection) -> bool:
+    """A database with no schema yet: its creator died before its first commit; empty."""
+    return not _has_table(conn, "runs")
+
+
 def resolve_run(conn: Connection, prefix: str) -> str:
     """The one run whose id starts with ``prefix`` (a whole id or a unique prefix, as git does)."""
+    if _blank(conn):
+        raise RunNotFoundError(f"no run matches {prefix!r}: the store holds no run yet")
     if not _HEX.fullmatch(prefix):
         raise RunNotFoundError(f"{prefix!r} is not a run id or a prefix of one (lowercase hex)")
     rows = conn.exec_driver_sql(
@@ -116,6 +123,8 @@ def list_runs(directory: Path) -> list[RunSummary]:
     columns = ", ".join(f"coalesce(v.{v}, 0)" for v in VERDICTS)
 
     def query(conn: Connection) -> list[RunSummary]:
+        if _blank(conn):
+            return []
         rows = conn.exec_driver_sql(_RUNS_SQL.format(counts=counts, columns=columns)).all()
         return [
             RunSummary(
@@ -190,6 +199,8 @@ def effect_statuses(
     """Effects across runs (or of one run) with their verdicts; optionally only unresolved ones."""
 
     def query(conn: Connection) -> list[Any]:
+        if _blank(conn):
+            return []
         where, params = [], []
         if run is not None:
             where.append("run_id = ?")
@@ -280,6 +291,8 @@ def recover_dead(directory: Path) -> list[Recovery]:
     """
 
     def query(conn: Connection) -> dict[str, Writer | None]:
+        if _blank(conn):
+            return {}
         candidates = conn.exec_driver_sql(
             "SELECT DISTINCT run_id FROM unsettled_claims WHERE running = 0 ORDER BY run_id"
         )
@@ -394,6 +407,11 @@ def verify(
     """
 
     def query(conn: Connection) -> VerifyReport:
+        if _blank(conn):
+            gone = tuple(
+                f"run {a.run_id}: anchor at seq {a.seq}: the store holds no run" for a in anchors
+            )
+            return VerifyReport(0, 0, gone)
         report = _verify(conn, progress)
         anchored = tuple(p for a in anchors if (p := _check_anchor(conn, a)) is not None)
         return dataclasses.replace(report, problems=report.problems + anchored)
@@ -436,5 +454,8 @@ def _verify(conn: Connection, progress: Callable[[int], None] | None) -> VerifyR
 def run_count(directory: Path) -> int:
     """How many runs the store holds (for progress bars)."""
     return read(
-        directory, lambda conn: int(conn.exec_driver_sql("SELECT count(*) FROM runs").scalar_one())
+        directory,
+        lambda conn: (
+            0 if _blank(conn) else conn.exec_driver_sql("SELECT count(*) FROM runs").scalar_one()
+        ),
     )

@@ -111,6 +111,8 @@ def _record(line: bytes, number: int, path: Path) -> EffectClaim | EffectOutcome
         entry = json.loads(line)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ImportRefusedError(f"{where}: not JSON ({e})") from None
+    except RecursionError:
+        raise ImportRefusedError(f"{where}: JSON nested too deeply") from None
     if not isinstance(entry, dict) or set(entry) != {"v", "type", "record"}:
         raise ImportRefusedError(f'{where}: not an object with exactly "v", "type", "record"')
     if type(entry["v"]) is not int or entry["v"] != FORMAT_VERSION:
@@ -141,6 +143,8 @@ def parse(path: Path) -> tuple[History, bool]:
         except (UnicodeDecodeError, json.JSONDecodeError):
             lines.pop()
             torn = True
+        except RecursionError:
+            pass  # complete, but nested too deeply: refused below, naming the line
     records = [_record(line, number, path) for number, line in enumerate(lines, start=1)]
     for number, record in enumerate(records, start=1):
         if record.seq != number:

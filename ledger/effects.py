@@ -140,6 +140,14 @@ def check_identifier(value: object, field: str, *, optional: bool = False) -> No
         raise ValueError(f"{field} is longer than {MAX_IDENTIFIER} characters")
     if not value.isprintable():
         raise ValueError(f"{field} must be printable text without NUL or control characters")
+    _check_encodable(value, field)
+
+
+def _check_encodable(value: str, field: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{field} must be Unicode text (no lone surrogate)") from None
 
 
 def _check_str(value: object, field: str, *, empty: bool = False, limit: int = MAX_LOCATOR) -> None:
@@ -151,6 +159,7 @@ def _check_str(value: object, field: str, *, empty: bool = False, limit: int = M
         raise ValueError(f"{field} is longer than {limit} characters")
     if "\x00" in value:
         raise ValueError(f"{field} must not contain NUL")
+    _check_encodable(value, field)
 
 
 def _check_hex64(value: object, field: str) -> None:

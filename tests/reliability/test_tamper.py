@@ -1,0 +1,846 @@
+"""The tamper matrix: every column of every record table, edited from the sqlite3 shell, is caught.
+
+One store is built with the library. Its run shape — claims with impact scope and
+obligations, outcomes RUNNING then terminal and one recovered after a crash,
+observations (one made before the first claim) — is written once per case, plus one
+more such run no case touches and a second run of another shape. Each case edits its
+own run, on a copy of the store, with the real ``sqlite3`` shell: every trigger
+dropped, ``PRAGMA ignore_check_constraints = ON`` and ``foreign_keys = OFF``, then one
+of: one column of one row set to another valid-looking value of its type (for every
+column ``PRAGMA table_info`` lists), a row deleted, a crafted row inserted (a copy with
+a new seq and new ids), two rows' seq (or position) swapped. The triggers are put back
+in the same transaction, so the edits are the only thing wrong with the copy: a control
+copy, dropped and restored without an edit, verifies clean.
+
+Every case must be caught both by ``ledger verify`` (the installed console script,
+run once over the copy: exit 1, a problem naming the case's run, none naming an
+untouched run) and by ``EffectLog.load`` of its run (:class:`EffectPersistenceError`).
+An edit that changes no record would be exempt: none is expected, and every case
+checks that its edit changed the tables.
+
+A chain recomputed after a change (``ledger._records.chain_hash``), and a run
+truncated at its end, stay consistent: load accepts them, and only an anchor taken
+before (``ledger head``) catches them. docs/forensics.md recipe 9, run by the shell,
+names the first broken seq of every changed-field case.
+
+Figures go to stdout as one ``reliability:`` line, and as a JSON line to the file
+named by ``LEDGER_RELIABILITY_REPORT`` when it is set.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger import _chain
+from ledger import effects as fx
+from ledger._records import chain_hash
+from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
+from tests.conftest import PYTHON, REPO, fs_ref, op, sha, subprocess_env
+
+SQLITE3 = shutil.which("sqlite3")
+pytestmark = pytest.mark.skipif(SQLITE3 is None, reason="the sqlite3 shell is not installed")
+
+LEDGER = Path(PYTHON).with_name("ledger")
+DB = "ledger.sqlite3"
+
+SEQ_TABLES = ("claims", "outcomes", "observations")
+CHILD_TABLES = ("impact_scope", "obligations")
+RECORD_TABLES = ("claims", "impact_scope", "obligations", "outcomes", "observations")
+TABLE_OF = {"claim": "claims", "outcome": "outcomes", "observation": "observations"}
+ROW_EDITS = ("DELETE", "INSERT", "SWAP", "REHASH")
+# The columns each table's rows contribute to the chain's encoding (ledger._chain).
+ENCODED = {
+    "claims": {*_chain.CLAIM_COLUMNS, "prev_hash", "hash"},
+    "outcomes": {*_chain.OUTCOME_COLUMNS, "prev_hash", "hash"},
+    "observations": {*_chain.OBSERVATION_COLUMNS, "prev_hash", "hash"},
+    "impact_scope": set(_chain.SCOPE_COLUMNS),
+    "obligations": set(_chain.OBLIGATION_COLUMNS),
+}
+# Enum columns get another word of their enum: a value the schema would accept.
+WORDS: dict[str, tuple[str, ...]] = {
+    "kind": fx.RESOURCE_KINDS,
+    "target_kind": fx.RESOURCE_KINDS,
+    "resource_kind": fx.RESOURCE_KINDS,
+    "predicate": tuple(m.value for m in fx.Predicate),
+    "execution": tuple(m.value for m in fx.ExecutionOutcome),
+    "impact": tuple(m.value for m in fx.Impact),
+    "mechanism": tuple(m.value for m in fx.ObservationMechanism),
+    "coverage": tuple(m.value for m in fx.Coverage),
+}
+BOOLEANS = ("replayed", "resource_exists")
+# The id a crafted copy of a row must change to be insertable next to the original.
+NEW_ID = {"claims": "effect_id", "observations": "observation_id"}
+HEX64 = re.compile(r"[0-9a-f]{64}")
+# Edits that change no record, and so need not be detected: none is expected.
+EXEMPT: frozenset[str] = frozenset()
+
+FIGURES: dict[str, Any] = {
+    "cases": 0,
+    "detected": 0,
+    "missed": 0,
+    "verify_detected": 0,
+    "load_detected": 0,
+    "unchanged_edits": 0,
+    "untouched_runs_flagged": 0,
+    "anchor_cases": 0,
+    "anchor_detected": 0,
+    "recipe9_cases": 0,
+    "recipe9_named": 0,
+    "missed_cases": [],
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report() -> Iterator[None]:
+    started = time.monotonic()
+    yield
+    figures = {"test": "tamper", **FIGURES, "seconds": round(time.monotonic() - started, 1)}
+    print(
+        f"\nreliability: tamper cases={figures['cases']} detected={figures['detected']} "
+        f"missed={figures['missed']} (verify {figures['verify_detected']}, "
+        f"load {figures['load_detected']}; unchanged edits {figures['unchanged_edits']}, "
+        f"untouched runs flagged {figures['untouched_runs_flagged']}) "
+        f"anchor {figures['anchor_detected']}/{figures['anchor_cases']} "
+        f"recipe9 {figures['recipe9_named']}/{figures['recipe9_cases']} "
+        f"in {figures['seconds']}s"
+    )
+    report = os.environ.get("LEDGER_RELIABILITY_REPORT")
+    if report:
+        with Path(report).open("a", encoding="utf-8") as f:
+            f.write(json.dumps(figures) + "\n")
+
+
+# --------------------------------------------------------------------------- the store
+
+
+@dataclasses.dataclass(frozen=True)
+class Base:
+    """The store every case copies, and what the tests need to know of it."""
+
+    directory: Path
+    runs: tuple[str, ...]  # one run of the shape below per case
+    control: str  # a run of the same shape no case edits
+    other: str  # a run of another shape no case edits
+    head: int  # the last seq of a run of that shape
+    triggers: tuple[tuple[str, str], ...]  # (name, CREATE TRIGGER sql)
+    columns: dict[str, tuple[tuple[str, str], ...]]  # table -> (name, declared type)
+
+
+def _write_run(directory: Path, run_id: str) -> int:
+    """The run every case edits; return its last seq."""
+    a, b, c, d = (fs_ref(f"/w/{name}") for name in "abcd")
+    user = fx.ResourceRef("owned", "db/users/1", "record", "r1")
+    with EffectLog(run_id, directory) as log:
+        log.observe(
+            observation_id="o0",
+            resource=a,
+            mechanism=fx.ObservationMechanism.FILESYSTEM_STAT,
+            coverage=fx.Coverage.COMPLETE,
+            source_action_id="s0",
+            exists=False,
+        )
+        log.claim(
+            effect_id="c1",
+            action_id="a1",
+            operation=op("write_file", b"1"),
+            impact_scope=[a, user],
+            obligations=[
+                fx.Postcondition(a, fx.Predicate.SHA256, sha(b"a")),
+                fx.Postcondition(user, fx.Predicate.REVISION, "r2"),
+            ],
+        )
+        log.outcome(
+            effect_id="c1",
+            execution=fx.ExecutionOutcome.RUNNING,
+            impact=fx.Impact.POSSIBLE,
+            execution_id="x-1",
+        )
+        log.claim(
+            effect_id="c2",
+            action_id="a2",
+            operation=op("touch", b"2"),
+            impact_scope=[b],
+            obligations=[fx.Postcondition(b, fx.Predicate.EXISTS)],
+        )
+        log.outcome(
+            effect_id="c1",
+            execution=fx.ExecutionOutcome.REPORTED_SUCCESS,
+            impact=fx.Impact.CERTAIN,
+            execution_id="x-1",
+        )
+        log.observe(
+            observation_id="o1",
+            resource=a,
+            mechanism=fx.ObservationMechanism.FILESYSTEM_READ,
+            coverage=fx.Coverage.COMPLETE,
+            source_action_id="s1",
+            exists=True,
+            sha256=sha(b"a"),
+        )
+        log.claim(
+            effect_id="c3",
+            action_id="a3",
+            operation=op("remove", b"3"),
+            impact_scope=[c],
+            obligations=[fx.Postcondition(c, fx.Predicate.ABSENT)],
+        )
+        log.outcome(effect_id="c2", execution=fx.ExecutionOutcome.FAILED, impact=fx.Impact.NONE)
+        log.observe(
+            observation_id="o2",
+            resource=user,
+            mechanism=fx.ObservationMechanism.BACKEND_QUERY,
+            coverage=fx.Coverage.COMPLETE,
+            source_action_id="s2",
+            exists=True,
+            revision="r2",
+        )
+    # The worker crashed with c3 claimed and no outcome; after a restart it is recovered.
+    with EffectLog.load(run_id, directory) as log:
+        assert len(log.recover_interrupted()) == 1
+        log.claim(effect_id="c4", action_id="a4", operation=op(), impact_scope=[d])
+        log.observe(
+            observation_id="o3",
+            resource=d,
+            mechanism=fx.ObservationMechanism.FILESYSTEM_STAT,
+            coverage=fx.Coverage.PARTIAL,
+            source_action_id="s3",
+        )
+        log.outcome(
+            effect_id="c4",
+            execution=fx.ExecutionOutcome.REPORTED_SUCCESS,
+            impact=fx.Impact.POSSIBLE,
+        )
+        return log.history().records()[-1].seq
+
+
+def _write_other_run(directory: Path, run_id: str) -> None:
+    a = fs_ref("/w/a")
+    with EffectLog(run_id, directory) as log:
+        log.claim(effect_id="c1", action_id="a1", operation=op(), impact_scope=[a])
+        log.outcome(
+            effect_id="c1", execution=fx.ExecutionOutcome.REPORTED_SUCCESS, impact=fx.Impact.CERTAIN
+        )
+        log.observe(
+            observation_id="o1",
+            resource=a,
+            mechanism=fx.ObservationMechanism.FILESYSTEM_READ,
+            coverage=fx.Coverage.COMPLETE,
+            source_action_id="s1",
+            exists=True,
+            sha256=sha(b"b"),
+        )
+
+
+def _build(directory: Path) -> Base:
+    control, other = new_run_id(), new_run_id()
+    head = _write_run(directory, control)
+    _write_other_run(directory, other)
+    with _connect(directory) as conn:
+        triggers = tuple(
+            (str(name), str(sql))
+            for name, sql in conn.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' ORDER BY name"
+            )
+        )
+        columns = {
+            table: tuple(
+                (str(row[1]), str(row[2]))
+                for row in conn.execute(f"PRAGMA table_info({table})").fetchall()
+            )
+            for table in RECORD_TABLES
+        }
+    assert triggers
+    cases = sum(len(columns[t]) for t in RECORD_TABLES) + len(ROW_EDITS) * len(RECORD_TABLES)
+    runs = tuple(new_run_id() for _ in range(cases))
+    for run_id in runs:
+        assert _write_run(directory, run_id) == head
+    return Base(directory, runs, control, other, head, triggers, columns)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Base:
+    """The store built once, closed."""
+    with pytest.MonkeyPatch.context() as mp:  # never the user's default store
+        mp.setenv("LEDGER_DIR", str(tmp_path_factory.mktemp("default-store") / "ledger"))
+        return _build(tmp_path_factory.mktemp("tamper-base") / "store")
+
+
+class _Connection:
+    """A read-only plain sqlite3 connection, closed on exit."""
+
+    def __init__(self, directory: Path) -> None:
+        self.conn = sqlite3.connect(f"file:{directory / DB}?mode=ro", uri=True)
+        self.conn.row_factory = sqlite3.Row
+
+    def __enter__(self) -> sqlite3.Connection:
+        return self.conn
+
+    def __exit__(self, *exc: object) -> None:
+        self.conn.close()
+
+
+def _connect(directory: Path) -> _Connection:
+    return _Connection(directory)
+
+
+def _snapshot(directory: Path) -> dict[str, list[str]]:
+    """Every row of every record table, as text, in a canonical order."""
+    with _connect(directory) as conn:
+        return {
+            table: sorted(repr(tuple(row)) for row in conn.execute(f"SELECT * FROM {table}"))
+            for table in ("runs", *RECORD_TABLES)
+        }
+
+
+def _rows(directory: Path, table: str, run_id: str) -> list[dict[str, Any]]:
+    """A run's rows of ``table`` with their rowid, in seq (claim seq, position) order."""
+    claim_seq = (
+        "(SELECT c.seq FROM claims AS c WHERE c.run_id = t.run_id AND c.effect_id = t.effect_id)"
+    )
+    if table == "observations":
+        claim_seq = "NULL"
+    order = "t.seq" if table in SEQ_TABLES else f"{claim_seq}, t.position"
+    with _connect(directory) as conn:
+        rows = conn.execute(
+            f"SELECT t.rowid AS _rowid, t.*, {claim_seq} AS _claim_seq"
+            f" FROM {table} AS t WHERE t.run_id = ? ORDER BY {order}",
+            (run_id,),
+        ).fetchall()
+    return [dict(row) for row in rows]
+
+
+def _record_seq(table: str, row: dict[str, Any]) -> int:
+    """The seq of the record a row belongs to (a child row belongs to its claim)."""
+    return int(row["seq"] if table in SEQ_TABLES else row["_claim_seq"])
+
+
+def _literal(value: object) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, int):
+        return str(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def _tamper_script(base: Base, statements: list[str]) -> str:
+    """One transaction: drop every trigger, edit, put the triggers back."""
+    return "\n".join(
+        [
+            "PRAGMA foreign_keys = OFF;",
+            "PRAGMA ignore_check_constraints = ON;",
+            "BEGIN IMMEDIATE;",
+            *(f'DROP TRIGGER "{name}";' for name, _ in base.triggers),
+            *statements,
+            *(f"{sql};" for _, sql in base.triggers),
+            "COMMIT;",
+            "",
+        ]
+    )
+
+
+def _shell(
+    directory: Path, script: str, *, json_rows: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` in the real sqlite3 shell (stopping at the first error)."""
+    args = [str(SQLITE3), "-init", os.devnull, "-bail"]
+    if json_rows:
+        args += ["-json", "-readonly"]
+    return subprocess.run(
+        [*args, str(directory / DB)],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _copy(base: Base, directory: Path) -> Path:
+    shutil.copytree(base.directory, directory)
+    return directory
+
+
+def _tamper(base: Base, directory: Path, statements: list[str]) -> None:
+    result = _shell(directory, _tamper_script(base, statements))
+    assert result.returncode == 0, (statements, result.stderr)
+
+
+def _load_error(directory: Path, run_id: str) -> str | None:
+    try:
+        with EffectLog.load(run_id, directory) as log:
+            log.history()
+    except EffectPersistenceError as e:
+        return str(e)
+    return None
+
+
+def _ledger(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LEDGER), *args],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=120,
+        check=False,
+    )
+
+
+def _verify(directory: Path, *anchors: str) -> tuple[int, dict[str, Any]]:
+    args = ["verify", "--json", "--store", str(directory)]
+    for anchor in anchors:
+        args += ["--anchor", anchor]
+    result = _ledger(*args)
+    assert result.returncode in (0, 1), result.stderr
+    return result.returncode, json.loads(result.stdout)
+
+
+def _names(problems: list[str], run_id: str) -> bool:
+    return any(p.startswith(f"run {run_id}:") for p in problems)
+
+
+# --------------------------------------------------------------------------- the cases
+
+
+@dataclasses.dataclass
+class Case:
+    """One edit of one run, and what ``verify`` and ``load`` said of it."""
+
+    name: str
+    run_id: str
+    statements: list[str]
+    first_broken: int | None = None  # the first seq the chain recipe must name, if known
+    changed: bool = False
+    verify_ok: bool = False
+    load_error: str | None = None
+
+
+def _forged_values(base: Base, column: str, declared: str, old: object) -> list[object]:
+    """Other values of the column's type that look valid, most plausible first."""
+    if column == "run_id":
+        return [new_run_id()]
+    if column == "seq":
+        return [base.head + 1]  # where the run's next record would go
+    if column == "position":
+        return [int(str(old)) + 10]
+    if column in WORDS:
+        return [w for w in WORDS[column] if w != old]
+    if column in BOOLEANS:
+        return [1] if old is None else [1 - int(str(old))]
+    if declared.upper() == "INTEGER":
+        return [0 if old is None else int(str(old)) + 1]
+    if column == "recorded_at":
+        moment = dt.datetime.fromisoformat(str(old)) + dt.timedelta(seconds=1)
+        return [moment.isoformat(timespec="microseconds")]
+    if isinstance(old, str) and HEX64.fullmatch(old):
+        return [hashlib.sha256(old.encode() + b"forged").hexdigest()]
+    if old is None:
+        return [sha(b"forged") if "sha" in column else "forged"]
+    return [f"{old}-forged"]
+
+
+def _update(
+    base: Base, directory: Path, run_id: str, table: str, spec: tuple[str, str]
+) -> Iterator[Case]:
+    column, declared = spec  # from PRAGMA table_info
+    rows = [r for r in _rows(directory, table, run_id) if _record_seq(table, r) != base.head]
+    # A row holding a value first: changing a value is subtler than filling a NULL.
+    rows.sort(key=lambda r: r[column] is None)
+    for row in rows:
+        for value in _forged_values(base, column, declared, row[column]):
+            yield Case(
+                name=f"UPDATE {table}.{column} (record seq {_record_seq(table, row)}: "
+                f"{str(row[column])[:16]!r} -> {str(value)[:16]!r})",
+                run_id=run_id,
+                statements=[
+                    f"UPDATE {table} SET {column} = {_literal(value)} WHERE rowid = {row['_rowid']};"
+                ],
+                first_broken=_record_seq(table, row) if column in ENCODED[table] else None,
+            )
+
+
+def _middle_first(items: list[Any]) -> list[Any]:
+    middle = len(items) // 2
+    return items[middle:] + items[:middle][::-1]
+
+
+def _delete(base: Base, directory: Path, run_id: str, table: str) -> Iterator[Case]:
+    # Not the run's last record: removing the end of a run is truncation (the anchor's job).
+    rows = [r for r in _rows(directory, table, run_id) if _record_seq(table, r) != base.head]
+    for row in _middle_first(rows):
+        yield Case(
+            name=f"DELETE {table} (record seq {_record_seq(table, row)})",
+            run_id=run_id,
+            statements=[f"DELETE FROM {table} WHERE rowid = {row['_rowid']};"],
+        )
+
+
+def _copy_row(base: Base, table: str, changes: dict[str, str], where: str) -> str:
+    names = [name for name, _ in base.columns[table]]
+    values = [changes.get(name, name) for name in names]
+    return (
+        f"INSERT INTO {table} ({', '.join(names)}) SELECT {', '.join(values)} "
+        f"FROM {table} WHERE {where};"
+    )
+
+
+def _insert(base: Base, directory: Path, run_id: str, table: str) -> Iterator[Case]:
+    rows = _rows(directory, table, run_id)
+    for row in _middle_first(rows):
+        if table in SEQ_TABLES:
+            changes = {"seq": str(base.head + 1)}
+            if table in NEW_ID:
+                changes[NEW_ID[table]] = f"{NEW_ID[table]} || '-copy'"
+            statements = [_copy_row(base, table, changes, f"rowid = {row['_rowid']}")]
+            if table == "claims":  # the crafted claim comes whole, with its scope and duties
+                statements += [
+                    _copy_row(
+                        base,
+                        child,
+                        {"effect_id": "effect_id || '-copy'"},
+                        f"run_id = '{run_id}' AND effect_id = {_literal(row['effect_id'])}",
+                    )
+                    for child in CHILD_TABLES
+                ]
+        else:
+            last = max(r["position"] for r in rows if r["effect_id"] == row["effect_id"])
+            changes = {"position": str(last + 1)}
+            statements = [_copy_row(base, table, changes, f"rowid = {row['_rowid']}")]
+        yield Case(
+            name=f"INSERT {table} (a copy of record seq {_record_seq(table, row)})",
+            run_id=run_id,
+            statements=statements,
+        )
+
+
+def _swap(base: Base, directory: Path, run_id: str, table: str) -> Iterator[Case]:
+    rows = [r for r in _rows(directory, table, run_id) if _record_seq(table, r) != base.head]
+    key = "seq" if table in SEQ_TABLES else "position"
+    pairs = [
+        (x, y)
+        for i, x in enumerate(rows)
+        for y in rows[i + 1 :]
+        if key == "seq" or x["effect_id"] == y["effect_id"]
+    ]
+    for x, y in _middle_first(pairs):
+        yield Case(
+            name=f"SWAP {table}.{key} ({x[key]} <-> {y[key]}, record seq {_record_seq(table, x)})",
+            run_id=run_id,
+            statements=[
+                f"UPDATE {table} SET {key} = -1 WHERE rowid = {x['_rowid']};",
+                f"UPDATE {table} SET {key} = {x[key]} WHERE rowid = {y['_rowid']};",
+                f"UPDATE {table} SET {key} = {y[key]} WHERE rowid = {x['_rowid']};",
+            ],
+        )
+
+
+def _forge(record: Any, table: str) -> tuple[Any, str, object, dict[str, object]]:
+    """``record`` with one field of ``table`` changed: (record, column, new value, row key)."""
+    if table == "claims":
+        value = f"{record.action_id}-forged"
+        return dataclasses.replace(record, action_id=value), "action_id", value, {"seq": record.seq}
+    if table == "outcomes":
+        value = "x-forged"
+        return (
+            dataclasses.replace(record, execution_id=value),
+            "execution_id",
+            value,
+            {"seq": record.seq},
+        )
+    if table == "observations":
+        value = f"{record.source_action_id}-forged"
+        forged = dataclasses.replace(record, source_action_id=value)
+        return forged, "source_action_id", value, {"seq": record.seq}
+    key: dict[str, object] = {"effect_id": record.effect_id, "position": 0}
+    if table == "impact_scope":
+        first, *rest = record.impact_scope
+        ref = dataclasses.replace(first, role=f"{first.role}-forged")
+        return dataclasses.replace(record, impact_scope=(ref, *rest)), "role", ref.role, key
+    first, *rest = record.obligations
+    target = dataclasses.replace(first.target, role=f"{first.target.role}-forged")
+    post = dataclasses.replace(first, target=target)
+    forged = dataclasses.replace(record, obligations=(post, *rest))
+    return forged, "target_role", target.role, key
+
+
+def _rehash(base: Base, directory: Path, run_id: str, table: str) -> Iterator[Case]:
+    """One field changed, and the record's own hash recomputed (not the later ones')."""
+    with EffectLog.load(run_id, directory) as log:
+        records = log.history().records()
+    links = _links(directory, run_id)
+    kind = next((k for k, t in TABLE_OF.items() if t == table), "claim")  # a child: its claim
+    candidates = [
+        r
+        for r in records
+        if r.seq != base.head and r.kind == kind and (table in SEQ_TABLES or getattr(r, table))
+    ]
+    for record in _middle_first(candidates):
+        forged, column, value, key = _forge(record, table)
+        where = " AND ".join(f"{k} = {_literal(v)}" for k, v in key.items())
+        digest = chain_hash(run_id, forged, links[record.seq][0])
+        yield Case(
+            name=f"REHASH {table}.{column} (record seq {record.seq}, its own hash recomputed)",
+            run_id=run_id,
+            first_broken=record.seq + 1,  # the next record no longer links to it
+            statements=[
+                f"UPDATE {table} SET {column} = {_literal(value)} WHERE run_id = '{run_id}' AND {where};",
+                f"UPDATE {TABLE_OF[record.kind]} SET hash = '{digest}' WHERE run_id = '{run_id}' AND seq = {record.seq};",
+            ],
+        )
+
+
+def _apply(base: Base, directory: Path, candidates: Iterator[Case]) -> Case:
+    """Apply the first candidate edit the database accepts (a unique index may refuse one)."""
+    refused = []
+    before = _snapshot(directory)
+    for case in candidates:
+        result = _shell(directory, _tamper_script(base, case.statements))
+        after = _snapshot(directory)
+        if result.returncode == 0:
+            case.changed = after != before
+            return case
+        assert after == before, f"a refused edit left changes: {case.name}"
+        refused.append((case.name, result.stderr.strip()))
+    pytest.fail(f"no candidate edit was accepted: {refused}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """A copy of the store with every case's edit, each in its own run."""
+
+    directory: Path
+    update: list[Case]
+    rows: list[Case]
+    problems: list[str]
+
+
+@pytest.fixture(scope="module")
+def batch(base: Base, tmp_path_factory: pytest.TempPathFactory) -> Batch:
+    """Every case applied to its run of one copy, then judged by one verify and a load each."""
+    directory = _copy(base, tmp_path_factory.mktemp("tamper-cases") / "store")
+    runs = iter(base.runs)
+    update = [
+        _apply(base, directory, _update(base, directory, next(runs), table, column))
+        for table in RECORD_TABLES
+        for column in base.columns[table]
+    ]
+    rows = [
+        _apply(base, directory, edit(base, directory, next(runs), table))
+        for table in RECORD_TABLES
+        for edit in (_delete, _insert, _swap, _rehash)
+    ]
+    assert next(runs, None) is None
+    code, report = _verify(directory)
+    assert code == 1
+    for case in update + rows:
+        case.verify_ok = _names(report["problems"], case.run_id)
+        case.load_error = _load_error(directory, case.run_id)
+    return Batch(directory, update, rows, report["problems"])
+
+
+def _tally(cases: list[Case], problems: list[str]) -> list[str]:
+    """Add the cases to the figures; return a line for each case not caught by both."""
+    missed = []
+    for case in cases:
+        FIGURES["cases"] += 1
+        FIGURES["unchanged_edits"] += not case.changed
+        FIGURES["verify_detected"] += case.verify_ok
+        FIGURES["load_detected"] += case.load_error is not None
+        caught = case.verify_ok and case.load_error is not None
+        if caught or (case.name in EXEMPT and not case.changed):
+            FIGURES["detected"] += 1
+        else:
+            FIGURES["missed"] += 1
+            FIGURES["missed_cases"].append(case.name)
+            mine = [p for p in problems if p.startswith(f"run {case.run_id}:")]
+            missed.append(
+                f"{case.name}: verify {'caught' if case.verify_ok else 'MISSED'} {mine}; "
+                f"load {'caught' if case.load_error else 'MISSED'}"
+            )
+    return missed
+
+
+def _check_untouched(base: Base, batch: Batch) -> None:
+    """The runs no case edited are named by no problem and still load."""
+    untouched = [base.control, base.other]
+    flagged = [
+        r
+        for r in untouched
+        if _names(batch.problems, r) or _load_error(batch.directory, r) is not None
+    ]
+    FIGURES["untouched_runs_flagged"] += len(flagged)
+    assert flagged == [], batch.problems
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def test_a_copy_with_its_triggers_dropped_and_restored_verifies_clean(
+    base: Base, tmp_path: Path
+) -> None:
+    """The harness's own edit (drop every trigger, put it back) leaves a store that verifies and loads."""
+    copy = _copy(base, tmp_path / "control")
+    _tamper(base, copy, [])
+    assert _snapshot(copy) == _snapshot(base.directory)
+    code, report = _verify(copy)
+    assert (code, report["problems"]) == (0, [])
+    assert report["runs"] == len(base.runs) + 2
+    assert _load_error(copy, base.control) is None
+    assert _load_error(copy, base.runs[0]) is None
+
+
+def test_every_column_of_every_record_table_changed_is_detected(base: Base, batch: Batch) -> None:
+    """Setting any column of any record table to another valid-looking value fails both verify and load."""
+    covered = [case.name.split()[1] for case in batch.update]
+    assert covered == [f"{t}.{c}" for t in RECORD_TABLES for c, _ in base.columns[t]]
+    assert [case.name for case in batch.update if not case.changed] == [], "no-op edits"
+    missed = _tally(batch.update, batch.problems)
+    _check_untouched(base, batch)
+    assert missed == []
+
+
+def test_deleted_crafted_and_swapped_rows_are_detected(base: Base, batch: Batch) -> None:
+    """Deleting a row, inserting a crafted copy, swapping two rows' seq, or re-hashing a changed record fails both."""
+    assert len(batch.rows) == len(ROW_EDITS) * len(RECORD_TABLES)
+    assert [case.name for case in batch.rows if not case.changed] == [], "no-op edits"
+    missed = _tally(batch.rows, batch.problems)
+    _check_untouched(base, batch)
+    assert missed == []
+
+
+def _recipe_9() -> str:
+    text = (REPO / "docs" / "forensics.md").read_text(encoding="utf-8")
+    match = re.search(r"^### 9\. [^\n]*\n.*?```sql\n(.*?)```", text, re.DOTALL | re.MULTILINE)
+    assert match is not None, "docs/forensics.md has no recipe 9 with an sql block"
+    return match.group(1)
+
+
+def _chain_recipe(directory: Path, run_id: str) -> list[dict[str, Any]]:
+    sql = _recipe_9()
+    assert "'RUN_ID'" in sql
+    result = _shell(directory, sql.replace("'RUN_ID'", _literal(run_id)), json_rows=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    return json.loads(result.stdout) if result.stdout.strip() else []
+
+
+def test_the_chain_recipe_names_the_first_broken_seq_of_every_changed_field(
+    base: Base, batch: Batch
+) -> None:
+    """docs/forensics.md recipe 9, run by the sqlite3 shell, names the first record a changed field broke."""
+    assert _chain_recipe(batch.directory, base.control) == []
+    changed_fields = [case for case in batch.update + batch.rows if case.first_broken is not None]
+    assert len(changed_fields) >= 40
+    wrong = []
+    for case in changed_fields:
+        rows = _chain_recipe(batch.directory, case.run_id)
+        FIGURES["recipe9_cases"] += 1
+        if rows and rows[0]["seq"] == case.first_broken:
+            FIGURES["recipe9_named"] += 1
+        else:
+            wrong.append((case.name, rows))
+    assert wrong == []
+
+
+def _head(directory: Path, run_id: str) -> str:
+    result = _ledger("head", run_id, "--store", str(directory))
+    assert result.returncode == 0, result.stderr
+    anchor = result.stdout.strip()
+    assert re.fullmatch(rf"{run_id}:\d+:[0-9a-f]{{64}}", anchor), anchor
+    return anchor
+
+
+def _links(directory: Path, run_id: str) -> dict[int, tuple[str, str]]:
+    with _connect(directory) as conn:
+        rows = conn.execute(
+            " UNION ALL ".join(
+                f"SELECT seq, prev_hash, hash FROM {t} WHERE run_id = ?" for t in SEQ_TABLES
+            ),
+            (run_id,) * 3,
+        ).fetchall()
+    return {row[0]: (row[1], row[2]) for row in rows}
+
+
+def _anchor_case(base: Base, directory: Path, anchors: list[str], expected: str) -> None:
+    """Verify with the anchors: exactly one problem, the control run's anchor, saying ``expected``."""
+    FIGURES["anchor_cases"] += 1
+    code, report = _verify(directory, *anchors)
+    problems = report["problems"]
+    prefix = f"run {base.control}: anchor at seq {base.head}: {expected}"
+    caught = code == 1 and len(problems) == 1 and problems[0].startswith(prefix)
+    FIGURES["anchor_detected"] += caught
+    if not caught:
+        FIGURES["missed_cases"].append(f"anchor: {expected}")
+    assert caught, (code, problems)
+
+
+def test_a_recomputed_chain_passes_load_but_not_the_anchor_taken_before(
+    base: Base, tmp_path: Path
+) -> None:
+    """A changed outcome with every later hash recomputed loads, but verify --anchor with the earlier head fails."""
+    copy = _copy(base, tmp_path / "recomputed")
+    anchors = [_head(copy, base.control), _head(copy, base.other)]
+    with EffectLog.load(base.control, copy) as log:
+        records = log.history().records()
+    target = next(
+        r
+        for r in records
+        if isinstance(r, fx.EffectOutcome) and r.execution is fx.ExecutionOutcome.REPORTED_SUCCESS
+    )
+    # The effect that happened is rewritten as one that failed with no impact.
+    forged = dataclasses.replace(
+        target, execution=fx.ExecutionOutcome.FAILED, impact=fx.Impact.NONE
+    )
+    prev = _links(copy, base.control)[target.seq][0]
+    statements = []
+    for record in records[target.seq - 1 :]:
+        changes: dict[str, str] = {}
+        rewritten = record
+        if record.seq == target.seq:
+            rewritten, changes = forged, {"execution": "failed", "impact": "none"}
+        digest = chain_hash(base.control, rewritten, prev)
+        changes |= {"prev_hash": prev, "hash": digest}
+        sets = ", ".join(f"{k} = {_literal(v)}" for k, v in changes.items())
+        statements.append(
+            f"UPDATE {TABLE_OF[record.kind]} SET {sets}"
+            f" WHERE run_id = '{base.control}' AND seq = {record.seq};"
+        )
+        prev = digest
+    _tamper(base, copy, statements)
+    with EffectLog.load(base.control, copy) as log:  # the forged history is believed
+        assert log.assess(target.effect_id).verdict is fx.EffectVerdict.FAILED
+    assert _chain_recipe(copy, base.control) == []  # and its chain is consistent
+    _anchor_case(base, copy, anchors, "the hash differs")
+
+
+def test_a_truncated_run_passes_load_but_not_the_anchor_taken_before(
+    base: Base, tmp_path: Path
+) -> None:
+    """A run whose last records were deleted loads, but verify --anchor with the earlier head fails."""
+    copy = _copy(base, tmp_path / "truncated")
+    anchors = [_head(copy, base.control), _head(copy, base.other)]
+    cut = base.head - 1  # the last two records go
+    run = f"run_id = '{base.control}'"
+    claims = f"SELECT effect_id FROM claims WHERE {run} AND seq >= {cut}"
+    statements = [
+        *(f"DELETE FROM {t} WHERE {run} AND effect_id IN ({claims});" for t in CHILD_TABLES),
+        *(f"DELETE FROM {t} WHERE {run} AND seq >= {cut};" for t in SEQ_TABLES),
+    ]
+    _tamper(base, copy, statements)
+    with EffectLog.load(base.control, copy) as log:
+        assert log.history().records()[-1].seq == cut - 1
+    assert _chain_recipe(copy, base.control) == []
+    _anchor_case(base, copy, anchors, "the record is gone")
