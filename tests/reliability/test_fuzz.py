@@ -430,6 +430,8 @@ def _slots(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
     """Every place in a call's arguments a bad value can go (nested constructors included)."""
     if path:
         yield path
+    if len(path) >= 8:  # a generated value may nest deeply; a bad value this deep is enough
+        return
     items = value.args if isinstance(value, Make) else value
     if isinstance(items, dict):
         for key, item in items.items():
