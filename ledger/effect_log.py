@@ -28,6 +28,7 @@ import re
 import secrets
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -57,7 +58,14 @@ from ledger.effects import (
     utc_now,
 )
 
-__all__ = ["EffectLog", "EffectPersistenceError", "effects_dir", "new_run_id"]
+__all__ = [
+    "ClaimRequest",
+    "EffectLog",
+    "EffectPersistenceError",
+    "OutcomeRequest",
+    "effects_dir",
+    "new_run_id",
+]
 
 log = logging.getLogger("ledger")
 
@@ -96,6 +104,27 @@ def _check_resource(value: object, field: str) -> ResourceRef:
             f"{field} must be a ResourceRef (see effects.resource_ref), not {type(value).__name__}"
         )
     return value
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ClaimRequest:
+    """One claim for :meth:`EffectLog.claim_many`: the keywords of :meth:`EffectLog.claim`."""
+
+    effect_id: str
+    action_id: str
+    operation: OperationRef
+    impact_scope: Iterable[ResourceRef]
+    obligations: Iterable[Postcondition] = ()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OutcomeRequest:
+    """One outcome for :meth:`EffectLog.outcome_many`: the keywords of :meth:`EffectLog.outcome`."""
+
+    effect_id: str
+    execution: ExecutionOutcome
+    impact: Impact
+    execution_id: str | None = None
 
 
 class EffectLog:
@@ -285,35 +314,75 @@ class EffectLog:
         exists nowhere, not even in :meth:`history`. A duplicate ``effect_id`` in
         the run is a ``ValueError``.
         """
+        request = ClaimRequest(
+            effect_id=effect_id,
+            action_id=action_id,
+            operation=operation,
+            impact_scope=impact_scope,
+            obligations=obligations,
+        )
+        return self._claim_all((request,), f"claim {effect_id!r}")[0]
+
+    def claim_many(self, requests: Iterable[ClaimRequest]) -> tuple[EffectClaim, ...]:
+        """Claim several effects in one transaction and one fsync: all of them, or none.
+
+        For an agent's parallel tool calls. Every request is checked before anything
+        is written (a ``ValueError`` or ``TypeError`` names the first bad one, and
+        nothing is claimed); the claims take consecutive ``seq`` in request order.
+        If they cannot be persisted, raises :class:`EffectPersistenceError` and none
+        of them exists. An empty ``requests`` writes nothing and returns ``()``.
+        """
+        batch = tuple(requests)
+        for request in batch:
+            if not isinstance(request, ClaimRequest):
+                raise InvalidTypeError(
+                    f"claim_many takes ClaimRequest items, not {type(request).__name__}"
+                )
+        if not batch:
+            return ()
+        return self._claim_all(batch, f"{len(batch)} claims")
+
+    def _claim_all(self, batch: tuple[ClaimRequest, ...], action: str) -> tuple[EffectClaim, ...]:
         with self._lock:
             self._check_open()
-            check_identifier(effect_id, "effect_id")
-            check_identifier(action_id, "action_id")
-            if not isinstance(operation, OperationRef):
-                raise InvalidTypeError(
-                    f"operation must be an OperationRef, not {type(operation).__name__}"
+            records: list[EffectClaim] = []
+            batch_ids: set[str] = set()
+            now = utc_now()
+            for request in batch:
+                effect_id = request.effect_id
+                check_identifier(effect_id, "effect_id")
+                check_identifier(request.action_id, "action_id")
+                if not isinstance(request.operation, OperationRef):
+                    raise InvalidTypeError(
+                        f"operation must be an OperationRef, not {type(request.operation).__name__}"
+                    )
+                if effect_id in self._claimed or effect_id in batch_ids:
+                    raise ValueError(
+                        f"effect {effect_id!r} is already claimed in run {self._run_id}"
+                    )
+                batch_ids.add(effect_id)
+                records.append(
+                    EffectClaim(
+                        effect_id=effect_id,
+                        seq=self._next_seq + len(records),
+                        action_id=request.action_id,
+                        operation=request.operation,
+                        impact_scope=request.impact_scope,  # type: ignore[arg-type]  # validated, made a tuple
+                        obligations=request.obligations,  # type: ignore[arg-type]  # same
+                        recorded_at=now,
+                    )
                 )
-            if effect_id in self._claimed:
-                raise ValueError(f"effect {effect_id!r} is already claimed in run {self._run_id}")
-            record = EffectClaim(
-                effect_id=effect_id,
-                seq=self._next_seq,
-                action_id=action_id,
-                operation=operation,
-                impact_scope=impact_scope,  # type: ignore[arg-type]  # validated and made a tuple
-                obligations=obligations,  # type: ignore[arg-type]  # same
-                recorded_at=utc_now(),
-            )
             if self._degraded:
                 raise EffectPersistenceError(
                     f"run {self._run_id} is degraded: an earlier record was not persisted, "
                     "so no new effect may start"
                 )
-            self._write(f"claim {effect_id!r}", (record,))
-            self._claims.append(record)
-            self._claimed[effect_id] = record
-            self._next_seq += 1
-            return record
+            self._write(action, records)
+            for record in records:
+                self._claims.append(record)
+                self._claimed[record.effect_id] = record
+            self._next_seq += len(records)
+            return tuple(records)
 
     def outcome(
         self,
@@ -329,34 +398,70 @@ class EffectLog:
         INTERRUPTED needs impact POSSIBLE. If the outcome cannot be persisted the
         log becomes :attr:`degraded`, keeps it in memory, and does not raise.
         """
+        request = OutcomeRequest(
+            effect_id=effect_id, execution=execution, impact=impact, execution_id=execution_id
+        )
+        return self._outcome_all((request,), f"outcome of {effect_id!r}")[0]
+
+    def outcome_many(self, requests: Iterable[OutcomeRequest]) -> tuple[EffectOutcome, ...]:
+        """Record several outcomes in one transaction and one fsync.
+
+        Each request is checked as :meth:`outcome` checks it, in order (a RUNNING
+        outcome may be followed by a terminal one in the same batch), before anything
+        is written. If they cannot be persisted the log becomes :attr:`degraded` and
+        keeps them in memory, as :meth:`outcome` does.
+        """
+        batch = tuple(requests)
+        for request in batch:
+            if not isinstance(request, OutcomeRequest):
+                raise InvalidTypeError(
+                    f"outcome_many takes OutcomeRequest items, not {type(request).__name__}"
+                )
+        if not batch:
+            return ()
+        return self._outcome_all(batch, f"{len(batch)} outcomes")
+
+    def _outcome_all(
+        self, batch: tuple[OutcomeRequest, ...], action: str
+    ) -> tuple[EffectOutcome, ...]:
         with self._lock:
             self._check_open()
-            check_identifier(effect_id, "effect_id")
-            if not isinstance(execution, ExecutionOutcome):
-                raise InvalidTypeError(
-                    f"execution must be an ExecutionOutcome, not {type(execution).__name__}"
+            records: list[EffectOutcome] = []
+            settled: set[str] = set()
+            now = utc_now()
+            for request in batch:
+                effect_id = request.effect_id
+                check_identifier(effect_id, "effect_id")
+                if not isinstance(request.execution, ExecutionOutcome):
+                    raise InvalidTypeError(
+                        "execution must be an ExecutionOutcome, "
+                        f"not {type(request.execution).__name__}"
+                    )
+                if not isinstance(request.impact, Impact):
+                    raise InvalidTypeError(
+                        f"impact must be an Impact, not {type(request.impact).__name__}"
+                    )
+                if effect_id not in self._claimed:
+                    raise ValueError(f"effect {effect_id!r} has no claim in run {self._run_id}")
+                if effect_id in self._settled or effect_id in settled:
+                    raise ValueError(f"effect {effect_id!r} already has a terminal outcome")
+                record = EffectOutcome(
+                    effect_id=effect_id,
+                    seq=self._next_seq + len(records),
+                    execution=request.execution,
+                    impact=request.impact,
+                    execution_id=request.execution_id,
+                    replayed=False,
+                    recorded_at=now,
                 )
-            if not isinstance(impact, Impact):
-                raise InvalidTypeError(f"impact must be an Impact, not {type(impact).__name__}")
-            if effect_id not in self._claimed:
-                raise ValueError(f"effect {effect_id!r} has no claim in run {self._run_id}")
-            if effect_id in self._settled:
-                raise ValueError(f"effect {effect_id!r} already has a terminal outcome")
-            record = EffectOutcome(
-                effect_id=effect_id,
-                seq=self._next_seq,
-                execution=execution,
-                impact=impact,
-                execution_id=execution_id,
-                replayed=False,
-                recorded_at=utc_now(),
-            )
-            self._persist_or_degrade(f"outcome of {effect_id!r}", record)
-            self._outcomes.append(record)
-            if record.terminal:
-                self._settled.add(effect_id)
-            self._next_seq += 1
-            return record
+                if record.terminal:
+                    settled.add(effect_id)
+                records.append(record)
+            self._persist_or_degrade(action, records)
+            self._outcomes.extend(records)
+            self._settled.update(settled)
+            self._next_seq += len(records)
+            return tuple(records)
 
     def observe(
         self,
@@ -399,17 +504,19 @@ class EffectLog:
             if not self._started and not self._degraded:
                 self._unwritten.append(record)
             else:
-                self._persist_or_degrade(f"observation {observation_id!r}", record)
+                self._persist_or_degrade(f"observation {observation_id!r}", (record,))
             self._observations.append(record)
             self._observation_ids.add(observation_id)
             self._next_seq += 1
             return record
 
-    def _persist_or_degrade(self, what: str, record: EffectOutcome | Observation) -> None:
+    def _persist_or_degrade(
+        self, what: str, records: Iterable[EffectOutcome | Observation]
+    ) -> None:
         if self._degraded:
             return
         try:
-            self._write(what, (record,))
+            self._write(what, records)
         except EffectPersistenceError as e:
             self._degrade(what, e)
 
