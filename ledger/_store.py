@@ -44,6 +44,24 @@ log = logging.getLogger("ledger")
 BUSY_TIMEOUT_MS = 60_000
 READ_ONLY = "ledger_read_only"
 
+# FULL, always; only the benchmark lowers it (see synchronous_off) to take the disk out.
+_synchronous = 2
+
+
+@contextlib.contextmanager
+def synchronous_off() -> Iterator[None]:
+    """Open connections with ``synchronous=OFF`` inside the block: for ``ledger bench`` only.
+
+    It measures the library's own CPU cost with the disk taken out. Nothing is durable
+    in a store opened so; never use it for real work.
+    """
+    global _synchronous  # noqa: PLW0603 - a process-wide switch, for one measurement
+    _synchronous = 0
+    try:
+        yield
+    finally:
+        _synchronous = 2
+
 
 @contextlib.contextmanager
 def storage_errors(action: str) -> Iterator[None]:
@@ -207,13 +225,13 @@ def _on_connect(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
     try:
         cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         mode = cursor.execute("PRAGMA journal_mode = WAL").fetchone()
-        cursor.execute("PRAGMA synchronous = FULL")
+        cursor.execute(f"PRAGMA synchronous = {_synchronous}")
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.execute("PRAGMA recursive_triggers = ON")
         cursor.execute("PRAGMA trusted_schema = OFF")
         readings = {
             "journal_mode": (str(mode[0]).lower() if mode else None, "wal"),
-            "synchronous": (cursor.execute("PRAGMA synchronous").fetchone()[0], 2),
+            "synchronous": (cursor.execute("PRAGMA synchronous").fetchone()[0], _synchronous),
             "foreign_keys": (cursor.execute("PRAGMA foreign_keys").fetchone()[0], 1),
         }
     finally:
