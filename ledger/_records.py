@@ -7,12 +7,27 @@ triggers dropped) makes loading fail closed instead of being believed.
 
 from __future__ import annotations
 
+import sqlite3
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import Connection, and_, exists, func, insert, select, union_all
+from sqlalchemy import (
+    Connection,
+    and_,
+    bindparam,
+    exists,
+    func,
+    insert,
+    literal_column,
+    select,
+    union_all,
+)
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.compiler import SQLCompiler
 
 from ledger import _chain
 from ledger._errors import EffectPersistenceError
@@ -220,6 +235,109 @@ def recover(
         for i, effect_id in enumerate(unsettled, start=1)
     )
     return appended, insert_records(conn, run_id, appended, prev_hash)
+
+
+# --------------------------------------------------------------------------- the hot path
+# A record is written on the connection the store holds, through statements that
+# SQLAlchemy compiled once, here, at import: no pool checkout and no compilation per
+# write, which would cost about as much as the fsync itself.
+
+_DIALECT = sqlite.dialect()
+
+
+class _Compiled:
+    """A statement compiled once: its SQL and a getter of its parameters from a row dict."""
+
+    def __init__(self, statement: ClauseElement) -> None:
+        compiled = statement.compile(dialect=_DIALECT)
+        if not isinstance(compiled, SQLCompiler):  # pragma: no cover - always, for SQL
+            raise TypeError(f"cannot compile {statement!r}")
+        self.sql = str(compiled)
+        names = tuple(compiled.positiontup or ())
+        self._get = itemgetter(*names)
+        self._single = len(names) == 1
+
+    def params(self, row: dict[str, Any]) -> tuple[Any, ...]:
+        values = self._get(row)
+        return (values,) if self._single else values
+
+
+_INSERT = {kind: _Compiled(insert(table)) for kind, table in _TABLES.items()}
+_INSERT_SCOPE = _Compiled(insert(impact_scope))
+_INSERT_DUTY = _Compiled(insert(obligations))
+_INSERT_RUN = _Compiled(insert(runs))
+_RUN_EXISTS = _Compiled(select(runs.c.run_id).where(runs.c.run_id == bindparam("run_id")))
+_upsert = sqlite_insert(run_writers)
+_UPSERT_WRITER = _Compiled(
+    _upsert.on_conflict_do_update(
+        index_elements=["run_id"],
+        set_={
+            c: _upsert.excluded[c] for c in ("host", "boot_id", "pid", "process_started", "since")
+        },
+    )
+)
+# Each table's max(seq) of the run is one step down its (run_id, seq) key: no scan.
+_MAX_SEQ = _Compiled(
+    select(
+        func.max(
+            *(
+                func.coalesce(
+                    select(func.max(t.c.seq))
+                    .where(t.c.run_id == bindparam("run_id"))
+                    .scalar_subquery(),
+                    literal_column("0"),
+                )
+                for t in (claims, outcomes, observations)
+            )
+        )
+    )
+)
+
+
+def write(cursor: sqlite3.Cursor, run_id: str, records: Sequence[Record], head: str) -> str:
+    """Insert records in seq order, each chained to the one before; return the new head hash."""
+    for record in records:
+        row, scope, duties = rows_of(run_id, record)
+        digest = _chain.link(head, _chain.encode(record.kind, run_id, row, scope, duties))
+        row["prev_hash"] = head
+        row["hash"] = digest
+        insert_row = _INSERT[record.kind]
+        cursor.execute(insert_row.sql, insert_row.params(row))
+        if scope:
+            cursor.executemany(_INSERT_SCOPE.sql, [_INSERT_SCOPE.params(r) for r in scope])
+        if duties:
+            cursor.executemany(_INSERT_DUTY.sql, [_INSERT_DUTY.params(r) for r in duties])
+        head = digest
+    return head
+
+
+def start_run(cursor: sqlite3.Cursor, run_id: str, now: str, *, continuing: bool) -> None:
+    """Record the run in the transaction of its first record; refuse to restart one."""
+    if cursor.execute(_RUN_EXISTS.sql, (run_id,)).fetchone() is None:
+        cursor.execute(_INSERT_RUN.sql, _INSERT_RUN.params({"run_id": run_id, "created_at": now}))
+    elif not continuing:
+        raise EffectPersistenceError(
+            f"run {run_id} already exists in the store; use EffectLog.load to continue it"
+        )
+
+
+def set_writer(cursor: sqlite3.Cursor, run_id: str, writer: Writer, now: str) -> None:
+    """Make ``writer`` the run's current writer (the one ``recover --dead`` checks)."""
+    row = {
+        "run_id": run_id,
+        "host": writer.host,
+        "boot_id": writer.boot_id,
+        "pid": writer.pid,
+        "process_started": writer.started,
+        "since": now,
+    }
+    cursor.execute(_UPSERT_WRITER.sql, _UPSERT_WRITER.params(row))
+
+
+def durable_seq(cursor: sqlite3.Cursor, run_id: str) -> int:
+    """The highest ``seq`` the run holds, 0 for none."""
+    row = cursor.execute(_MAX_SEQ.sql, _MAX_SEQ.params({"run_id": run_id})).fetchone()
+    return int(row[0])
 
 
 # --------------------------------------------------------------------------- reads

@@ -36,10 +36,13 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.pool import ConnectionPoolEntry, NullPool
 
 from ledger import _paths
+from ledger._commit import GroupCommit, Job
 from ledger._errors import EffectPersistenceError
 from ledger._schema import install_derived, missing_derived
 
 log = logging.getLogger("ledger")
+
+T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 60_000
 READ_ONLY = "ledger_read_only"
@@ -70,13 +73,23 @@ def storage_errors(action: str) -> Iterator[None]:
         yield
     except EffectPersistenceError:
         raise
-    except (
-        sqlalchemy.exc.SQLAlchemyError,
-        sqlite3.Error,
-        CommandError,
-        OSError,
-    ) as e:
+    except _STORAGE_ERRORS as e:
         raise EffectPersistenceError(f"{action}: {_describe(e)}") from e
+
+
+_STORAGE_ERRORS = (sqlalchemy.exc.SQLAlchemyError, sqlite3.Error, CommandError, OSError)
+
+
+def translate(action: str, error: BaseException) -> BaseException:
+    """The error a caller sees for ``error`` met while doing ``action``; a new one per caller."""
+    if isinstance(error, EffectPersistenceError):
+        translated = EffectPersistenceError(str(error))
+    elif isinstance(error, _STORAGE_ERRORS):
+        translated = EffectPersistenceError(f"{action}: {_describe(error)}")
+    else:
+        return error  # not the store's trouble: a bug, raised as it is
+    translated.__cause__ = error
+    return translated
 
 
 def _describe(error: BaseException) -> str:
@@ -126,12 +139,19 @@ def check_file(path: Path, *, required: bool = True) -> None:
         raise _refuse(f"database file {path} is owned by uid {st.st_uid}, not by this user")
 
 
+SIDECARS = ("-wal", "-shm")
+
+
+def _sidecar(db_path: Path, suffix: str) -> Path:
+    return db_path.with_name(db_path.name + suffix)
+
+
 def check_files(directory: Path, db_path: Path) -> None:
     """Every trust check on the store's directory and files."""
     check_directory(directory)
     check_file(db_path)
-    for suffix in ("-wal", "-shm"):
-        check_file(db_path.with_name(db_path.name + suffix), required=False)
+    for suffix in SIDECARS:
+        check_file(_sidecar(db_path, suffix), required=False)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -305,6 +325,11 @@ class Store:
         self._ready = False
         self._init_lock = threading.Lock()
         self.users = 0
+        self._held: Any = None  # the connection every record is written on
+        self._check_paths = tuple(
+            str(p) for p in (directory, self.path, *(_sidecar(self.path, s) for s in SIDECARS))
+        )
+        self.group = GroupCommit(self._connection, self._check, self.write_lock, translate)
 
     # -- opening
 
@@ -324,6 +349,10 @@ class Store:
 
     def open_for_writing(self) -> None:
         """Create the files if needed, check them, and bring the schema to head."""
+        if not self._ready:  # every write asks: answer without a lock once it is open
+            self._open()
+
+    def _open(self) -> None:
         with self._init_lock:
             if self._ready:
                 return
@@ -386,6 +415,45 @@ class Store:
 
     # -- transactions
 
+    def _connection(self) -> sqlite3.Connection:
+        if self._held is None:
+            # Checked out of the pool for good: pragmas were set and read back on connect.
+            self._held = self._engine().raw_connection()
+        connection = self._held.driver_connection
+        if connection is None:  # pragma: no cover - a checked-out connection has one
+            raise EffectPersistenceError("the database connection is closed")
+        return connection  # type: ignore[no-any-return]
+
+    def _check(self) -> None:
+        """:func:`check_files` before every transaction, in as few system calls as it takes."""
+        uid = os.geteuid()
+        directory, *files = self._check_paths
+        st = os.lstat(directory)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
+            check_directory(self.directory)  # raises, saying what is wrong
+        for i, path in enumerate(files):
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                if i == 0:
+                    check_file(self.path)  # raises: the database file is missing
+                continue
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_uid != uid:
+                check_file(Path(path))  # raises, saying what is wrong
+
+    def commit(self, action: str, work: Callable[[sqlite3.Cursor], T]) -> T:
+        """Run ``work`` in a committed write transaction, grouped with other threads' work.
+
+        Returns once the transaction holding it is durable; raises
+        :class:`EffectPersistenceError` if it is not.
+        """
+        try:
+            self.open_for_writing()
+        except EffectPersistenceError as e:
+            raise EffectPersistenceError(f"{action}: {e}") from e
+        result: T = self.group.submit(Job(action, work))
+        return result
+
     @contextlib.contextmanager
     def write(self, action: str) -> Iterator[Connection]:
         """A write transaction: queued in-process, ``BEGIN IMMEDIATE``, files checked first."""
@@ -406,6 +474,9 @@ class Store:
 
     def dispose(self) -> None:
         """Close every pooled connection."""
+        if self._held is not None:
+            self._held.close()
+            self._held = None
         if self.engine is not None:
             self.engine.dispose()
             self.engine = None
@@ -444,9 +515,6 @@ def _fingerprint(db: Path) -> tuple[int, int, int, int, int]:
 
 class _StoreChangedError(Exception):
     """The store changed under an immutable read: its result cannot be trusted."""
-
-
-T = TypeVar("T")
 
 
 def read(directory: Path, query: Callable[[Connection], T]) -> T:
@@ -519,15 +587,27 @@ def release(store: Store) -> None:
             store.dispose()
 
 
+_abandoned: list[Any] = []
+
+
 def _after_fork_in_child() -> None:
     # Connections must not cross fork(): the child starts with fresh stores.
     global _registry_lock  # noqa: PLW0603 - the lock itself may have been held at fork
     _registry_lock = threading.Lock()
     for store in _registry.values():
+        if store._held is not None:  # noqa: SLF001 - the parent's: never touch it here
+            _abandoned.append(store._held)  # noqa: SLF001 - kept from the GC, which closes
+            store._held = None  # noqa: SLF001
         if store.engine is not None:
             store.engine.dispose(close=False)
             store.engine = None
         store.write_lock = _FairLock()
+        store.group = GroupCommit(
+            store._connection,  # noqa: SLF001 - rebuilt, like the locks
+            store._check,  # noqa: SLF001
+            store.write_lock,
+            translate,
+        )
         store._init_lock = threading.Lock()  # noqa: SLF001 - same reason
         store._ready = False  # noqa: SLF001 - re-check files and schema after fork
 

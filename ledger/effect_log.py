@@ -22,12 +22,14 @@ anything is written; :class:`EffectPersistenceError` for storage trouble.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
 import secrets
+import sqlite3
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -36,6 +38,7 @@ from typing import Self
 from ledger import _paths, _records
 from ledger._chain import GENESIS
 from ledger._errors import EffectPersistenceError
+from ledger._index import RunIndex
 from ledger._owner import Writer
 from ledger._paths import effects_dir
 from ledger._store import Store, acquire, release
@@ -70,6 +73,8 @@ __all__ = [
 log = logging.getLogger("ledger")
 
 _RUN_ID = re.compile(r"[0-9a-f]{32}")
+
+_Record = EffectClaim | EffectOutcome | Observation
 
 
 def new_run_id() -> str:
@@ -146,7 +151,16 @@ class EffectLog:
         # Agent tools must never reach a store a log points at, even before it exists.
         _paths.remember_store(self._directory)
         self._store: Store | None = None
-        self._lock = threading.RLock()
+        # Threads that write at once queue here; one of them (the leader) writes every
+        # queued record in one transaction, while the others wait for its outcome.
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: list[_Request] = []
+        self._leading = False
+        self._queued = 0  # records queued or being written
+        self._queued_claims: set[str] = set()
+        self._queued_settles: set[str] = set()
+        self._queued_observations: set[str] = set()
+        self._index = RunIndex()
         self._claims: list[EffectClaim] = []
         self._claimed: dict[str, EffectClaim] = {}
         self._settled: set[str] = set()
@@ -158,7 +172,7 @@ class EffectLog:
         self._head = GENESIS  # the hash of the run's last durable record
         self._started = False  # whether the run's row is in the store
         self._continuing = False  # loaded: the run may already exist
-        self._writer_recorded = False  # this process is recorded as the run's writer
+        self._writer_pid = 0  # the process recorded as the run's writer, once it wrote
         self._degraded = False
         self._closed = False
 
@@ -210,22 +224,23 @@ class EffectLog:
         return self
 
     def _adopt(self, history: History) -> None:
-        self._claims = list(history.claims)
-        self._claimed = {c.effect_id: c for c in history.claims}
-        self._outcomes = list(history.outcomes)
-        self._settled = {o.effect_id for o in history.outcomes if o.terminal}
-        self._observations = list(history.observations)
-        self._observation_ids = {o.observation_id for o in history.observations}
+        for record in history.records():
+            self._remember(record)
         records = history.records()
         self._next_seq = records[-1].seq + 1 if records else 1
         self._started = bool(records)
 
     def close(self) -> None:
-        """Release the store; the log accepts no more records."""
-        with self._lock:
+        """Release the store; the log accepts no more records.
+
+        Records other threads are writing at that moment are written first.
+        """
+        with self._cond:
             if self._closed:
                 return
             self._closed = True
+            while self._leading or self._queue:
+                self._cond.wait()
             if self._store is not None:
                 release(self._store)
                 self._store = None
@@ -262,29 +277,129 @@ class EffectLog:
             self._store = acquire(self._directory)
         return self._store
 
-    def _write(
-        self, action: str, records: Iterable[EffectClaim | EffectOutcome | Observation]
-    ) -> None:
-        """Write records (and the run row, and unwritten observations) in one transaction."""
+    def _remember(self, record: _Record) -> None:
+        """Add a record to the log's memory (in seq order): history, checks and index."""
+        if isinstance(record, EffectClaim):
+            self._claims.append(record)
+            self._claimed[record.effect_id] = record
+            self._index.add_claim(record)
+        elif isinstance(record, EffectOutcome):
+            self._outcomes.append(record)
+            if record.terminal:
+                self._settled.add(record.effect_id)
+            self._index.add_outcome(record)
+        else:
+            self._observations.append(record)
+            self._observation_ids.add(record.observation_id)
+            self._index.add_observation(record)
+
+    def _submit(self, request: _Request) -> None:
+        """Queue a checked request and return once it is written (or failed); lock held."""
+        self._queue.append(request)
+        self._queued += len(request.records)
+        while not request.done:
+            if self._leading:
+                self._cond.wait()
+            else:
+                self._lead()
+
+    def _lead(self) -> None:
+        """Write everything queued in one transaction (lock held, released while writing)."""
+        self._leading = True
+        batch, self._queue = self._queue, []
+        try:
+            self._write_batch(batch)
+        except BaseException as e:
+            for request in batch:
+                if not request.done:
+                    request.error = EffectPersistenceError(
+                        f"cannot record {request.action} in run {self._run_id}: "
+                        f"interrupted ({type(e).__name__})"
+                    )
+                    request.done = True
+            raise
+        finally:
+            for request in batch:
+                self._queued -= len(request.records)
+                self._queued_claims.difference_update(request.effect_ids)
+                self._queued_settles.difference_update(request.settles)
+                self._queued_observations.difference_update(request.observation_ids)
+            self._leading = False
+            self._cond.notify_all()
+
+    def _write_batch(self, batch: list[_Request]) -> None:
+        seq = self._next_seq
+        for request in batch:  # number the records for real, in queue order
+            request.records = [_renumber(r, seq + i) for i, r in enumerate(request.records)]
+            seq += len(request.records)
+        records = [record for request in batch for record in request.records]
+        if self._degraded:
+            self._fail(batch, None)
+            return
+        if not self._started and not any(isinstance(r, EffectClaim) for r in records):
+            # A run that has not claimed writes nothing: its observations wait for a claim.
+            for record in records:
+                self._unwritten.append(record)  # type: ignore[arg-type]  # only observations
+                self._remember(record)
+            self._next_seq = seq
+            for request in batch:
+                request.done = True
+            return
+        action = batch[0].action if len(batch) == 1 else f"{len(records)} records"
+        work = _Work(
+            run_id=self._run_id,
+            records=[*self._unwritten, *records] if not self._started else records,
+            head=self._head,
+            start=not self._started,
+            continuing=self._continuing,
+            writer=None if self._writer_pid == os.getpid() else Writer.current(),
+            now=utc_now(),
+        )
         store = self._store_for_write()
-        with store.write(f"cannot record {action} in run {self._run_id}") as conn:
-            if not self._started:
-                if _records.run_exists(conn, self._run_id):
-                    if not self._continuing:
-                        raise EffectPersistenceError(
-                            f"run {self._run_id} already exists in {self.path}; "
-                            "use EffectLog.load to continue it"
-                        )
-                else:
-                    _records.insert_run(conn, self._run_id, utc_now())
-            if not self._writer_recorded:
-                _records.record_writer(conn, self._run_id, Writer.current(), utc_now())
-            pending = [*self._unwritten] if not self._started else []
-            head = _records.insert_records(conn, self._run_id, [*pending, *records], self._head)
+        self._cond.release()  # other threads queue up for the next transaction meanwhile
+        try:
+            head = store.commit(f"cannot record {action} in run {self._run_id}", work)
+        except EffectPersistenceError as e:
+            error: EffectPersistenceError | None = e
+        else:
+            error = None
+        finally:
+            self._cond.acquire()
+        if error is not None:
+            self._fail(batch, error)
+            return
         self._head = head
         self._started = True
-        self._writer_recorded = True
+        self._writer_pid = os.getpid()
         self._unwritten.clear()
+        for record in records:
+            self._remember(record)
+        self._next_seq = seq
+        for request in batch:
+            request.done = True
+
+    def _fail(self, batch: list[_Request], error: EffectPersistenceError | None) -> None:
+        """Tell each request of a batch that was not written (``None``: the log is degraded).
+
+        Claims exist nowhere; outcomes and observations stay in memory and degrade the log.
+        """
+        seq = self._next_seq
+        for request in batch:
+            if request.claims:
+                if error is None:
+                    request.error = _degraded_error(self._run_id)
+                else:
+                    request.error = EffectPersistenceError(str(error))
+                    request.error.__cause__ = error
+            else:
+                if error is not None and not self._degraded:
+                    self._degrade(request.action, error)
+                request.records = [_renumber(r, seq + i) for i, r in enumerate(request.records)]
+                seq += len(request.records)
+                for record in request.records:
+                    self._remember(record)
+            request.done = True
+        self._next_seq = seq
 
     def _degrade(self, what: str, error: EffectPersistenceError) -> None:
         self._degraded = True
@@ -343,11 +458,12 @@ class EffectLog:
         return self._claim_all(batch, f"{len(batch)} claims")
 
     def _claim_all(self, batch: tuple[ClaimRequest, ...], action: str) -> tuple[EffectClaim, ...]:
-        with self._lock:
+        with self._cond:
             self._check_open()
             records: list[EffectClaim] = []
             batch_ids: set[str] = set()
             now = utc_now()
+            seq = self._next_seq + self._queued  # the seq it gets unless the queue moves
             for request in batch:
                 effect_id = request.effect_id
                 check_identifier(effect_id, "effect_id")
@@ -356,7 +472,11 @@ class EffectLog:
                     raise InvalidTypeError(
                         f"operation must be an OperationRef, not {type(request.operation).__name__}"
                     )
-                if effect_id in self._claimed or effect_id in batch_ids:
+                if (
+                    effect_id in self._claimed
+                    or effect_id in self._queued_claims
+                    or effect_id in batch_ids
+                ):
                     raise ValueError(
                         f"effect {effect_id!r} is already claimed in run {self._run_id}"
                     )
@@ -364,7 +484,7 @@ class EffectLog:
                 records.append(
                     EffectClaim(
                         effect_id=effect_id,
-                        seq=self._next_seq + len(records),
+                        seq=seq + len(records),
                         action_id=request.action_id,
                         operation=request.operation,
                         impact_scope=request.impact_scope,  # type: ignore[arg-type]  # validated, made a tuple
@@ -373,16 +493,14 @@ class EffectLog:
                     )
                 )
             if self._degraded:
-                raise EffectPersistenceError(
-                    f"run {self._run_id} is degraded: an earlier record was not persisted, "
-                    "so no new effect may start"
-                )
-            self._write(action, records)
-            for record in records:
-                self._claims.append(record)
-                self._claimed[record.effect_id] = record
-            self._next_seq += len(records)
-            return tuple(records)
+                raise _degraded_error(self._run_id)
+            pending = _Request(action, records, claims=True)
+            pending.effect_ids = batch_ids
+            self._queued_claims.update(batch_ids)
+            self._submit(pending)
+            if pending.error is not None:
+                raise pending.error
+            return tuple(pending.records)  # type: ignore[arg-type]  # the claims, numbered
 
     def outcome(
         self,
@@ -424,11 +542,12 @@ class EffectLog:
     def _outcome_all(
         self, batch: tuple[OutcomeRequest, ...], action: str
     ) -> tuple[EffectOutcome, ...]:
-        with self._lock:
+        with self._cond:
             self._check_open()
             records: list[EffectOutcome] = []
             settled: set[str] = set()
             now = utc_now()
+            seq = self._next_seq + self._queued
             for request in batch:
                 effect_id = request.effect_id
                 check_identifier(effect_id, "effect_id")
@@ -442,12 +561,21 @@ class EffectLog:
                         f"impact must be an Impact, not {type(request.impact).__name__}"
                     )
                 if effect_id not in self._claimed:
+                    if effect_id in self._queued_claims:
+                        raise ValueError(
+                            f"effect {effect_id!r} is still being claimed in run {self._run_id}: "
+                            "record its outcome after claim returns"
+                        )
                     raise ValueError(f"effect {effect_id!r} has no claim in run {self._run_id}")
-                if effect_id in self._settled or effect_id in settled:
+                if (
+                    effect_id in self._settled
+                    or effect_id in self._queued_settles
+                    or effect_id in settled
+                ):
                     raise ValueError(f"effect {effect_id!r} already has a terminal outcome")
                 record = EffectOutcome(
                     effect_id=effect_id,
-                    seq=self._next_seq + len(records),
+                    seq=seq + len(records),
                     execution=request.execution,
                     impact=request.impact,
                     execution_id=request.execution_id,
@@ -457,11 +585,11 @@ class EffectLog:
                 if record.terminal:
                     settled.add(effect_id)
                 records.append(record)
-            self._persist_or_degrade(action, records)
-            self._outcomes.extend(records)
-            self._settled.update(settled)
-            self._next_seq += len(records)
-            return tuple(records)
+            pending = _Request(action, records, claims=False)
+            pending.settles = settled
+            self._queued_settles.update(settled)
+            self._submit(pending)
+            return tuple(pending.records)  # type: ignore[arg-type]  # the outcomes, numbered
 
     def observe(
         self,
@@ -481,17 +609,20 @@ class EffectLog:
         in that claim's transaction (a run that only observes writes nothing). If
         an observation cannot be persisted the log becomes :attr:`degraded`.
         """
-        with self._lock:
+        with self._cond:
             self._check_open()
             check_identifier(observation_id, "observation_id")
             _check_resource(resource, "resource")
-            if observation_id in self._observation_ids:
+            if (
+                observation_id in self._observation_ids
+                or observation_id in self._queued_observations
+            ):
                 raise ValueError(
                     f"observation {observation_id!r} is already recorded in run {self._run_id}"
                 )
             record = Observation(
                 observation_id=observation_id,
-                seq=self._next_seq,
+                seq=self._next_seq + self._queued,
                 resource=resource,
                 mechanism=mechanism,
                 coverage=coverage,
@@ -501,70 +632,163 @@ class EffectLog:
                 revision=revision,
                 recorded_at=utc_now(),
             )
-            if not self._started and not self._degraded:
+            if not self._started and not self._degraded and not self._queued:
+                # Nothing is written before the run's first claim, which writes these too.
                 self._unwritten.append(record)
-            else:
-                self._persist_or_degrade(f"observation {observation_id!r}", (record,))
-            self._observations.append(record)
-            self._observation_ids.add(observation_id)
-            self._next_seq += 1
-            return record
-
-    def _persist_or_degrade(
-        self, what: str, records: Iterable[EffectOutcome | Observation]
-    ) -> None:
-        if self._degraded:
-            return
-        try:
-            self._write(what, records)
-        except EffectPersistenceError as e:
-            self._degrade(what, e)
+                self._remember(record)
+                self._next_seq += 1
+                return record
+            pending = _Request(f"observation {observation_id!r}", [record], claims=False)
+            pending.observation_ids = {observation_id}
+            self._queued_observations.add(observation_id)
+            self._submit(pending)
+            return pending.records[0]  # type: ignore[return-value]  # the observation
 
     # ------------------------------------------------------------------ queries
 
     def history(self) -> History:
         """Every record of the run this log knows, in ``seq`` order."""
-        with self._lock:
+        with self._cond:
             return History(tuple(self._claims), tuple(self._outcomes), tuple(self._observations))
 
     def assess(self, effect_id: str) -> Assessment:
-        """The verdict on ``effect_id``: the same as ``fx.assess(claim, log.history())``."""
-        with self._lock:
+        """The verdict on ``effect_id``: the same as ``fx.assess(claim, log.history())``.
+
+        Its cost does not grow with the run: only the records the rules consult are
+        looked at (the claim's outcomes, its targets' observations, the claims whose
+        scope overlaps them), found through the log's index.
+        """
+        with self._cond:
             check_identifier(effect_id, "effect_id")
             claim = self._claimed.get(effect_id)
             if claim is None:
                 raise ValueError(f"effect {effect_id!r} has no claim in run {self._run_id}")
-            return assess(claim, self.history())
+            return assess(claim, self._index.relevant(claim))
 
     def recover_interrupted(self) -> tuple[EffectOutcome, ...]:
         """Mark every claim without any outcome INTERRUPTED / POSSIBLE, in one transaction.
 
         Claims with a RUNNING outcome are left alone. Returns the appended
         outcomes in ``seq`` order; a second call (here or after another restart)
-        returns ``()``.
+        returns ``()``. Finds the claims through the log's index, not by reading
+        the run again.
         """
-        with self._lock:
+        with self._cond:
             self._check_open()
             if self._degraded:
                 raise EffectPersistenceError(
                     f"run {self._run_id} is degraded: recovery would write past a lost record"
                 )
-            with_outcome = {o.effect_id for o in self._outcomes}
-            if all(c.effect_id in with_outcome for c in self._claims):
+            while self._leading or self._queue:  # let records in flight land first
+                self._cond.wait()
+            unanswered = self._index.unanswered()
+            if not unanswered:
                 return ()
-            store = self._store_for_write()
             base = self._next_seq - 1
-            with store.write(f"cannot recover run {self._run_id}") as conn:
-                _records.record_writer(conn, self._run_id, Writer.current(), utc_now())
-                durable = _records.max_seq(conn, self._run_id)
-                if durable != base:
-                    raise EffectPersistenceError(
-                        f"run {self._run_id} holds records up to seq {durable} where this log "
-                        f"knows {base}: another writer touched it; load it again"
-                    )
-                appended, head = _records.recover(conn, self._run_id, base, self._head, utc_now())
+            now = utc_now()
+            appended = tuple(
+                EffectOutcome(
+                    effect_id=claim.effect_id,
+                    seq=base + i,
+                    execution=ExecutionOutcome.INTERRUPTED,
+                    impact=Impact.POSSIBLE,
+                    replayed=True,
+                    recorded_at=now,
+                )
+                for i, claim in enumerate(unanswered, start=1)
+            )
+            work = _Recovery(
+                run_id=self._run_id, base=base, records=appended, head=self._head, now=now
+            )
+            store = self._store_for_write()
+            self._leading = True  # nobody else writes this run until recovery is done
+            self._cond.release()
+            try:
+                head = store.commit(f"cannot recover run {self._run_id}", work)
+            finally:
+                self._cond.acquire()
+                self._leading = False
+                self._cond.notify_all()
             self._head = head
-            self._outcomes.extend(appended)
-            self._settled.update(o.effect_id for o in appended)
+            self._writer_pid = os.getpid()
+            for record in appended:
+                self._remember(record)
             self._next_seq += len(appended)
             return appended
+
+
+class _Request:
+    """Records one caller asked to write, waiting in the log's queue."""
+
+    __slots__ = (
+        "action",
+        "claims",
+        "done",
+        "effect_ids",
+        "error",
+        "observation_ids",
+        "records",
+        "settles",
+    )
+
+    def __init__(self, action: str, records: Sequence[_Record], *, claims: bool) -> None:
+        self.action = action
+        self.records = list(records)
+        self.claims = claims  # claims raise when they cannot be written; others degrade
+        self.effect_ids: set[str] = set()
+        self.settles: set[str] = set()
+        self.observation_ids: set[str] = set()
+        self.error: EffectPersistenceError | None = None
+        self.done = False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Work:
+    """A batch of one run's records, as the store's writer runs it inside its transaction."""
+
+    run_id: str
+    records: Sequence[_Record]
+    head: str
+    start: bool
+    continuing: bool
+    writer: Writer | None
+    now: str
+
+    def __call__(self, cursor: sqlite3.Cursor) -> str:
+        if self.start:
+            _records.start_run(cursor, self.run_id, self.now, continuing=self.continuing)
+        if self.writer is not None:
+            _records.set_writer(cursor, self.run_id, self.writer, self.now)
+        return _records.write(cursor, self.run_id, self.records, self.head)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Recovery:
+    """Recovery's outcomes, appended only if the run still ends where the log thinks."""
+
+    run_id: str
+    base: int
+    records: Sequence[EffectOutcome]
+    head: str
+    now: str
+
+    def __call__(self, cursor: sqlite3.Cursor) -> str:
+        _records.set_writer(cursor, self.run_id, Writer.current(), self.now)
+        durable = _records.durable_seq(cursor, self.run_id)
+        if durable != self.base:
+            raise EffectPersistenceError(
+                f"run {self.run_id} holds records up to seq {durable} where this log "
+                f"knows {self.base}: another writer touched it; load it again"
+            )
+        return _records.write(cursor, self.run_id, self.records, self.head)
+
+
+def _renumber(record: _Record, seq: int) -> _Record:
+    # Records are built with the seq they get unless the queue ahead of them changes.
+    return record if record.seq == seq else dataclasses.replace(record, seq=seq)
+
+
+def _degraded_error(run_id: str) -> EffectPersistenceError:
+    return EffectPersistenceError(
+        f"run {run_id} is degraded: an earlier record was not persisted, so no new effect may start"
+    )

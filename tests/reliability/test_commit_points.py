@@ -2,9 +2,10 @@
 
 A child Python process sets up the write (continuing a run the test prepared, with
 ``EffectLog.load``), then makes it with a fault injected in the child itself: SQLAlchemy's
-``commit`` event on the store's engine (fired before ``COMMIT`` is sent) kills it *before*
-the commit, and a wrapper around ``ledger._store.Store.write`` kills it right *after* the
-``with store.write(...)`` block has committed, before the call returns. Only the record
+wrapper around the connection that records are written on kills it when ``COMMIT`` is
+about to be sent (*before* the commit), and a wrapper around ``ledger._store.Store.commit``
+kills it right *after* the transaction has committed, before the call returns. A new
+store's schema is created through SQLAlchemy: its ``commit`` event marks that point. Only the record
 transaction is armed: the migrations that create a new store commit normally.
 
 After each kill the store must hold exactly one side of the commit: before, none of the
@@ -72,34 +73,68 @@ CHILD = textwrap.dedent(
             event.listen(engine, "commit", on_commit)
             event.listen(engine, "before_cursor_execute", on_execute)
 
-    original_write = _store.Store.write
+    class Cursor:  # the records' cursor, watched: what it inserts, and its COMMIT
+        def __init__(self, cursor):
+            self._cursor = cursor
 
-    @contextlib.contextmanager
-    def write(self, action):
-        hook(self._engine())
+        def execute(self, sql, parameters=()):
+            self._note(sql, 1)
+            if inside and inserted and side == "before" and sql.strip().upper() == "COMMIT":
+                die("before")
+            return self._cursor.execute(sql, parameters)
+
+        def executemany(self, sql, rows):
+            rows = list(rows)
+            self._note(sql, len(rows))
+            return self._cursor.executemany(sql, rows)
+
+        def _note(self, sql, rows):
+            if inside and sql.lstrip().upper().startswith("INSERT"):
+                inserted.extend([sql.split()[2].strip('"')] * rows)
+
+    class Connection:
+        def __init__(self, connection):
+            self._connection = connection
+
+        def cursor(self):
+            return Cursor(self._connection.cursor())
+
+        def __getattr__(self, name):
+            return getattr(self._connection, name)
+
+    original_connection = _store.Store._connection
+
+    original_commit = _store.Store.commit
+
+    def commit(self, action, work):
         global inside
-        with original_write(self, action) as conn:
-            inside = armed and kind != "create_store"
-            yield conn
-        inside = False  # the block has returned: the transaction is committed
+        self.group._connection = lambda: Connection(original_connection(self))
+        inside = armed and kind != "create_store"
+        try:
+            result = original_commit(self, action, work)
+        finally:
+            inside = False  # it returned: the transaction is committed
         if armed and kind != "create_store" and side == "after":
             die("after")
+        return result
 
     original_open = _store.Store.open_for_writing
 
     def open_for_writing(self):  # creates the schema of a new store, in its own transaction
         global inside
         creating = armed and kind == "create_store" and not self._ready
+        if not creating:
+            return original_open(self)
         hook(self._engine())
-        inside = creating
+        inside = True
         try:
             original_open(self)
         finally:
             inside = False
-        if creating and side == "after":
+        if side == "after":
             die("after")
 
-    _store.Store.write = write
+    _store.Store.commit = commit
     _store.Store.open_for_writing = open_for_writing
 
     def claim(log, effect_id):

@@ -1,0 +1,158 @@
+"""Group commit: the writers of one process share one connection, one transaction, one fsync.
+
+A durable write costs one ``fdatasync`` of the WAL, whatever it holds. When several
+threads write at the same moment, the first becomes the *leader*: it takes every
+job waiting in the queue, runs them in one ``BEGIN IMMEDIATE`` transaction on the
+connection the store holds, commits once, and wakes their threads. Each job runs in
+its own savepoint, so a job that fails (its run already exists, say) is rolled back
+alone and reported to its own caller; a failure of the transaction itself (the disk
+is full at ``COMMIT``) is reported to every caller in it, because it hit all their
+records. No caller returns before the transaction that holds its job is committed.
+While a leader commits, new jobs queue up for the next leader, so under load every
+fsync acknowledges many writes, and without load a write pays no wait at all.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from sqlite3 import Connection, Cursor
+from typing import Any
+
+from ledger._errors import EffectPersistenceError
+
+# Enough to amortize the fsync many times over, small enough that one slow job (a
+# large claim_many) cannot hold a whole crowd of small ones behind it for long.
+MAX_BATCH = 64
+
+
+class Job:
+    """One caller's work: a function of the transaction's cursor, and how it ended."""
+
+    __slots__ = ("action", "done", "error", "result", "work")
+
+    def __init__(self, action: str, work: Callable[[Cursor], Any]) -> None:
+        self.action = action
+        self.work = work
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.done = False
+
+
+class GroupCommit:
+    """The queue of one store's writers in this process, and the leader that commits them."""
+
+    def __init__(
+        self,
+        connection: Callable[[], Connection],
+        before: Callable[[], None],
+        lock: Any,
+        translate: Callable[[str, BaseException], BaseException],
+    ) -> None:
+        """``connection`` gives the held connection; ``before`` checks the files first.
+
+        ``lock`` is the store's in-process write lock (shared with migrations and
+        forensic writes); ``translate`` turns a storage error into the caller's error.
+        """
+        self._connection = connection
+        self._before = before
+        self._lock = lock
+        self._translate = translate
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: list[Job] = []
+        self._leading = False
+
+    def submit(self, job: Job) -> Any:
+        """Run ``job`` in a committed transaction; return its result or raise its error."""
+        with self._cond:
+            self._queue.append(job)
+            try:
+                while not job.done:
+                    if self._leading:
+                        self._cond.wait()
+                    else:
+                        self._lead()
+            except BaseException:
+                # Interrupted (a signal handler raised) while waiting: leave the queue,
+                # or, if a leader already holds the job, wait until its fate is known so
+                # that what the caller is told matches the store.
+                if job in self._queue:
+                    self._queue.remove(job)
+                    raise
+                while not job.done:
+                    self._cond.wait()
+                raise
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    def _lead(self) -> None:
+        """Commit the queue's head (called with the condition held; returns with it held)."""
+        self._leading = True
+        batch = self._queue[:MAX_BATCH]
+        del self._queue[:MAX_BATCH]
+        self._cond.release()
+        try:
+            self._commit(batch)
+        except BaseException as e:
+            for job in batch:
+                if not job.done:
+                    job.error = EffectPersistenceError(
+                        f"{job.action}: the transaction was interrupted ({type(e).__name__})"
+                    )
+                    job.done = True
+            raise
+        finally:
+            self._cond.acquire()
+            self._leading = False
+            self._cond.notify_all()
+
+    def _fail(self, jobs: list[Job], error: BaseException) -> None:
+        for job in jobs:
+            if not job.done:
+                job.error = self._translate(job.action, error)
+                job.done = True
+
+    def _commit(self, batch: list[Job]) -> None:
+        with self._lock:
+            try:
+                self._before()
+                connection = self._connection()
+                cursor = connection.cursor()
+                cursor.execute("BEGIN IMMEDIATE")
+            except Exception as e:  # every kind of failure goes to the callers
+                self._fail(batch, e)
+                return
+            try:
+                committed = self._run(connection, cursor, batch)
+                cursor.execute("COMMIT")
+            except Exception as e:  # same
+                if connection.in_transaction:
+                    connection.rollback()
+                self._fail(batch, e)
+                return
+            for job in committed:
+                job.done = True
+
+    def _run(self, connection: Connection, cursor: Cursor, batch: list[Job]) -> list[Job]:
+        """Run each job; return those that succeeded (the failed ones are done already)."""
+        if len(batch) == 1:  # nobody to protect from it: no savepoint needed
+            job = batch[0]
+            job.result = job.work(cursor)
+            return batch
+        committed = []
+        for job in batch:
+            cursor.execute("SAVEPOINT job")
+            try:
+                job.result = job.work(cursor)
+            except Exception as e:
+                if not connection.in_transaction:
+                    raise  # SQLite rolled the whole transaction back: it hit every job
+                cursor.execute("ROLLBACK TO job")
+                cursor.execute("RELEASE job")
+                job.error = self._translate(job.action, e)
+                job.done = True
+            else:
+                cursor.execute("RELEASE job")
+                committed.append(job)
+        return committed

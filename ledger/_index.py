@@ -1,0 +1,95 @@
+"""What one run's log keeps in memory so that assessing and recovering do not scan it.
+
+``assess(claim, history)`` only ever looks at the claim's own outcomes, at the
+complete observations of its obligations' targets, and at the other claims whose
+impact scope overlaps those targets (with their outcomes). :class:`RunIndex`
+finds exactly those records through dictionaries, so
+:meth:`RunIndex.relevant` hands the pure :func:`~ledger.effects.assess` a small
+history that gives the same verdict as the whole run, at a cost that does not
+grow with the run. It also knows the claims that have no outcome at all, in
+claim order, which is what recovery appends to.
+
+Pure: no storage, no clock.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from ledger.effects import EffectClaim, EffectOutcome, History, Observation, ResourceRef
+
+_Key = tuple[str, str]
+
+
+def _prefixes(locator: str) -> list[str]:
+    # Every P such that locator starts with P + "/": the fs locators it lies below.
+    return [locator[:i] for i, char in enumerate(locator) if char == "/"]
+
+
+class RunIndex:
+    """Claims, outcomes and observations of one run, indexed for assessment and recovery."""
+
+    def __init__(self) -> None:
+        self._outcomes: dict[str, list[EffectOutcome]] = defaultdict(list)
+        self._observed: dict[_Key, list[Observation]] = defaultdict(list)
+        # Claims by impact-scope locator: equal (any kind), below a locator (fs), any fs.
+        self._at: dict[_Key, list[EffectClaim]] = defaultdict(list)
+        self._below: dict[str, list[EffectClaim]] = defaultdict(list)
+        self._fs: list[EffectClaim] = []
+        self._unanswered: dict[str, EffectClaim] = {}  # insertion order is claim order
+
+    def add_claim(self, claim: EffectClaim) -> None:
+        """Index a claim (in ``seq`` order)."""
+        self._unanswered[claim.effect_id] = claim
+        seen_fs = False
+        for ref in claim.impact_scope:
+            self._at[ref.kind, ref.locator].append(claim)
+            if ref.kind == "fs":
+                seen_fs = True
+                for prefix in _prefixes(ref.locator):
+                    self._below[prefix].append(claim)
+        if seen_fs:
+            self._fs.append(claim)
+
+    def add_outcome(self, outcome: EffectOutcome) -> None:
+        """Index an outcome (in ``seq`` order)."""
+        self._outcomes[outcome.effect_id].append(outcome)
+        self._unanswered.pop(outcome.effect_id, None)
+
+    def add_observation(self, observation: Observation) -> None:
+        """Index an observation (in ``seq`` order)."""
+        self._observed[observation.resource.kind, observation.resource.locator].append(observation)
+
+    def unanswered(self) -> list[EffectClaim]:
+        """The claims that have no outcome at all, in ``seq`` order."""
+        return list(self._unanswered.values())
+
+    def _overlapping(self, target: ResourceRef) -> list[EffectClaim]:
+        """A superset of the claims whose impact scope overlaps ``target``."""
+        found = list(self._at.get((target.kind, target.locator), ()))
+        if target.kind != "fs":
+            return found
+        if target.locator == "/":
+            return found + self._fs
+        found += self._below.get(target.locator, ())
+        found += self._at.get(("fs", "/"), ())
+        for prefix in _prefixes(target.locator):
+            found += self._at.get(("fs", prefix), ())
+        return found
+
+    def relevant(self, claim: EffectClaim) -> History:
+        """The part of the run that :func:`~ledger.effects.assess` consults for ``claim``."""
+        claims: dict[int, EffectClaim] = {claim.seq: claim}
+        observations: dict[int, Observation] = {}
+        for condition in claim.obligations:
+            target = condition.target
+            for obs in self._observed.get((target.kind, target.locator), ()):
+                observations[obs.seq] = obs
+            for other in self._overlapping(target):
+                claims[other.seq] = other
+        outcomes = [o for c in claims.values() for o in self._outcomes.get(c.effect_id, ())]
+        return History(
+            tuple(claims[seq] for seq in sorted(claims)),
+            tuple(sorted(outcomes, key=lambda o: o.seq)),
+            tuple(observations[seq] for seq in sorted(observations)),
+        )
