@@ -614,6 +614,51 @@ effect's execution, impact and verdict, and the `sqlite3` command that shows the
 table from the `effect_status` view. Without `--store` the run goes to the default
 store; `make demo` uses `.demo/store`. Exits 0 when the demo went as scripted, else 1.
 """,
+    "bench": """\
+Writes only in a scratch directory, `ledger-bench-*`, that it creates in DIR and removes
+afterwards; it never touches a store. Here `--store` names where to measure, not a
+store: DIR must exist and be writable, and a DIR that is missing, a file or not
+writable is refused with exit 1. Without `--store` it is the directory that holds the
+default store (see [Which store](#which-store)), or its nearest existing ancestor: the
+disk the claims of workers go to. A full run takes a few minutes; `--quick` measures
+less, on a smaller run and store, in under half a minute. Progress lines go to
+standard error only when it is a terminal.
+
+Every figure comes from one run. The latency cases run interleaved, a chunk of each
+per round in rotating order, so that noise from the rest of the machine falls on all
+alike; before that, every SQLite database is written until its WAL has been
+checkpointed once, so that all measure the steady state.
+
+| case | what is timed |
+| --- | --- |
+| `raw` | stdlib `sqlite3`, WAL, `synchronous=FULL`: one claim-shaped row per transaction |
+| `jsonl` | a claim's JSON line appended to a file opened `O_APPEND`, then `fsync` |
+| `claim` | `EffectLog.claim` with one resource and one postcondition |
+| `claim_outcome` | a claim and its outcome |
+| `claim_many8` | `claim_many` of 8 claims; `per_claim_p50_us` is the median over 8 |
+| `threads1`, `threads8` | 1 or 8 threads started together, each with its own log; claims/s |
+| `processes4` | 4 processes started together, one store; claims/s, `errors`, `max_wait_s` |
+| `raw_off`, `cpu_off` | `raw` and `claim` with `synchronous=OFF`: the cost without the disk |
+| `assess_*` | `log.assess` on a loaded run of 1k and of 100k records (10k with `--quick`) |
+| `recover_*` | `recover_interrupted` of 100 claims on those loaded runs |
+| `recovery_*` | `load` + `recover_interrupted`, a 1k run in stores of 10k and 1m (quick: 100k) |
+
+The runs and stores of the scale cases are built with `synchronous=OFF` to save time,
+and the build times are printed but not counted; every measurement on them runs with
+`synchronous=FULL`. The ratios, with their targets: `claim_vs_raw` (claim p50 / raw
+p50, at most 1.15), `claim_vs_jsonl` (at most 1), `claim_many8_vs_claim` (p50 per claim
+in a batch of 8 / claim p50, at most 0.2), `threads8_vs_single` (claims/s, at least 4),
+`cpu_off_vs_raw_off` (at most 3), `assess_100k_vs_1k` (at most 2) and
+`recovery_1m_vs_10k` (at most 2); `processes4` must have no error and no claim waiting
+a second or more. Missed targets are reported, not an error: the exit status is 0.
+
+`--json` prints one object: `quick`, `store`, `seconds`, `machine` (`cpus`,
+`platform`, `python`, `sqlite`), `notes` (strings), `cases` (by name: `what`, `n`,
+`p50_us`, `p99_us`, `per_s`, and `records` for the scale cases), `builds` (`name`,
+`records`, `seconds`), `ratios`, `targets` and `met` (the seven ratios, in the order
+above) and `processes4` (`claims_per_s`, `errors`, `max_wait_s`, `p99_us`, `target`,
+`met`). The figures are this machine's: no two runs print the same.
+""",
 }
 
 

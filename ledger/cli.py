@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import click
 
-from ledger import _demo, _inspect, _jsonl
+from ledger import _bench, _demo, _inspect, _jsonl
 from ledger._paths import DB_NAME
 from ledger._store import read_only_uri, wal_size
 from ledger.effect_log import EffectPersistenceError, effects_dir
@@ -506,6 +506,40 @@ def demo(store: Path | None) -> None:
     with _library_errors():
         code = _demo.run(_directory(store), click.echo)
     raise SystemExit(code)
+
+
+@main.command(short_help="Measure what a durable claim costs on this disk.")
+@click.option(
+    "--store",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="Measure in a scratch directory created in DIR and removed afterwards. Default: "
+    "the directory that holds the default store (or its nearest existing ancestor), on the "
+    "disk workers write to.",
+)
+@_json_option
+@click.option(
+    "--quick", is_flag=True, help="Smaller runs and stores, fewer samples: under half a minute."
+)
+def bench(store: Path | None, as_json: bool, quick: bool) -> None:
+    """Measure what a durable claim costs on this disk, against what it cannot beat.
+
+    Runs stdlib sqlite3 (the floor), fsynced JSON lines (the file-based logs) and the
+    ledger's claims interleaved, then threads, processes, and assess and recovery on
+    large runs and stores. Prints medians, p99 and ratios against their targets. A
+    full run takes a few minutes.
+    """
+    progress = None if _quiet() else (lambda line: click.echo(line, err=True))
+    with _library_errors():
+        try:
+            report = _bench.run(store, quick=quick, progress=progress)
+        except OSError as e:
+            raise click.ClickException(f"the benchmark failed: {_one_line(e)}") from None
+    if as_json:
+        _print_json(report)
+    else:
+        _bench.render(report, _table, click.echo)
 
 
 if __name__ == "__main__":  # pragma: no cover - python -m ledger.cli
