@@ -76,11 +76,11 @@ class _Plan:
     process_claims: int  # per process
     big_run: int  # records
     big_store: int  # records
-    repeats: int  # recoveries per size
+    repeats: int  # recoveries per size; the 10k store holds as many runs of 1k
     assessments: int  # per size
 
 
-_FULL = _Plan(150, 10, 7, 60, 250, 100_000, 1_000_000, 11, 101)
+_FULL = _Plan(150, 10, 7, 60, 250, 100_000, 1_000_000, 7, 101)
 _QUICK = _Plan(20, 10, 3, 20, 50, 10_000, 100_000, 5, 15)
 
 
@@ -573,17 +573,14 @@ def _new_run(directory: Path, records: int, **fill: int) -> tuple[str, int]:
 
 def _store(directory: Path, records: int, targets: int) -> tuple[list[str], int]:
     """About ``records`` records: ``targets`` runs to recover, in the middle of other runs."""
-    found, written = [], 0
-    filler = records - targets * _SMALL_RUN
-    runs = max(1, math.ceil(filler / 20_000))
-    for k in range(runs):
-        if k == runs // 2:
-            for _ in range(targets):
-                run_id, count = _new_run(directory, _SMALL_RUN, unsettled=_UNSETTLED)
-                found.append(run_id)
-                written += count
-        written += _new_run(directory, filler // runs, observe_every=20)[1]
-    return found, written
+    filler = max(0, records - targets * _SMALL_RUN)
+    count = math.ceil(filler / 20_000)
+    others = [filler // count] * count if count else []
+    half = len(others) // 2
+    written = sum(_new_run(directory, n, observe_every=20)[1] for n in others[:half])
+    found = [_new_run(directory, _SMALL_RUN, unsettled=_UNSETTLED) for _ in range(targets)]
+    written += sum(_new_run(directory, n, observe_every=20)[1] for n in others[half:])
+    return [run_id for run_id, _ in found], written + sum(n for _, n in found)
 
 
 def _spread(log: EffectLog, count: int) -> list[str]:
