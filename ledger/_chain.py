@@ -20,7 +20,8 @@ the first record affected. This module only computes; storage stores and checks.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
+from operator import itemgetter
 from typing import Any
 
 VERSION = "ledger-v1"
@@ -79,16 +80,9 @@ def _field(value: Any) -> str:
     return f"{len(text)}:{text}"
 
 
-def _fields(row: Mapping[str, Any], columns: Sequence[str]) -> str:
-    # _field, inlined: this runs for every column of every record written.
-    parts = []
-    for value in map(row.__getitem__, columns):
-        if value is None:
-            parts.append("~")
-            continue
-        text = value if type(value) is str else str(int(value) if type(value) is bool else value)
-        parts.append(f"{len(text)}:{text}")
-    return "".join(parts)
+_GETTERS = {kind: itemgetter(*columns) for kind, columns in COLUMNS.items()}
+_SCOPE = itemgetter(*SCOPE_COLUMNS)
+_OBLIGATION = itemgetter(*OBLIGATION_COLUMNS)
 
 
 def encode(
@@ -99,13 +93,21 @@ def encode(
     obligations: Iterable[Mapping[str, Any]] = (),
 ) -> str:
     """The canonical text of one record row (and, for a claim, its child rows)."""
-    text = (
-        VERSION + _field(kind) + _field(run_id) + _field(row["seq"]) + _fields(row, COLUMNS[kind])
-    )
+    values = [kind, run_id, row["seq"], *_GETTERS[kind](row)]
     if kind == "claim":
-        text += "".join(_fields(s, SCOPE_COLUMNS) for s in scope)
-        text += "".join(_fields(o, OBLIGATION_COLUMNS) for o in obligations)
-    return text
+        for s in scope:
+            values.extend(_SCOPE(s))
+        for o in obligations:
+            values.extend(_OBLIGATION(o))
+    # _field, inlined: this runs for every field of every record written.
+    parts = [VERSION]
+    for value in values:
+        if value is None:
+            parts.append("~")
+            continue
+        text = value if type(value) is str else str(int(value) if type(value) is bool else value)
+        parts.append(f"{len(text)}:{text}")
+    return "".join(parts)
 
 
 def link(prev_hash: str, encoding: str) -> str:

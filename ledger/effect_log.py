@@ -347,9 +347,9 @@ class EffectLog:
             return
         action = batch[0].action if len(batch) == 1 else f"{len(records)} records"
         work = _Work(
-            run_id=self._run_id,
-            records=[*self._unwritten, *records] if not self._started else records,
-            head=self._head,
+            self._run_id,
+            [*self._unwritten, *records] if not self._started else records,
+            self._head,
             start=not self._started,
             continuing=self._continuing,
             writer=None if self._writer_pid == os.getpid() else Writer.current(),
@@ -465,13 +465,17 @@ class EffectLog:
             now = utc_now()
             seq = self._next_seq + self._queued  # the seq it gets unless the queue moves
             for request in batch:
-                effect_id = request.effect_id
-                check_identifier(effect_id, "effect_id")
-                check_identifier(request.action_id, "action_id")
-                if not isinstance(request.operation, OperationRef):
-                    raise InvalidTypeError(
-                        f"operation must be an OperationRef, not {type(request.operation).__name__}"
-                    )
+                # The record checks every field, with the same errors as claim's keywords.
+                record = EffectClaim(
+                    effect_id=request.effect_id,
+                    seq=seq + len(records),
+                    action_id=request.action_id,
+                    operation=request.operation,
+                    impact_scope=request.impact_scope,  # type: ignore[arg-type]  # validated, made a tuple
+                    obligations=request.obligations,  # type: ignore[arg-type]  # same
+                    recorded_at=now,
+                )
+                effect_id = record.effect_id
                 if (
                     effect_id in self._claimed
                     or effect_id in self._queued_claims
@@ -481,17 +485,7 @@ class EffectLog:
                         f"effect {effect_id!r} is already claimed in run {self._run_id}"
                     )
                 batch_ids.add(effect_id)
-                records.append(
-                    EffectClaim(
-                        effect_id=effect_id,
-                        seq=seq + len(records),
-                        action_id=request.action_id,
-                        operation=request.operation,
-                        impact_scope=request.impact_scope,  # type: ignore[arg-type]  # validated, made a tuple
-                        obligations=request.obligations,  # type: ignore[arg-type]  # same
-                        recorded_at=now,
-                    )
-                )
+                records.append(record)
             if self._degraded:
                 raise _degraded_error(self._run_id)
             pending = _Request(action, records, claims=True)
@@ -742,17 +736,29 @@ class _Request:
         self.done = False
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
 class _Work:
     """A batch of one run's records, as the store's writer runs it inside its transaction."""
 
-    run_id: str
-    records: Sequence[_Record]
-    head: str
-    start: bool
-    continuing: bool
-    writer: Writer | None
-    now: str
+    __slots__ = ("continuing", "head", "now", "records", "run_id", "start", "writer")
+
+    def __init__(
+        self,
+        run_id: str,
+        records: Sequence[_Record],
+        head: str,
+        *,
+        start: bool,
+        continuing: bool,
+        writer: Writer | None,
+        now: str,
+    ) -> None:
+        self.run_id = run_id
+        self.records = records
+        self.head = head
+        self.start = start
+        self.continuing = continuing
+        self.writer = writer
+        self.now = now
 
     def __call__(self, cursor: sqlite3.Cursor) -> str:
         if self.start:
