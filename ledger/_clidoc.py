@@ -637,6 +637,7 @@ checkpointed once, so that all measure the steady state.
 | `claim_outcome` | a claim and its outcome |
 | `claim_many8` | `claim_many` of 8 claims; `per_claim_p50_us` is the median over 8 |
 | `threads1`, `threads8` | 1 or 8 threads started together, each with its own log; claims/s |
+| `threads8_shared` | 8 threads started together, all sharing one log; claims/s |
 | `processes4` | 4 processes started together, one store; claims/s, `errors`, `max_wait_s` |
 | `raw_off`, `cpu_off` | `raw` and `claim` with `synchronous=OFF`: the cost without the disk |
 | `assess_*` | `log.assess` on a loaded run of 1k and of 100k records (10k with `--quick`) |
@@ -650,14 +651,17 @@ p50, at most 1.15), `claim_vs_jsonl` (at most 1), `claim_many8_vs_claim` (p50 pe
 in a batch of 8 / claim p50, at most 0.2), `threads8_vs_single` (claims/s, at least 4),
 `cpu_off_vs_raw_off` (at most 3), `assess_100k_vs_1k` (at most 2) and
 `recovery_1m_vs_10k` (at most 2); `processes4` must have no error and no claim waiting
-a second or more. Missed targets are reported, not an error: the exit status is 0.
+a second or more. After them, without a target, comes `threads8_shared_vs_single`
+(claims/s of `threads8_shared` / `threads1`; the three thread cases run in turn, in
+the same rounds). Missed targets are reported, not an error: the exit status is 0.
 
 `--json` prints one object: `quick`, `store`, `seconds`, `machine` (`cpus`,
 `platform`, `python`, `sqlite`), `notes` (strings), `cases` (by name: `what`, `n`,
 `p50_us`, `p99_us`, `per_s`, and `records` for the scale cases), `builds` (`name`,
 `records`, `seconds`), `ratios`, `targets` and `met` (the seven ratios, in the order
-above) and `processes4` (`claims_per_s`, `errors`, `max_wait_s`, `p99_us`, `target`,
-`met`). The figures are this machine's: no two runs print the same.
+above), `extra_ratios` (`threads8_shared_vs_single`) and `processes4` (`claims_per_s`,
+`errors`, `max_wait_s`, `p99_us`, `target`, `met`). The figures are this machine's: no
+two runs print the same.
 """,
 }
 

@@ -21,7 +21,7 @@ from ledger.cli import main
 from .conftest import PYTHON, subprocess_env
 
 LATENCY = ["raw", "jsonl", "claim", "claim_outcome", "claim_many8", "raw_off", "cpu_off"]
-CONCURRENCY = ["threads1", "threads8", "processes4"]
+CONCURRENCY = ["threads1", "threads8", "threads8_shared", "processes4"]
 SCALE = ["assess_1k", "assess_10k", "recover_1k", "recover_10k", "recovery_10k", "recovery_100k"]
 RATIOS = [
     "claim_vs_raw",
@@ -32,6 +32,7 @@ RATIOS = [
     "assess_100k_vs_1k",
     "recovery_1m_vs_10k",
 ]
+EXTRA_RATIOS = ["threads8_shared_vs_single"]
 
 
 def _bench_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -90,6 +91,7 @@ def test_report_describes_the_run(report, quick) -> None:
     assert any("--quick" in note for note in report["notes"])
     assert any("WAL" in note for note in report["notes"])
     assert any("synchronous=OFF" in note for note in report["notes"])
+    assert any("threads8_shared" in note for note in report["notes"])
 
 
 def test_every_case_has_finite_positive_figures(report) -> None:
@@ -117,6 +119,24 @@ def test_ratios_targets_and_verdicts_have_exactly_the_keys_in_order(report) -> N
         assert _positive(report["ratios"][name]), name
         assert report["targets"][name].split()[0] in {"<=", ">="}
         assert isinstance(report["met"][name], bool)
+
+
+def test_extra_ratios_stand_outside_the_seven_without_a_target(report) -> None:
+    """threads8_shared_vs_single is in extra_ratios, not in ratios, targets or met."""
+    assert list(report["extra_ratios"]) == EXTRA_RATIOS
+    for name in EXTRA_RATIOS:
+        assert _positive(report["extra_ratios"][name]), name
+        for key in ("ratios", "targets", "met"):
+            assert name not in report[key], (key, name)
+    keys = list(report)
+    assert keys.index("met") < keys.index("extra_ratios") < keys.index("processes4")
+
+
+def test_threads8_shared_runs_as_many_claims_as_threads8(report) -> None:
+    """8 threads sharing one log claim as often as 8 with a log each, 8 times 1 thread."""
+    cases = report["cases"]
+    assert cases["threads8_shared"]["n"] == cases["threads8"]["n"] == 8 * cases["threads1"]["n"]
+    assert "one log" in cases["threads8_shared"]["what"]
 
 
 def test_processes4_reports_errors_and_the_longest_wait(report) -> None:
@@ -162,6 +182,11 @@ def test_human_output_is_a_table_of_cases_and_ratios(report, tmp_path, monkeypat
     for name in [*RATIOS, "processes4"]:
         rows = [line for line in lines if line.startswith(f"{name} ")]
         assert any(row.endswith((" met", " missed")) for row in rows), name
+    start = next(i for i, line in enumerate(lines) if line.startswith("RATIO"))
+    ratio_rows = [line.split() for line in lines[start + 1 : lines.index("", start)]]
+    assert [row[0] for row in ratio_rows] == [*RATIOS, "processes4", *EXTRA_RATIOS]
+    for row in ratio_rows[-len(EXTRA_RATIOS) :]:
+        assert row[-2:] == ["-", "informative"], row  # no target, no verdict
     notes = [line for line in lines if line.startswith("- ")]
     assert len(notes) == len(report["notes"])
     assert "\x1b[" not in result.stdout  # not a terminal: no escape codes
