@@ -294,38 +294,82 @@ class EffectLog:
             self._index.add_observation(record)
 
     def _submit(self, request: _Request) -> None:
-        """Queue a checked request and return once it is written (or failed); lock held."""
+        """Queue a checked request and return once it is written (or failed); lock held.
+
+        The first caller leads: it writes whatever is queued, then hands the leadership
+        to the oldest waiting caller. Every waiting caller sleeps on a gate of its own
+        and is woken once, when its records are written or failed, or to lead.
+        """
         self._queue.append(request)
         self._queued += len(request.records)
-        while not request.done:
-            if self._leading:
-                self._cond.wait()
-            else:
-                self._lead()
+        request.gate.acquire()
+        if self._leading:
+            self._cond.release()
+            try:
+                request.gate.acquire()
+            except BaseException:
+                self._cond.acquire()
+                self._abandon(request)
+                raise
+            self._cond.acquire()
+        else:
+            self._leading = True
+        if not request.done:
+            self._lead(request)
 
-    def _lead(self) -> None:
-        """Write everything queued in one transaction (lock held, released while writing)."""
-        self._leading = True
-        batch, self._queue = self._queue, []
+    def _abandon(self, request: _Request) -> None:
+        """A caller interrupted while it waited (a signal handler raised); lock held."""
+        if request in self._queue:
+            self._queue.remove(request)
+            self._forget(request)
+            if request.lead:
+                self._hand_over()
+            return
+        # A leader is writing it: wait until the store's answer is known.
+        self._cond.release()
         try:
-            self._write_batch(batch)
-        except BaseException as e:
-            for request in batch:
-                if not request.done:
-                    request.error = EffectPersistenceError(
-                        f"cannot record {request.action} in run {self._run_id}: "
-                        f"interrupted ({type(e).__name__})"
-                    )
-                    request.done = True
-            raise
+            request.gate.acquire()
         finally:
-            for request in batch:
-                self._queued -= len(request.records)
-                self._queued_claims.difference_update(request.effect_ids)
-                self._queued_settles.difference_update(request.settles)
-                self._queued_observations.difference_update(request.observation_ids)
+            self._cond.acquire()
+
+    def _forget(self, request: _Request) -> None:
+        self._queued -= len(request.records)
+        self._queued_claims.difference_update(request.effect_ids)
+        self._queued_settles.difference_update(request.settles)
+        self._queued_observations.difference_update(request.observation_ids)
+
+    def _hand_over(self) -> None:
+        """Wake the oldest waiting caller to lead, or mark the log idle; lock held."""
+        if self._queue:
+            self._queue[0].lead = True
+            self._queue[0].gate.release()
+        else:
             self._leading = False
-            self._cond.notify_all()
+            self._cond.notify_all()  # close and recovery wait for an idle log
+
+    def _lead(self, request: _Request) -> None:
+        """Write everything queued until ``request`` is written (lock held, released to write)."""
+        try:
+            while not request.done:
+                batch, self._queue = self._queue, []
+                try:
+                    self._write_batch(batch)
+                except BaseException as e:
+                    for other in batch:
+                        if not other.done:
+                            other.error = EffectPersistenceError(
+                                f"cannot record {other.action} in run {self._run_id}: "
+                                f"interrupted ({type(e).__name__})"
+                            )
+                            other.done = True
+                    raise
+                finally:
+                    for other in batch:
+                        self._forget(other)
+                        if other is not request:
+                            other.gate.release()
+        finally:
+            self._hand_over()
 
     def _write_batch(self, batch: list[_Request]) -> None:
         seq = self._next_seq
@@ -701,8 +745,7 @@ class EffectLog:
                 head = store.commit(f"cannot recover run {self._run_id}", work)
             finally:
                 self._cond.acquire()
-                self._leading = False
-                self._cond.notify_all()
+                self._hand_over()
             self._head = head
             self._writer_pid = os.getpid()
             for record in appended:
@@ -720,6 +763,8 @@ class _Request:
         "done",
         "effect_ids",
         "error",
+        "gate",
+        "lead",
         "observation_ids",
         "records",
         "settles",
@@ -734,6 +779,8 @@ class _Request:
         self.observation_ids: set[str] = set()
         self.error: EffectPersistenceError | None = None
         self.done = False
+        self.lead = False  # handed the leadership while it waited
+        self.gate = threading.Lock()  # released once: when done, or to lead
 
 
 class _Work:
