@@ -386,117 +386,115 @@ def _sqlite_triggers() -> dict[str, str]:
     return triggers
 
 
-def _overlap(a: str, b: str) -> str:
-    # Never LIKE: file names contain % and _. "/" is every path's ancestor.
-    return (
-        f"({a} = {b} OR ({a} = '/' OR {b} = '/'"
-        f" OR substr({b}, 1, length({a}) + 1) = {a} || '/'"
-        f" OR substr({a}, 1, length({b}) + 1) = {b} || '/'))"
-    )
+# effect_status computes each claim's verdict by correlated lookups that follow the
+# indexes (by run and effect, by run and resource), so that asking for one run or one
+# effect reads only the rows the rules consult, never the whole store. The rules are
+# ASSESS.md's; tests/test_view.py holds this view to ledger.effects.assess.
 
+# Whether another claim c2 (through its scope row sc) may still land an effect after the
+# observation ob: claimed after it, or not terminally settled before it; and not
+# settled clean (FAILED with impact NONE is the one terminal outcome that did nothing).
+_IN_FLIGHT = """
+       sc.effect_id <> p.effect_id
+   AND (c2.seq > ob.seq OR NOT EXISTS (
+          SELECT 1 FROM outcomes AS t
+           WHERE t.run_id = c2.run_id AND t.effect_id = c2.effect_id
+             AND t.execution <> 'running' AND t.seq < ob.seq))
+   AND NOT EXISTS (
+          SELECT 1 FROM outcomes AS t
+           WHERE t.run_id = c2.run_id AND t.effect_id = c2.effect_id
+             AND t.execution = 'failed' AND t.impact = 'none')"""
+
+
+def _scopes(where: str) -> str:
+    return f"""EXISTS (
+        SELECT 1 FROM impact_scope AS sc
+          JOIN claims AS c2 ON c2.run_id = sc.run_id AND c2.effect_id = sc.effect_id
+         WHERE sc.run_id = p.run_id AND sc.kind = p.target_kind
+           AND {where}
+           AND {_IN_FLIGHT})"""
+
+
+# The locators a scope may have to overlap the target by equality: the target itself and,
+# for fs, "/" (everyone's ancestor) and each ancestor A (the target starts with A || '/').
+# One IN list, so that each is one index lookup. Never LIKE: file names hold % and _.
+_AT_OR_ABOVE = """sc.locator IN (
+            WITH RECURSIVE pos(i) AS (
+                SELECT 1 UNION ALL SELECT i + 1 FROM pos WHERE i < length(p.target_locator))
+            SELECT p.target_locator
+            UNION ALL SELECT '/' WHERE p.target_kind = 'fs'
+            UNION ALL SELECT substr(p.target_locator, 1, i - 1) FROM pos
+             WHERE p.target_kind = 'fs' AND substr(p.target_locator, i, 1) = '/')"""
+
+# A candidate observation is stale when an overlapping claim is in flight: one scoped at
+# or above the target, or (fs) below it (a range of the index), or anywhere if the target
+# is "/".
+_STALE = " OR ".join(
+    (
+        _scopes(_AT_OR_ABOVE),
+        "(p.target_kind = 'fs' AND "
+        + _scopes("sc.locator >= p.target_locator || '/' AND sc.locator < p.target_locator || '0'")
+        + ")",
+        "(p.target_kind = 'fs' AND p.target_locator = '/' AND " + _scopes("1") + ")",
+    )
+)
+
+# The evidence for obligation p: the newest complete observation of its target after the
+# claim's current outcome o that decides p and is not stale: 1 satisfied, 0 violated,
+# NULL when there is none. (The unary + keeps the planner on the resource index rather
+# than walking every later observation of the run in seq order.)
+_DECISION = """CASE p.predicate
+             WHEN 'exists' THEN ob.resource_exists
+             WHEN 'absent' THEN 1 - ob.resource_exists
+             WHEN 'sha256' THEN CASE WHEN ob.resource_exists = 0 THEN 0
+                                     WHEN ob.sha256 IS NULL THEN NULL
+                                     ELSE ob.sha256 = p.expected END
+             ELSE CASE WHEN ob.resource_exists = 0 THEN 0
+                       WHEN ob.revision IS NULL THEN NULL
+                       ELSE ob.revision = p.expected END
+           END"""
+
+_EVIDENCE = f"""(
+        SELECT {_DECISION}
+          FROM observations AS ob
+         WHERE ob.run_id = p.run_id
+           AND ob.resource_kind = p.target_kind
+           AND ob.resource_locator = p.target_locator
+           AND ob.coverage = 'complete'
+           AND +ob.seq > o.seq
+           AND {_DECISION} IS NOT NULL
+           AND NOT ({_STALE})
+         ORDER BY +ob.seq DESC
+         LIMIT 1)"""
+
+_DUTIES = "FROM obligations AS p WHERE p.run_id = c.run_id AND p.effect_id = c.effect_id"
 
 EFFECT_STATUS_VIEW = f"""
 CREATE VIEW effect_status AS
-WITH current_outcome AS (
-    SELECT c.run_id, c.seq, c.effect_id, c.action_id, c.operation, c.backend,
-           c.recorded_at AS claimed_at,
-           (SELECT o.seq FROM outcomes AS o
-             WHERE o.run_id = c.run_id AND o.effect_id = c.effect_id
-             ORDER BY (o.execution <> 'running') DESC, o.seq DESC
-             LIMIT 1) AS outcome_seq
-      FROM claims AS c
-),
-settled AS (
-    SELECT k.*, o.execution, o.impact
-      FROM current_outcome AS k
-      LEFT JOIN outcomes AS o ON o.run_id = k.run_id AND o.seq = k.outcome_seq
-),
-candidates AS (
-    SELECT s.run_id, s.effect_id, p.position, p.predicate, p.expected,
-           p.target_kind, p.target_locator,
-           ob.seq AS obs_seq, ob.resource_exists, ob.sha256, ob.revision
-      FROM settled AS s
-      JOIN obligations AS p ON p.run_id = s.run_id AND p.effect_id = s.effect_id
-      JOIN observations AS ob
-        ON ob.run_id = s.run_id
-       AND ob.seq > s.outcome_seq
-       AND ob.coverage = 'complete'
-       AND ob.resource_kind = p.target_kind
-       AND ob.resource_locator = p.target_locator
-     WHERE s.execution <> 'running'
-       AND NOT (s.execution = 'failed' AND s.impact = 'none')
-),
-fresh AS (
-    SELECT cd.run_id, cd.effect_id, cd.position, cd.obs_seq,
-           CASE cd.predicate
-             WHEN 'exists' THEN coalesce(cd.resource_exists = 1, 0)
-             WHEN 'absent' THEN coalesce(cd.resource_exists = 0, 0)
-             WHEN 'sha256' THEN coalesce(cd.resource_exists IS NOT 0 AND cd.sha256 = cd.expected, 0)
-             ELSE coalesce(cd.resource_exists IS NOT 0 AND cd.revision = cd.expected, 0)
-           END AS satisfied,
-           CASE cd.predicate
-             WHEN 'exists' THEN coalesce(cd.resource_exists = 0, 0)
-             WHEN 'absent' THEN coalesce(cd.resource_exists = 1, 0)
-             WHEN 'sha256' THEN coalesce(cd.resource_exists = 0
-                                OR (cd.sha256 IS NOT NULL AND cd.sha256 <> cd.expected), 0)
-             ELSE coalesce(cd.resource_exists = 0
-                           OR (cd.revision IS NOT NULL AND cd.revision <> cd.expected), 0)
-           END AS violated
-      FROM candidates AS cd
-     WHERE NOT EXISTS (
-        -- stale: another claim overlapping the target was in flight during the
-        -- observation and has not settled clean (failed with impact none)
-        SELECT 1
-          FROM claims AS c2
-          JOIN impact_scope AS sc ON sc.run_id = c2.run_id AND sc.effect_id = c2.effect_id
-         WHERE c2.run_id = cd.run_id
-           AND c2.effect_id <> cd.effect_id
-           AND sc.kind = cd.target_kind
-           AND (sc.locator = cd.target_locator
-                OR (sc.kind = 'fs' AND {_overlap("sc.locator", "cd.target_locator")}))
-           AND (c2.seq > cd.obs_seq OR NOT EXISTS (
-                  SELECT 1 FROM outcomes AS t
-                   WHERE t.run_id = c2.run_id AND t.effect_id = c2.effect_id
-                     AND t.execution <> 'running' AND t.seq < cd.obs_seq))
-           AND NOT EXISTS (
-                  SELECT 1 FROM outcomes AS t
-                   WHERE t.run_id = c2.run_id AND t.effect_id = c2.effect_id
-                     AND t.execution = 'failed' AND t.impact = 'none'))
-),
-evidence AS (
-    SELECT run_id, effect_id, satisfied, violated,
-           row_number() OVER (PARTITION BY run_id, effect_id, position
-                              ORDER BY obs_seq DESC) AS newest
-      FROM fresh
-     WHERE satisfied = 1 OR violated = 1
-),
-tally AS (
-    SELECT run_id, effect_id, sum(satisfied) AS n_satisfied, sum(violated) AS n_violated
-      FROM evidence
-     WHERE newest = 1
-     GROUP BY run_id, effect_id
-),
-verdicts AS (
-    SELECT s.run_id, s.seq, s.effect_id, s.action_id, s.operation, s.backend, s.claimed_at,
-           s.execution, s.impact,
-           CASE
-             WHEN s.execution IS NULL OR s.execution = 'running' THEN 'pending'
-             WHEN s.execution = 'failed' AND s.impact = 'none' THEN 'failed'
-             WHEN coalesce(t.n_violated, 0) > 0 THEN 'contradicted'
-             WHEN coalesce(t.n_satisfied, 0) > 0
-              AND t.n_satisfied = (SELECT count(*) FROM obligations AS p
-                                    WHERE p.run_id = s.run_id AND p.effect_id = s.effect_id)
-               THEN 'verified'
-             ELSE 'unverified'
-           END AS verdict
-      FROM settled AS s
-      LEFT JOIN tally AS t ON t.run_id = s.run_id AND t.effect_id = s.effect_id
-)
 SELECT run_id, seq, effect_id, action_id, operation, backend, claimed_at,
        execution, impact, verdict,
        CASE WHEN verdict IN ('pending', 'unverified', 'contradicted')
              AND coalesce(impact, 'possible') <> 'none' THEN 1 ELSE 0 END AS unresolved_impact
-  FROM verdicts
+  FROM (
+    SELECT c.run_id, c.seq, c.effect_id, c.action_id, c.operation, c.backend,
+           c.recorded_at AS claimed_at, o.execution, o.impact,
+           CASE
+             WHEN o.execution IS NULL OR o.execution = 'running' THEN 'pending'
+             WHEN o.execution = 'failed' AND o.impact = 'none' THEN 'failed'
+             WHEN EXISTS (SELECT 1 {_DUTIES} AND {_EVIDENCE} = 0) THEN 'contradicted'
+             WHEN EXISTS (SELECT 1 {_DUTIES})
+              AND NOT EXISTS (SELECT 1 {_DUTIES} AND {_EVIDENCE} IS NOT 1) THEN 'verified'
+             ELSE 'unverified'
+           END AS verdict
+      FROM claims AS c
+      -- the current outcome: the terminal one, else the last RUNNING one
+      LEFT JOIN outcomes AS o
+        ON o.run_id = c.run_id
+       AND o.seq = (SELECT x.seq FROM outcomes AS x
+                     WHERE x.run_id = c.run_id AND x.effect_id = c.effect_id
+                     ORDER BY (x.execution <> 'running') DESC, x.seq DESC
+                     LIMIT 1)
+  )
 """
 
 UNSETTLED_CLAIMS_VIEW = """

@@ -14,7 +14,7 @@ from alembic import command
 from ledger import _chain
 from ledger import effects as fx
 from ledger._records import chain_hash, rows_of
-from ledger._store import _on_begin, _on_connect, alembic_config
+from ledger._store import _on_begin, _on_connect, alembic_config, head_revision
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 
 from .conftest import PYTHON, fs_ref, op
@@ -257,7 +257,9 @@ def test_a_store_made_before_the_chain_is_chained_when_opened(tmp_path: Path) ->
             n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
         }
         assert {"claims_guard_chain", "outcomes_no_update", "claims_no_delete"} <= names
-        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [("0003",)]
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [
+            (head_revision(),)
+        ]
         strict = {r[1]: r[5] for r in conn.execute("PRAGMA table_list")}
         assert strict["claims"] == strict["outcomes"] == strict["observations"] == 1
     finally:
