@@ -29,7 +29,7 @@ MAX_BATCH = 64
 class Job:
     """One caller's work: a function of the transaction's cursor, and how it ended."""
 
-    __slots__ = ("action", "done", "error", "gate", "lead", "result", "work")
+    __slots__ = ("action", "done", "error", "gate", "interrupt", "lead", "result", "work")
 
     def __init__(self, action: str, work: Callable[[Cursor], Any]) -> None:
         self.action = action
@@ -40,6 +40,21 @@ class Job:
         self.lead = False  # handed the leadership while it waited
         # Released once, by the leader: when the job is done, or to make its thread lead.
         self.gate = threading.Lock()
+        # A signal handler's exception (Ctrl-C) met while the job was in flight, kept
+        # until its fate is known so that the caller can record that fate first.
+        self.interrupt: BaseException | None = None
+
+
+def acquire_uninterrupted(lock: Any) -> BaseException | None:
+    """Take ``lock`` even if a signal handler raises meanwhile; return what it raised."""
+    interrupt = None
+    while True:
+        try:
+            lock.acquire()
+        except BaseException as e:  # deferred: the caller raises it once it is safe to
+            interrupt = interrupt or e
+        else:
+            return interrupt
 
 
 class GroupCommit:
@@ -70,37 +85,47 @@ class GroupCommit:
         self._queue: list[Job] = []
         self._leading = False
 
-    def submit(self, job: Job) -> Any:
-        """Run ``job`` in a committed transaction; return its result or raise its error."""
-        job.gate.acquire()
-        with self._mutex:
-            self._queue.append(job)
-            lead = not self._leading
-            self._leading = True
-        if not lead:
-            self._wait(job)
-        if not job.done:  # this thread leads until its own job is done
-            self._lead(job)
-        if job.error is not None:
-            raise job.error
-        return job.result
+    def submit(self, job: Job) -> Job:
+        """Run ``job`` in a committed transaction and return it, its fate settled.
 
-    def _wait(self, job: Job) -> None:
-        try:
-            job.gate.acquire()
-        except BaseException:
-            # Interrupted (a signal handler raised) while waiting: leave the queue, or, if
-            # a leader already holds the job, wait until its fate is known so that what
-            # the caller is told matches the store.
-            with self._mutex:
-                queued = job in self._queue
-                if queued:
-                    self._queue.remove(job)
-                    if job.lead:
-                        self._hand_over()
-            if not queued:
-                job.gate.acquire()
-            raise
+        Never raises for the job: its ``error`` (the store's trouble), ``result``, and
+        ``interrupt`` (a signal handler's exception met meanwhile) are for the caller to
+        act on, in that order.
+        """
+        job.gate.acquire()  # a new lock: never blocks
+        interrupt = acquire_uninterrupted(self._mutex)
+        self._queue.append(job)
+        lead = not self._leading
+        self._leading = True
+        self._mutex.release()
+        if not lead:
+            interrupt = self._wait(job) or interrupt
+        if not job.done:  # this thread leads until its own job is done
+            interrupt = self._lead(job) or interrupt
+        job.interrupt = interrupt
+        return job
+
+    def _wait(self, job: Job) -> BaseException | None:
+        """Sleep until the job is done or handed the leadership; return any interrupt."""
+        interrupt = acquire_uninterrupted(job.gate)
+        if interrupt is not None and not job.done:
+            # Interrupted while waiting: a job still queued leaves the queue (passing the
+            # leadership on if it was just handed it); one a leader holds is waited for.
+            acquire_uninterrupted(self._mutex)  # a second interrupt adds nothing to the first
+            queued = job in self._queue
+            if queued:
+                self._queue.remove(job)
+                if job.lead:
+                    self._hand_over()
+            self._mutex.release()
+            if queued:
+                job.error = self._translate(
+                    job.action, EffectPersistenceError("interrupted before it was written")
+                )
+                job.done = True
+            elif not job.done:
+                acquire_uninterrupted(job.gate)
+        return interrupt
 
     def _hand_over(self) -> None:
         """Make the oldest waiting job's thread the leader, or let the next caller lead."""
@@ -110,30 +135,29 @@ class GroupCommit:
         else:
             self._leading = False
 
-    def _lead(self, job: Job) -> None:
-        try:
-            while not job.done:
-                with self._mutex:
-                    batch = self._queue[:MAX_BATCH]
-                    del self._queue[:MAX_BATCH]
-                try:
-                    self._commit(batch)
-                except BaseException as e:
-                    for other in batch:
-                        if not other.done:
-                            other.error = EffectPersistenceError(
-                                f"{other.action}: the transaction was interrupted "
-                                f"({type(e).__name__})"
-                            )
-                            other.done = True
-                    raise
-                finally:
-                    for other in batch:
-                        if other is not job:
-                            other.gate.release()
-        finally:
-            with self._mutex:
-                self._hand_over()
+    def _lead(self, job: Job) -> BaseException | None:
+        interrupt = None
+        while not job.done:
+            interrupt = acquire_uninterrupted(self._mutex) or interrupt
+            batch = self._queue[:MAX_BATCH]
+            del self._queue[:MAX_BATCH]
+            self._mutex.release()
+            try:
+                self._commit(batch)
+            except BaseException as e:  # every job is settled below, then it is raised
+                interrupt = interrupt or e
+            for other in batch:
+                if not other.done:  # the transaction never ran to its end
+                    other.error = self._translate(
+                        other.action, EffectPersistenceError("the transaction was interrupted")
+                    )
+                    other.done = True
+                if other is not job:
+                    other.gate.release()
+        interrupt = acquire_uninterrupted(self._mutex) or interrupt
+        self._hand_over()
+        self._mutex.release()
+        return interrupt
 
     def _fail(self, jobs: list[Job], error: BaseException) -> None:
         for job in jobs:
@@ -151,15 +175,29 @@ class GroupCommit:
             except Exception as e:  # every kind of failure goes to the callers
                 self._fail(batch, e)
                 return
+            committed: list[Job] = []
+            committing = False
             try:
                 committed = self._run(connection, cursor, batch)
+                committing = True
                 cursor.execute("COMMIT")
-            except Exception as e:  # same
+            except BaseException as e:
+                interrupted = not isinstance(e, Exception)
+                if interrupted and committing and not connection.in_transaction:
+                    # A signal handler raised just after COMMIT: the jobs are durable.
+                    for job in committed:
+                        job.done = True
+                    raise
+                # Whatever stopped the transaction (an error, or a signal handler raising
+                # mid-way), nothing of it may stay open on the shared connection.
                 if connection.in_transaction:
                     connection.rollback()
+                if interrupted:  # the callers get the store's answer; the leader the signal
+                    self._fail(batch, EffectPersistenceError("the transaction was interrupted"))
+                    raise
                 self._fail(batch, e)
                 return
-            for job in committed:
+            for job in committed:  # COMMIT returned: these are durable, whatever comes next
                 job.done = True
 
     def _run(self, connection: Connection, cursor: Cursor, batch: list[Job]) -> list[Job]:

@@ -21,6 +21,7 @@ import os
 import sqlite3
 import stat
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -83,7 +84,7 @@ _STORAGE_ERRORS = (sqlalchemy.exc.SQLAlchemyError, sqlite3.Error, CommandError, 
 def translate(action: str, error: BaseException) -> BaseException:
     """The error a caller sees for ``error`` met while doing ``action``; a new one per caller."""
     if isinstance(error, EffectPersistenceError):
-        translated = EffectPersistenceError(str(error))
+        translated = EffectPersistenceError(f"{action}: {error}")
     elif isinstance(error, _STORAGE_ERRORS):
         translated = EffectPersistenceError(f"{action}: {_describe(error)}")
     else:
@@ -238,13 +239,34 @@ class _FairLock:
             self._held = False
 
 
+def _wal(cursor: sqlite3.Cursor) -> Any:
+    """Put the database in WAL mode, waiting out other processes doing the same.
+
+    Switching a new database to WAL takes an exclusive lock from a shared one; when
+    several processes create a store at the same moment, SQLite reports the deadlock
+    at once (SQLITE_BUSY) instead of calling the busy handler, so wait here instead.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    pause = 0.001
+    while True:
+        try:
+            return cursor.execute("PRAGMA journal_mode = WAL").fetchone()
+        except sqlite3.OperationalError as e:
+            if getattr(e, "sqlite_errorcode", None) != sqlite3.SQLITE_BUSY:
+                raise
+            if time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
 def _on_connect(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
     # SQLAlchemy emits BEGIN itself (see _on_begin); pysqlite must not.
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        mode = cursor.execute("PRAGMA journal_mode = WAL").fetchone()
+        mode = _wal(cursor)
         cursor.execute(f"PRAGMA synchronous = {_synchronous}")
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.execute("PRAGMA recursive_triggers = ON")
@@ -441,18 +463,23 @@ class Store:
             if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_uid != uid:
                 check_file(Path(path))  # raises, saying what is wrong
 
-    def commit(self, action: str, work: Callable[[sqlite3.Cursor], T]) -> T:
-        """Run ``work`` in a committed write transaction, grouped with other threads' work.
+    def commit(self, action: str, work: Callable[[sqlite3.Cursor], object]) -> Job:
+        """Run ``work`` in a write transaction, grouped with other threads' work.
 
-        Returns once the transaction holding it is durable; raises
-        :class:`EffectPersistenceError` if it is not.
+        Returns the job once the transaction holding it has committed or failed: its
+        ``error`` (an :class:`EffectPersistenceError` for storage trouble), ``result``,
+        and ``interrupt`` (a signal handler's exception met meanwhile, for the caller to
+        raise after it has recorded the job's fate).
         """
+        job = Job(action, work)
         try:
             self.open_for_writing()
         except EffectPersistenceError as e:
-            raise EffectPersistenceError(f"{action}: {e}") from e
-        result: T = self.group.submit(Job(action, work))
-        return result
+            job.error = EffectPersistenceError(f"{action}: {e}")
+            job.error.__cause__ = e
+            job.done = True
+            return job
+        return self.group.submit(job)
 
     @contextlib.contextmanager
     def write(self, action: str) -> Iterator[Connection]:

@@ -37,6 +37,7 @@ from typing import Self
 
 from ledger import _paths, _records
 from ledger._chain import GENESIS
+from ledger._commit import acquire_uninterrupted
 from ledger._errors import EffectPersistenceError
 from ledger._index import RunIndex
 from ledger._owner import Writer
@@ -298,39 +299,38 @@ class EffectLog:
 
         The first caller leads: it writes whatever is queued, then hands the leadership
         to the oldest waiting caller. Every waiting caller sleeps on a gate of its own
-        and is woken once, when its records are written or failed, or to lead.
+        and is woken once, when its records are written or failed, or to lead. A signal
+        handler that raises meanwhile (Ctrl-C) is held back until the log's memory
+        matches the store, then raised: check :meth:`history` after it.
         """
         self._queue.append(request)
         self._queued += len(request.records)
-        request.gate.acquire()
+        request.gate.acquire()  # a new lock: never blocks
         if self._leading:
             self._cond.release()
-            try:
-                request.gate.acquire()
-            except BaseException:
-                self._cond.acquire()
+            interrupt = acquire_uninterrupted(request.gate)
+            interrupt = acquire_uninterrupted(self._cond) or interrupt
+            if interrupt is not None:
                 self._abandon(request)
-                raise
-            self._cond.acquire()
+                raise interrupt
         else:
             self._leading = True
         if not request.done:
             self._lead(request)
 
     def _abandon(self, request: _Request) -> None:
-        """A caller interrupted while it waited (a signal handler raised); lock held."""
-        if request in self._queue:
+        """A caller interrupted while it waited; lock held. The leader keeps the memory."""
+        if request.done:
+            return
+        if request in self._queue:  # nothing of it was written: it leaves the queue
             self._queue.remove(request)
             self._forget(request)
             if request.lead:
                 self._hand_over()
             return
-        # A leader is writing it: wait until the store's answer is known.
-        self._cond.release()
-        try:
-            request.gate.acquire()
-        finally:
-            self._cond.acquire()
+        self._cond.release()  # a leader is writing it: wait until the store has answered
+        acquire_uninterrupted(request.gate)
+        acquire_uninterrupted(self._cond)
 
     def _forget(self, request: _Request) -> None:
         self._queued -= len(request.records)
@@ -349,19 +349,20 @@ class EffectLog:
 
     def _lead(self, request: _Request) -> None:
         """Write everything queued until ``request`` is written (lock held, released to write)."""
+        interrupt: BaseException | None = None
         try:
             while not request.done:
                 batch, self._queue = self._queue, []
                 try:
-                    self._write_batch(batch)
+                    interrupt = self._write_batch(batch) or interrupt
                 except BaseException as e:
-                    for other in batch:
-                        if not other.done:
-                            other.error = EffectPersistenceError(
-                                f"cannot record {other.action} in run {self._run_id}: "
-                                f"interrupted ({type(e).__name__})"
-                            )
-                            other.done = True
+                    # Not the store's answer (that is handled inside): a failure of this
+                    # code itself. Settle every request as unwritten, then raise it.
+                    lost = EffectPersistenceError(
+                        f"cannot record records in run {self._run_id}: {type(e).__name__}: {e}"
+                    )
+                    lost.__cause__ = e
+                    self._fail([r for r in batch if not r.done], lost)
                     raise
                 finally:
                     for other in batch:
@@ -370,8 +371,11 @@ class EffectLog:
                             other.gate.release()
         finally:
             self._hand_over()
+        if interrupt is not None:
+            raise interrupt
 
-    def _write_batch(self, batch: list[_Request]) -> None:
+    def _write_batch(self, batch: list[_Request]) -> BaseException | None:
+        """Write a batch and settle its requests; return an interrupt held back meanwhile."""
         seq = self._next_seq
         for request in batch:  # number the records for real, in queue order
             request.records = [_renumber(r, seq + i) for i, r in enumerate(request.records)]
@@ -379,7 +383,7 @@ class EffectLog:
         records = [record for request in batch for record in request.records]
         if self._degraded:
             self._fail(batch, None)
-            return
+            return None
         if not self._started and not any(isinstance(r, EffectClaim) for r in records):
             # A run that has not claimed writes nothing: its observations wait for a claim.
             for record in records:
@@ -388,7 +392,7 @@ class EffectLog:
             self._next_seq = seq
             for request in batch:
                 request.done = True
-            return
+            return None
         action = batch[0].action if len(batch) == 1 else f"{len(records)} records"
         work = _Work(
             self._run_id,
@@ -402,27 +406,24 @@ class EffectLog:
         store = self._store_for_write()
         self._cond.release()  # other threads queue up for the next transaction meanwhile
         try:
-            head = store.commit(f"cannot record {action} in run {self._run_id}", work)
-        except EffectPersistenceError as e:
-            error: EffectPersistenceError | None = e
-        else:
-            error = None
+            job = store.commit(f"cannot record {action} in run {self._run_id}", work)
         finally:
-            self._cond.acquire()
-        if error is not None:
-            self._fail(batch, error)
-            return
-        self._head = head
-        self._started = True
-        self._writer_pid = os.getpid()
-        self._unwritten.clear()
-        for record in records:
-            self._remember(record)
-        self._next_seq = seq
-        for request in batch:
-            request.done = True
+            held_back = acquire_uninterrupted(self._cond)
+        if job.error is not None:
+            self._fail(batch, job.error)
+        else:
+            self._head = job.result
+            self._started = True
+            self._writer_pid = os.getpid()
+            self._unwritten.clear()
+            for record in records:
+                self._remember(record)
+            self._next_seq = seq
+            for request in batch:
+                request.done = True
+        return job.interrupt or held_back
 
-    def _fail(self, batch: list[_Request], error: EffectPersistenceError | None) -> None:
+    def _fail(self, batch: list[_Request], error: BaseException | None) -> None:
         """Tell each request of a batch that was not written (``None``: the log is degraded).
 
         Claims exist nowhere; outcomes and observations stay in memory and degrade the log.
@@ -432,9 +433,11 @@ class EffectLog:
             if request.claims:
                 if error is None:
                     request.error = _degraded_error(self._run_id)
-                else:
-                    request.error = EffectPersistenceError(str(error))
+                elif isinstance(error, EffectPersistenceError):
+                    request.error = EffectPersistenceError(str(error))  # one per caller
                     request.error.__cause__ = error
+                else:
+                    request.error = error  # not the store's trouble: raised as it is
             else:
                 if error is not None and not self._degraded:
                     self._degrade(request.action, error)
@@ -445,7 +448,7 @@ class EffectLog:
             request.done = True
         self._next_seq = seq
 
-    def _degrade(self, what: str, error: EffectPersistenceError) -> None:
+    def _degrade(self, what: str, error: BaseException) -> None:
         self._degraded = True
         log.error(
             "run %s is degraded: %s could not be persisted (%s); "
@@ -719,6 +722,9 @@ class EffectLog:
                 )
             while self._leading or self._queue:  # let records in flight land first
                 self._cond.wait()
+            self._check_open()  # closed while it waited
+            if self._degraded:
+                raise _degraded_error(self._run_id)
             unanswered = self._index.unanswered()
             if not unanswered:
                 return ()
@@ -738,19 +744,30 @@ class EffectLog:
             work = _Recovery(
                 run_id=self._run_id, base=base, records=appended, head=self._head, now=now
             )
+            settling = {o.effect_id for o in appended}
             store = self._store_for_write()
-            self._leading = True  # nobody else writes this run until recovery is done
+            # Nobody else writes this run until recovery is done, and no outcome of these
+            # effects is accepted meanwhile: they are being settled.
+            self._leading = True
+            self._queued_settles.update(settling)
             self._cond.release()
             try:
-                head = store.commit(f"cannot recover run {self._run_id}", work)
+                job = store.commit(f"cannot recover run {self._run_id}", work)
             finally:
-                self._cond.acquire()
+                held_back = acquire_uninterrupted(self._cond)
+                self._queued_settles.difference_update(settling)
                 self._hand_over()
-            self._head = head
-            self._writer_pid = os.getpid()
-            for record in appended:
-                self._remember(record)
-            self._next_seq += len(appended)
+            if job.error is None:
+                self._head = job.result
+                self._writer_pid = os.getpid()
+                for record in appended:
+                    self._remember(record)
+                self._next_seq += len(appended)
+            interrupt = job.interrupt or held_back
+            if interrupt is not None:
+                raise interrupt
+            if job.error is not None:
+                raise job.error
             return appended
 
 
@@ -777,7 +794,7 @@ class _Request:
         self.effect_ids: set[str] = set()
         self.settles: set[str] = set()
         self.observation_ids: set[str] = set()
-        self.error: EffectPersistenceError | None = None
+        self.error: BaseException | None = None
         self.done = False
         self.lead = False  # handed the leadership while it waited
         self.gate = threading.Lock()  # released once: when done, or to lead
