@@ -15,11 +15,14 @@ fsync acknowledges many writes, and without load a write pays no wait at all.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from sqlite3 import Connection, Cursor
 from typing import Any
 
 from ledger._errors import EffectPersistenceError
+
+# One statement and the rows to run it with, in order.
+Step = tuple[str, list[tuple[Any, ...]]]
 
 # Enough to amortize the fsync many times over, small enough that one slow job (a
 # large claim_many) cannot hold a whole crowd of small ones behind it for long.
@@ -27,14 +30,24 @@ MAX_BATCH = 64
 
 
 class Job:
-    """One caller's work: a function of the transaction's cursor, and how it ended."""
+    """One caller's writes, prepared: checks to run first, then statements; how it ended.
 
-    __slots__ = ("action", "done", "error", "gate", "interrupt", "lead", "result", "work")
+    The rows are built (and hashed) by the caller's thread before the job is queued, so
+    the leader's transaction only hands SQLite what is ready: under load, other threads
+    hold Python's GIL, and every statement the leader runs is a wait to get it back.
+    """
 
-    def __init__(self, action: str, work: Callable[[Cursor], Any]) -> None:
+    __slots__ = ("action", "before", "done", "error", "gate", "interrupt", "lead", "steps")
+
+    def __init__(
+        self,
+        action: str,
+        steps: Sequence[Step],
+        before: Callable[[Cursor], None] | None = None,
+    ) -> None:
         self.action = action
-        self.work = work
-        self.result: Any = None
+        self.steps = steps
+        self.before = before
         self.error: BaseException | None = None
         self.done = False
         self.lead = False  # handed the leadership while it waited
@@ -68,17 +81,15 @@ class GroupCommit:
     def __init__(
         self,
         connection: Callable[[], Connection],
-        before: Callable[[], None],
         lock: Any,
         translate: Callable[[str, BaseException], BaseException],
     ) -> None:
-        """``connection`` gives the held connection; ``before`` checks the files first.
+        """``connection`` gives the held connection.
 
         ``lock`` is the store's in-process write lock (shared with migrations and
         forensic writes); ``translate`` turns a storage error into the caller's error.
         """
         self._connection = connection
-        self._before = before
         self._lock = lock
         self._translate = translate
         self._mutex = threading.Lock()
@@ -168,7 +179,6 @@ class GroupCommit:
     def _commit(self, batch: list[Job]) -> None:
         with self._lock:
             try:
-                self._before()
                 connection = self._connection()
                 cursor = connection.cursor()
                 cursor.execute("BEGIN IMMEDIATE")
@@ -201,16 +211,25 @@ class GroupCommit:
                 job.done = True
 
     def _run(self, connection: Connection, cursor: Cursor, batch: list[Job]) -> list[Job]:
-        """Run each job; return those that succeeded (the failed ones are done already)."""
+        """Run the jobs; return those that succeeded (the failed ones are done already)."""
         if len(batch) == 1:  # nobody to protect from it: no savepoint needed
-            job = batch[0]
-            job.result = job.work(cursor)
+            _apply(cursor, batch[0])
+            return batch
+        try:
+            _apply_together(cursor, batch)
+        except Exception:  # the jobs are taken one by one below
+            # One job's rows were refused (its run exists, say), or the store failed: take
+            # the jobs one by one, each in a savepoint, so each is told its own fate.
+            if connection.in_transaction:
+                connection.rollback()
+            cursor.execute("BEGIN IMMEDIATE")
+        else:
             return batch
         committed = []
         for job in batch:
             cursor.execute("SAVEPOINT job")
             try:
-                job.result = job.work(cursor)
+                _apply(cursor, job)
             except Exception as e:
                 if not connection.in_transaction:
                     raise  # SQLite rolled the whole transaction back: it hit every job
@@ -222,3 +241,37 @@ class GroupCommit:
                 cursor.execute("RELEASE job")
                 committed.append(job)
         return committed
+
+
+def _execute(cursor: Cursor, sql: str, rows: list[tuple[Any, ...]]) -> None:
+    if len(rows) == 1:
+        cursor.execute(sql, rows[0])
+    else:
+        cursor.executemany(sql, rows)
+
+
+def _apply(cursor: Cursor, job: Job) -> None:
+    if job.before is not None:
+        job.before(cursor)
+    for sql, rows in job.steps:
+        _execute(cursor, sql, rows)
+
+
+def _apply_together(cursor: Cursor, batch: list[Job]) -> None:
+    """Every job's steps, the n-th steps of all jobs in one statement per SQL.
+
+    Each job keeps its own order (its claims before their scope rows, its records in
+    seq order); jobs write different runs, which no guard relates, so their rows may
+    share a statement. One statement for many rows is one round trip for the GIL.
+    """
+    for job in batch:
+        if job.before is not None:
+            job.before(cursor)
+    for n in range(max(len(job.steps) for job in batch)):
+        merged: dict[str, list[tuple[Any, ...]]] = {}
+        for job in batch:
+            if n < len(job.steps):
+                sql, rows = job.steps[n]
+                merged.setdefault(sql, []).extend(rows)
+        for sql, rows in merged.items():
+            _execute(cursor, sql, rows)

@@ -30,6 +30,7 @@ from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from ledger import _chain
+from ledger._commit import Step
 from ledger._errors import EffectPersistenceError
 from ledger._owner import Writer
 from ledger._schema import (
@@ -294,21 +295,30 @@ _MAX_SEQ = _Compiled(
 )
 
 
-def write(cursor: sqlite3.Cursor, run_id: str, records: Sequence[Record], head: str) -> str:
-    """Insert records in seq order, each chained to the one before; return the new head hash."""
+def prepare(run_id: str, records: Sequence[Record], head: str) -> tuple[list[Step], str]:
+    """The statements that insert records in seq order, each chained to the one before.
+
+    Returns the steps (consecutive records of one kind share a statement: claims, then
+    their scope rows, then their obligations, as the guards require) and the new head.
+    """
+    steps: list[Step] = []
+    kind = ""
+    group: list[Step] = []
     for record in records:
+        if record.kind != kind:
+            steps.extend(step for step in group if step[1])
+            kind = record.kind
+            group = [(_INSERT[kind].sql, []), (_INSERT_SCOPE.sql, []), (_INSERT_DUTY.sql, [])]
         row, scope, duties = rows_of(run_id, record)
-        digest = _chain.link(head, _chain.encode(record.kind, run_id, row, scope, duties))
+        digest = _chain.link(head, _chain.encode(kind, run_id, row, scope, duties))
         row["prev_hash"] = head
         row["hash"] = digest
-        insert_row = _INSERT[record.kind]
-        cursor.execute(insert_row.sql, insert_row.params(row))
-        if scope:
-            cursor.executemany(_INSERT_SCOPE.sql, [_INSERT_SCOPE.params(r) for r in scope])
-        if duties:
-            cursor.executemany(_INSERT_DUTY.sql, [_INSERT_DUTY.params(r) for r in duties])
+        group[0][1].append(_INSERT[kind].params(row))
+        group[1][1].extend(map(_INSERT_SCOPE.params, scope))
+        group[2][1].extend(map(_INSERT_DUTY.params, duties))
         head = digest
-    return head
+    steps.extend(step for step in group if step[1])
+    return steps, head
 
 
 def start_run(cursor: sqlite3.Cursor, run_id: str, now: str, *, continuing: bool) -> None:

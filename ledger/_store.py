@@ -23,7 +23,7 @@ import stat
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,7 +37,7 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.pool import ConnectionPoolEntry, NullPool
 
 from ledger import _paths
-from ledger._commit import GroupCommit, Job
+from ledger._commit import GroupCommit, Job, Step
 from ledger._errors import EffectPersistenceError
 from ledger._schema import install_derived, missing_derived
 
@@ -351,7 +351,7 @@ class Store:
         self._check_paths = tuple(
             str(p) for p in (directory, self.path, *(_sidecar(self.path, s) for s in SIDECARS))
         )
-        self.group = GroupCommit(self._connection, self._check, self.write_lock, translate)
+        self.group = GroupCommit(self._connection, self.write_lock, translate)
 
     # -- opening
 
@@ -463,20 +463,27 @@ class Store:
             if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_uid != uid:
                 check_file(Path(path))  # raises, saying what is wrong
 
-    def commit(self, action: str, work: Callable[[sqlite3.Cursor], object]) -> Job:
-        """Run ``work`` in a write transaction, grouped with other threads' work.
+    def commit(
+        self,
+        action: str,
+        steps: Sequence[Step],
+        before: Callable[[sqlite3.Cursor], None] | None = None,
+    ) -> Job:
+        """Run ``before`` and ``steps`` in a write transaction, grouped with other threads'.
 
         Returns the job once the transaction holding it has committed or failed: its
-        ``error`` (an :class:`EffectPersistenceError` for storage trouble), ``result``,
-        and ``interrupt`` (a signal handler's exception met meanwhile, for the caller to
+        ``error`` (an :class:`EffectPersistenceError` for storage trouble) and
+        ``interrupt`` (a signal handler's exception met meanwhile, for the caller to
         raise after it has recorded the job's fate).
         """
-        job = Job(action, work)
+        job = Job(action, steps, before)
         try:
             self.open_for_writing()
-        except EffectPersistenceError as e:
-            job.error = EffectPersistenceError(f"{action}: {e}")
-            job.error.__cause__ = e
+            # The files are checked by each writer in its own thread, just before it
+            # queues: the leader's transaction holds only SQL (see ledger._commit).
+            self._check()
+        except (EffectPersistenceError, OSError) as e:
+            job.error = translate(action, e)
             job.done = True
             return job
         return self.group.submit(job)
@@ -631,7 +638,6 @@ def _after_fork_in_child() -> None:
         store.write_lock = _FairLock()
         store.group = GroupCommit(
             store._connection,  # noqa: SLF001 - rebuilt, like the locks
-            store._check,  # noqa: SLF001
             store.write_lock,
             translate,
         )

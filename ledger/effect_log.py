@@ -394,25 +394,30 @@ class EffectLog:
                 request.done = True
             return None
         action = batch[0].action if len(batch) == 1 else f"{len(records)} records"
-        work = _Work(
-            self._run_id,
-            [*self._unwritten, *records] if not self._started else records,
-            self._head,
-            start=not self._started,
-            continuing=self._continuing,
-            writer=None if self._writer_pid == os.getpid() else Writer.current(),
-            now=utc_now(),
-        )
+        written = [*self._unwritten, *records] if not self._started else records
+        head = self._head
+        writer = None if self._writer_pid == os.getpid() else Writer.current()
+        before = None
+        if writer is not None or not self._started:
+            before = _RunStart(
+                self._run_id,
+                utc_now(),
+                start=not self._started,
+                continuing=self._continuing,
+                writer=writer,
+            )
         store = self._store_for_write()
         self._cond.release()  # other threads queue up for the next transaction meanwhile
         try:
-            job = store.commit(f"cannot record {action} in run {self._run_id}", work)
+            # Rows and hashes are built here, not in the store's shared transaction.
+            steps, head = _records.prepare(self._run_id, written, head)
+            job = store.commit(f"cannot record {action} in run {self._run_id}", steps, before)
         finally:
             held_back = acquire_uninterrupted(self._cond)
         if job.error is not None:
             self._fail(batch, job.error)
         else:
-            self._head = job.result
+            self._head = head
             self._started = True
             self._writer_pid = os.getpid()
             self._unwritten.clear()
@@ -741,9 +746,8 @@ class EffectLog:
                 )
                 for i, claim in enumerate(unanswered, start=1)
             )
-            work = _Recovery(
-                run_id=self._run_id, base=base, records=appended, head=self._head, now=now
-            )
+            check = _RecoveryCheck(run_id=self._run_id, base=base, now=now)
+            steps, head = _records.prepare(self._run_id, appended, self._head)
             settling = {o.effect_id for o in appended}
             store = self._store_for_write()
             # Nobody else writes this run until recovery is done, and no outcome of these
@@ -752,13 +756,13 @@ class EffectLog:
             self._queued_settles.update(settling)
             self._cond.release()
             try:
-                job = store.commit(f"cannot recover run {self._run_id}", work)
+                job = store.commit(f"cannot recover run {self._run_id}", steps, check)
             finally:
                 held_back = acquire_uninterrupted(self._cond)
                 self._queued_settles.difference_update(settling)
                 self._hand_over()
             if job.error is None:
-                self._head = job.result
+                self._head = head
                 self._writer_pid = os.getpid()
                 for record in appended:
                     self._remember(record)
@@ -800,49 +804,36 @@ class _Request:
         self.gate = threading.Lock()  # released once: when done, or to lead
 
 
-class _Work:
-    """A batch of one run's records, as the store's writer runs it inside its transaction."""
+class _RunStart:
+    """What a run's first write (or a new writer's) does before its records, in the transaction."""
 
-    __slots__ = ("continuing", "head", "now", "records", "run_id", "start", "writer")
+    __slots__ = ("continuing", "now", "run_id", "start", "writer")
 
     def __init__(
-        self,
-        run_id: str,
-        records: Sequence[_Record],
-        head: str,
-        *,
-        start: bool,
-        continuing: bool,
-        writer: Writer | None,
-        now: str,
+        self, run_id: str, now: str, *, start: bool, continuing: bool, writer: Writer | None
     ) -> None:
         self.run_id = run_id
-        self.records = records
-        self.head = head
+        self.now = now
         self.start = start
         self.continuing = continuing
         self.writer = writer
-        self.now = now
 
-    def __call__(self, cursor: sqlite3.Cursor) -> str:
+    def __call__(self, cursor: sqlite3.Cursor) -> None:
         if self.start:
             _records.start_run(cursor, self.run_id, self.now, continuing=self.continuing)
         if self.writer is not None:
             _records.set_writer(cursor, self.run_id, self.writer, self.now)
-        return _records.write(cursor, self.run_id, self.records, self.head)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class _Recovery:
-    """Recovery's outcomes, appended only if the run still ends where the log thinks."""
+class _RecoveryCheck:
+    """Recovery's outcomes are appended only if the run still ends where the log thinks."""
 
     run_id: str
     base: int
-    records: Sequence[EffectOutcome]
-    head: str
     now: str
 
-    def __call__(self, cursor: sqlite3.Cursor) -> str:
+    def __call__(self, cursor: sqlite3.Cursor) -> None:
         _records.set_writer(cursor, self.run_id, Writer.current(), self.now)
         durable = _records.durable_seq(cursor, self.run_id)
         if durable != self.base:
@@ -850,7 +841,6 @@ class _Recovery:
                 f"run {self.run_id} holds records up to seq {durable} where this log "
                 f"knows {self.base}: another writer touched it; load it again"
             )
-        return _records.write(cursor, self.run_id, self.records, self.head)
 
 
 def _renumber(record: _Record, seq: int) -> _Record:

@@ -106,12 +106,12 @@ CHILD = textwrap.dedent(
 
     original_commit = _store.Store.commit
 
-    def commit(self, action, work):
+    def commit(self, action, steps, before=None):
         global inside
         self.group._connection = lambda: Connection(original_connection(self))
         inside = armed and kind != "create_store"
         try:
-            result = original_commit(self, action, work)
+            result = original_commit(self, action, steps, before)
         finally:
             inside = False  # it returned: the transaction is committed
         if armed and kind != "create_store" and side == "after":
