@@ -59,15 +59,41 @@ class Job:
 
 
 def acquire_uninterrupted(lock: Any) -> BaseException | None:
-    """Take ``lock`` even if a signal handler raises meanwhile; return what it raised."""
+    """Hold ``lock`` (an RLock, or a Condition on one) even if a signal handler raises.
+
+    Return what the handler raised, for the caller to raise once it is safe to. The
+    exception may come just after the lock was taken, before anything could note it:
+    the lock's record of its owner says whether to take it again, so the thread neither
+    blocks on a lock it holds nor goes on without it.
+    """
     interrupt = None
     while True:
         try:
-            lock.acquire()
-        except BaseException as e:  # deferred: the caller raises it once it is safe to
+            if not lock._is_owned():  # noqa: SLF001 - what Condition itself relies on
+                lock.acquire()
+        except BaseException as e:  # held back, see above
             interrupt = interrupt or e
         else:
             return interrupt
+
+
+def wait_for_gate(gate: Any, ready: Callable[[], bool]) -> BaseException | None:
+    """Sleep on a one-shot gate until ``ready()``, even if a signal handler raises.
+
+    Whoever opens the gate first sets what ``ready`` reads, so after an interrupt the
+    flag, not the lock, says whether the wake-up already came. An interrupt never cancels
+    a write in flight: it is returned, to be raised once the write has settled.
+    """
+    interrupt = None
+    while True:
+        try:
+            if not ready():
+                gate.acquire()
+        except BaseException as e:  # held back, see above
+            interrupt = interrupt or e
+        else:
+            if ready():
+                return interrupt
 
 
 class GroupCommit:
@@ -92,7 +118,7 @@ class GroupCommit:
         self._connection = connection
         self._lock = lock
         self._translate = translate
-        self._mutex = threading.Lock()
+        self._mutex = threading.RLock()  # an RLock knows its owner: see acquire_uninterrupted
         self._queue: list[Job] = []
         self._leading = False
 
@@ -118,25 +144,7 @@ class GroupCommit:
 
     def _wait(self, job: Job) -> BaseException | None:
         """Sleep until the job is done or handed the leadership; return any interrupt."""
-        interrupt = acquire_uninterrupted(job.gate)
-        if interrupt is not None and not job.done:
-            # Interrupted while waiting: a job still queued leaves the queue (passing the
-            # leadership on if it was just handed it); one a leader holds is waited for.
-            acquire_uninterrupted(self._mutex)  # a second interrupt adds nothing to the first
-            queued = job in self._queue
-            if queued:
-                self._queue.remove(job)
-                if job.lead:
-                    self._hand_over()
-            self._mutex.release()
-            if queued:
-                job.error = self._translate(
-                    job.action, EffectPersistenceError("interrupted before it was written")
-                )
-                job.done = True
-            elif not job.done:
-                acquire_uninterrupted(job.gate)
-        return interrupt
+        return wait_for_gate(job.gate, lambda: job.done or job.lead)
 
     def _hand_over(self) -> None:
         """Make the oldest waiting job's thread the leader, or let the next caller lead."""

@@ -37,7 +37,7 @@ from typing import Self
 
 from ledger import _paths, _records
 from ledger._chain import GENESIS
-from ledger._commit import acquire_uninterrupted
+from ledger._commit import acquire_uninterrupted, wait_for_gate
 from ledger._errors import EffectPersistenceError
 from ledger._index import RunIndex
 from ledger._owner import Writer
@@ -154,7 +154,8 @@ class EffectLog:
         self._store: Store | None = None
         # Threads that write at once queue here; one of them (the leader) writes every
         # queued record in one transaction, while the others wait for its outcome.
-        self._cond = threading.Condition(threading.Lock())
+        # On an RLock, which knows its owner (see ledger._commit.acquire_uninterrupted).
+        self._cond = threading.Condition(threading.RLock())
         self._queue: list[_Request] = []
         self._leading = False
         self._queued = 0  # records queued or being written
@@ -306,31 +307,17 @@ class EffectLog:
         self._queue.append(request)
         self._queued += len(request.records)
         request.gate.acquire()  # a new lock: never blocks
+        interrupt = None
         if self._leading:
             self._cond.release()
-            interrupt = acquire_uninterrupted(request.gate)
+            interrupt = wait_for_gate(request.gate, lambda: request.done or request.lead)
             interrupt = acquire_uninterrupted(self._cond) or interrupt
-            if interrupt is not None:
-                self._abandon(request)
-                raise interrupt
         else:
             self._leading = True
         if not request.done:
             self._lead(request)
-
-    def _abandon(self, request: _Request) -> None:
-        """A caller interrupted while it waited; lock held. The leader keeps the memory."""
-        if request.done:
-            return
-        if request in self._queue:  # nothing of it was written: it leaves the queue
-            self._queue.remove(request)
-            self._forget(request)
-            if request.lead:
-                self._hand_over()
-            return
-        self._cond.release()  # a leader is writing it: wait until the store has answered
-        acquire_uninterrupted(request.gate)
-        acquire_uninterrupted(self._cond)
+        if interrupt is not None:
+            raise interrupt
 
     def _forget(self, request: _Request) -> None:
         self._queued -= len(request.records)
