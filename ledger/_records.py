@@ -15,14 +15,12 @@ from typing import Any
 
 from sqlalchemy import (
     Connection,
-    and_,
     bindparam,
     exists,
     func,
     insert,
     literal_column,
     select,
-    union_all,
 )
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -69,19 +67,6 @@ def run_exists(conn: Connection, run_id: str) -> bool:
 def insert_run(conn: Connection, run_id: str, created_at: str) -> None:
     """Record the run itself, in the transaction of its first record."""
     conn.execute(insert(runs), {"run_id": run_id, "created_at": created_at})
-
-
-def record_writer(conn: Connection, run_id: str, writer: Writer, now: str) -> None:
-    """Make ``writer`` the run's current writer (the one ``recover --dead`` checks)."""
-    values = {
-        "host": writer.host,
-        "boot_id": writer.boot_id,
-        "pid": writer.pid,
-        "process_started": writer.started,
-        "since": now,
-    }
-    statement = sqlite_insert(run_writers).values(run_id=run_id, **values)
-    conn.execute(statement.on_conflict_do_update(index_elements=["run_id"], set_=values))
 
 
 Record = EffectClaim | EffectOutcome | Observation
@@ -172,70 +157,15 @@ _TABLES = {"claim": claims, "outcome": outcomes, "observation": observations}
 
 
 def insert_records(conn: Connection, run_id: str, records: Iterable[Record], head: str) -> str:
-    """Insert records in seq order, each chained to the one before; return the new head hash."""
-    for record in records:
-        row, scope, duties = rows_of(run_id, record)
-        digest = _chain.link(head, _chain.encode(record.kind, run_id, row, scope, duties))
-        conn.execute(insert(_TABLES[record.kind]), {**row, "prev_hash": head, "hash": digest})
-        if scope:
-            conn.execute(insert(impact_scope), scope)
-        if duties:
-            conn.execute(insert(obligations), duties)
-        head = digest
-    return head
+    """Insert records in seq order, each chained to the one before; return the new head hash.
 
-
-def max_seq(conn: Connection, run_id: str) -> int:
-    """The highest ``seq`` the run holds, 0 for none."""
-    seqs = union_all(
-        *(select(t.c.seq).where(t.c.run_id == run_id) for t in (claims, outcomes, observations))
-    ).subquery()
-    return int(conn.execute(select(func.coalesce(func.max(seqs.c.seq), 0))).scalar_one())
-
-
-def head(conn: Connection, run_id: str) -> tuple[int, str]:
-    """The run's last record: its seq and hash (0 and the genesis value for none)."""
-    rows = union_all(
-        *(
-            select(t.c.seq, t.c.hash).where(t.c.run_id == run_id)
-            for t in (claims, outcomes, observations)
-        )
-    ).subquery()
-    found = conn.execute(
-        select(rows.c.seq, rows.c.hash).order_by(rows.c.seq.desc()).limit(1)
-    ).first()
-    return (0, _chain.GENESIS) if found is None else (int(found[0]), str(found[1]))
-
-
-def recover(
-    conn: Connection, run_id: str, after_seq: int, prev_hash: str, now: str
-) -> tuple[tuple[EffectOutcome, ...], str]:
-    """Append INTERRUPTED / POSSIBLE to every claim of the run with no outcome at all.
-
-    One transaction (the caller's, begun IMMEDIATE, so no other writer interleaves):
-    the unsettled claims are selected and their outcomes appended, chained, continuing
-    the run's seq in claim order. Returns the appended outcomes and the new head hash.
+    For writes that do not go through the group commit (an import): the same rows as
+    :func:`prepare` builds, on an SQLAlchemy connection.
     """
-    has_outcome = exists().where(
-        and_(outcomes.c.run_id == claims.c.run_id, outcomes.c.effect_id == claims.c.effect_id)
-    )
-    unsettled = conn.execute(
-        select(claims.c.effect_id)
-        .where(claims.c.run_id == run_id, ~has_outcome)
-        .order_by(claims.c.seq)
-    ).scalars()
-    appended = tuple(
-        EffectOutcome(
-            effect_id=effect_id,
-            seq=after_seq + i,
-            execution=ExecutionOutcome.INTERRUPTED,
-            impact=Impact.POSSIBLE,
-            replayed=True,
-            recorded_at=now,
-        )
-        for i, effect_id in enumerate(unsettled, start=1)
-    )
-    return appended, insert_records(conn, run_id, appended, prev_hash)
+    steps, head = prepare(run_id, list(records), head)
+    for sql, rows in steps:
+        conn.exec_driver_sql(sql, rows)
+    return head
 
 
 # --------------------------------------------------------------------------- the hot path
