@@ -125,9 +125,9 @@ class GroupCommit:
     def submit(self, job: Job) -> Job:
         """Run ``job`` in a committed transaction and return it, its fate settled.
 
-        Never raises for the job: its ``error`` (the store's trouble), ``result``, and
-        ``interrupt`` (a signal handler's exception met meanwhile) are for the caller to
-        act on, in that order.
+        Never raises for the job: its ``error`` (the store's trouble) and ``interrupt`` (a
+        signal handler's exception met meanwhile) are for the caller to act on, in that
+        order.
         """
         job.gate.acquire()  # a new lock: never blocks
         interrupt = acquire_uninterrupted(self._mutex)
@@ -165,12 +165,9 @@ class GroupCommit:
                 self._commit(batch)
             except BaseException as e:  # every job is settled below, then it is raised
                 interrupt = interrupt or e
+            if not all(other.done for other in batch):  # a transaction cut short
+                self._fail(batch, EffectPersistenceError("the transaction was interrupted"))
             for other in batch:
-                if not other.done:  # the transaction never ran to its end
-                    other.error = self._translate(
-                        other.action, EffectPersistenceError("the transaction was interrupted")
-                    )
-                    other.done = True
                 if other is not job:
                     other.gate.release()
         interrupt = acquire_uninterrupted(self._mutex) or interrupt
@@ -210,8 +207,7 @@ class GroupCommit:
                 # mid-way), nothing of it may stay open on the shared connection.
                 if connection.in_transaction:
                     connection.rollback()
-                if interrupted:  # the callers get the store's answer; the leader the signal
-                    self._fail(batch, EffectPersistenceError("the transaction was interrupted"))
+                if interrupted:  # _lead tells the callers; the leader gets the signal
                     raise
                 self._fail(batch, e)
                 return
