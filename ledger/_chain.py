@@ -71,15 +71,6 @@ OBSERVATION_COLUMNS = (
 COLUMNS = {"claim": CLAIM_COLUMNS, "outcome": OUTCOME_COLUMNS, "observation": OBSERVATION_COLUMNS}
 
 
-def _field(value: Any) -> str:
-    if value is None:
-        return "~"
-    if isinstance(value, bool):
-        value = int(value)
-    text = str(value)
-    return f"{len(text)}:{text}"
-
-
 _GETTERS = {kind: itemgetter(*columns) for kind, columns in COLUMNS.items()}
 _SCOPE = itemgetter(*SCOPE_COLUMNS)
 _OBLIGATION = itemgetter(*OBLIGATION_COLUMNS)
@@ -99,7 +90,7 @@ def encode(
             values.extend(_SCOPE(s))
         for o in obligations:
             values.extend(_OBLIGATION(o))
-    # _field, inlined: this runs for every field of every record written.
+    # Each field as <length>:<text>, or ~ for NULL; inlined, it runs for every field written.
     parts = [VERSION]
     for value in values:
         if value is None:
@@ -113,3 +104,58 @@ def encode(
 def link(prev_hash: str, encoding: str) -> str:
     """The hash of a record whose predecessor has ``prev_hash``."""
     return hashlib.sha3_256((prev_hash + encoding).encode("utf-8")).hexdigest()
+
+
+def sha3(value: str | bytes | None, bits: int = 256) -> bytes | None:
+    """SQLite's ``sha3(X, 256)`` as the stock shell defines it: the digest of X's bytes.
+
+    Registered on the library's writer connections so that the schema's guards can
+    check a record's hash with the same SQL the shell runs; only 256 bits are used.
+    """
+    if value is None:
+        return None
+    if bits != 256:
+        raise ValueError("the ledger's chain uses sha3 with 256 bits only")
+    data = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+    return hashlib.sha3_256(data).digest()
+
+
+# --------------------------------------------------------------------------- the same in SQL
+
+
+def _sql_field(expression: str) -> str:
+    text = f"CAST({expression} AS TEXT)"
+    return f"CASE WHEN {expression} IS NULL THEN '~' ELSE length({text}) || ':' || {text} END"
+
+
+def _sql_children(table: str, columns: tuple[str, ...], row: str) -> str:
+    fields = " || ".join(_sql_field(f"k.{c}") for c in columns)
+    return (
+        f"coalesce((SELECT group_concat(x, '') FROM (SELECT {fields} AS x FROM {table} AS k"
+        f" WHERE k.run_id = {row}.run_id AND k.effect_id = {row}.effect_id"
+        " ORDER BY k.position)), '')"
+    )
+
+
+def sql_encoding(kind: str, row: str) -> str:
+    """An SQL expression equal to :func:`encode` of the record row aliased ``row``.
+
+    For a claim it reads the claim's impact-scope and obligation rows as they are in the
+    store at that moment.
+    """
+    parts = [
+        f"'{VERSION}'",
+        _sql_field(f"'{kind}'"),
+        _sql_field(f"{row}.run_id"),
+        _sql_field(f"{row}.seq"),
+        *(_sql_field(f"{row}.{column}") for column in COLUMNS[kind]),
+    ]
+    if kind == "claim":
+        parts.append(_sql_children("impact_scope", SCOPE_COLUMNS, row))
+        parts.append(_sql_children("obligations", OBLIGATION_COLUMNS, row))
+    return " || ".join(parts)
+
+
+def sql_hash(kind: str, row: str) -> str:
+    """An SQL expression for the hash the record row aliased ``row`` must carry."""
+    return f"lower(hex(sha3({row}.prev_hash || {sql_encoding(kind, row)}, 256)))"

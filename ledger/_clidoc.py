@@ -295,6 +295,14 @@ _SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("contradicted", "integer", "how many are contradicted"),
         ("verified", "integer", "how many are verified"),
         ("failed", "integer", "how many failed"),
+        (
+            "problem",
+            "string or null",
+            (
+                "why the run does not validate (rows or hash chain), then its counts are not "
+                "to be believed and the command exits 1; `null` when it validates"
+            ),
+        ),
     ),
     # ledger show
     "run report": (
@@ -322,6 +330,14 @@ _SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("verdict", "string", "`pending`, `verified`, `unverified`, `contradicted` or `failed`"),
         ("unresolved_impact", "boolean", "it may have changed the world, nobody can say how"),
         ("claimed_at", "string", "when the claim was written"),
+        (
+            "run_problem",
+            "string or null",
+            (
+                "why its run does not validate (rows or hash chain), then its verdict is not "
+                "to be believed and the command exits 1; `null` when the run validates"
+            ),
+        ),
     ),
     # ledger recover
     "recovery": (

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from sqlite3 import Connection, Cursor
 from typing import Any
 
-from ledger._errors import EffectPersistenceError
+from ledger._errors import EffectPersistenceError, StoreTamperedError
 
 # One statement and the rows to run it with, in order.
 Step = tuple[str, list[tuple[Any, ...]]]
@@ -109,15 +109,19 @@ class GroupCommit:
         connection: Callable[[], Connection],
         lock: Any,
         translate: Callable[[str, BaseException], BaseException],
+        check: Callable[[Cursor], None],
     ) -> None:
         """``connection`` gives the held connection.
 
         ``lock`` is the store's in-process write lock (shared with migrations and
-        forensic writes); ``translate`` turns a storage error into the caller's error.
+        forensic writes); ``translate`` turns a storage error into the caller's error;
+        ``check`` runs first in every transaction (the schema's check), and its error
+        fails every job of the transaction.
         """
         self._connection = connection
         self._lock = lock
         self._translate = translate
+        self._check = check
         self._mutex = threading.RLock()  # an RLock knows its owner: see acquire_uninterrupted
         self._queue: list[Job] = []
         self._leading = False
@@ -190,6 +194,12 @@ class GroupCommit:
             except Exception as e:  # every kind of failure goes to the callers
                 self._fail(batch, e)
                 return
+            try:
+                self._check(cursor)
+            except Exception as e:  # the store is refused: every job in it fails
+                connection.rollback()
+                self._fail(batch, e)
+                return
             committed: list[Job] = []
             committing = False
             try:
@@ -227,6 +237,7 @@ class GroupCommit:
             if connection.in_transaction:
                 connection.rollback()
             cursor.execute("BEGIN IMMEDIATE")
+            self._check(cursor)  # what it restored went with the rollback
         else:
             return batch
         committed = []
@@ -252,6 +263,22 @@ def _execute(cursor: Cursor, sql: str, rows: list[tuple[Any, ...]]) -> None:
         cursor.execute(sql, rows[0])
     else:
         cursor.executemany(sql, rows)
+    landed(cursor.rowcount, len(rows), sql)
+
+
+def landed(rowcount: int, expected: int, sql: str) -> None:
+    """Refuse a statement that wrote fewer rows than it was given.
+
+    Only a trigger ending in ``RAISE(IGNORE)`` makes an ``INSERT`` skip a row without an
+    error: the library installs none, so the store was tampered with, and nothing
+    written by this transaction may be acknowledged.
+    """
+    if rowcount != expected:
+        table = sql.split("INTO", 1)[-1].split("(", 1)[0].strip()
+        raise StoreTamperedError(
+            f"{expected - rowcount} of {expected} row(s) given to {table} did not land: "
+            "a trigger that is not the library's is dropping them; run ledger verify"
+        )
 
 
 def _apply(cursor: Cursor, job: Job) -> None:

@@ -1,7 +1,10 @@
 """What the ``ledger`` command asks of a store: summaries, timelines, verdicts, checks.
 
-Reads go through :func:`ledger._store.reader`, which never writes or creates a file;
+Reads go through :func:`ledger._store.read`, which never writes or creates a file;
 only recovery writes, through :class:`ledger.effect_log.EffectLog` like any worker.
+No report is computed from the store's own views (they may have been replaced): the
+library's view queries are put in front of every query that uses them, and each run
+shown is validated, rows and hash chain, as ``EffectLog.load`` validates it.
 """
 
 from __future__ import annotations
@@ -15,11 +18,11 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from ledger import _records
+from ledger import _records, _schema_check
 from ledger._errors import EffectPersistenceError
 from ledger._owner import Writer
-from ledger._schema import missing_derived
-from ledger._store import head_revision, read
+from ledger._schema import with_views
+from ledger._store import head_revision, known_revisions, read
 from ledger.effect_log import EffectLog
 from ledger.effects import Assessment, EffectOutcome, History, assess
 
@@ -82,6 +85,7 @@ class RunSummary:
     writer: Writer | None
     claims: int
     verdicts: dict[str, int]
+    problem: str | None = None  # why the run does not validate: its verdicts are not to be believed
 
     def to_dict(self) -> dict[str, Any]:
         """The documented JSON shape of ``ledger runs --json``."""
@@ -93,11 +97,12 @@ class RunSummary:
             "pid": None if self.writer is None else self.writer.pid,
             "claims": self.claims,
             **self.verdicts,
+            "problem": self.problem,
         }
 
 
 _RUNS_SQL = """
-WITH records AS (
+, records AS (
     SELECT run_id, recorded_at FROM claims
     UNION ALL SELECT run_id, recorded_at FROM outcomes
     UNION ALL SELECT run_id, recorded_at FROM observations
@@ -117,15 +122,32 @@ SELECT r.run_id, t.first_at, t.last_at, coalesce(v.claims, 0), {columns}
 """
 
 
+def _run_problem(conn: Connection, run_id: str) -> str | None:
+    """Why a run does not validate as ``EffectLog.load`` would, or None when it does.
+
+    Verdicts are computed from rows in SQL; a row slipped in past the guards (a forged
+    state, a wrong hash) would otherwise be shown as if it were history.
+    """
+    try:
+        _records.load_run(conn, run_id)
+    except EffectPersistenceError as e:
+        return str(e)
+    return None
+
+
 def list_runs(directory: Path) -> list[RunSummary]:
-    """Every run of the store, oldest first, with its writer and its verdict counts."""
+    """Every run of the store, oldest first, with its writer and its verdict counts.
+
+    Each run is validated (rows and hash chain); one that does not validate carries its
+    ``problem``.
+    """
     counts = ", ".join(f"sum(verdict = '{v}') AS {v}" for v in VERDICTS)
     columns = ", ".join(f"coalesce(v.{v}, 0)" for v in VERDICTS)
 
     def query(conn: Connection) -> list[RunSummary]:
         if _blank(conn):
             return []
-        rows = conn.exec_driver_sql(_RUNS_SQL.format(counts=counts, columns=columns)).all()
+        sql = with_views(_RUNS_SQL.format(counts=counts, columns=columns))
         return [
             RunSummary(
                 run_id=row[0],
@@ -134,8 +156,9 @@ def list_runs(directory: Path) -> list[RunSummary]:
                 writer=_writer(conn, row[0]),
                 claims=row[3],
                 verdicts=dict(zip(VERDICTS, row[4:], strict=True)),
+                problem=_run_problem(conn, row[0]),
             )
-            for row in rows
+            for row in conn.exec_driver_sql(sql).all()
         ]
 
     return read(directory, query)
@@ -187,6 +210,7 @@ class EffectRow:
     verdict: str
     unresolved_impact: bool
     claimed_at: str
+    run_problem: str | None = None  # why its run does not validate: the verdict is not believed
 
     def to_dict(self) -> dict[str, Any]:
         """The documented JSON shape of ``ledger status --json``."""
@@ -196,9 +220,13 @@ class EffectRow:
 def effect_statuses(
     directory: Path, run: str | None = None, *, unresolved: bool = False
 ) -> list[EffectRow]:
-    """Effects across runs (or of one run) with their verdicts; optionally only unresolved ones."""
+    """Effects across runs (or of one run) with their verdicts; optionally only unresolved ones.
 
-    def query(conn: Connection) -> list[Any]:
+    Each run shown is validated (rows and hash chain); the effects of one that does not
+    validate carry its ``run_problem``.
+    """
+
+    def query(conn: Connection) -> list[EffectRow]:
         if _blank(conn):
             return []
         where, params = [], []
@@ -208,30 +236,32 @@ def effect_statuses(
         if unresolved:
             where.append("unresolved_impact = 1")
         clause = f"WHERE {' AND '.join(where)}" if where else ""
-        return list(
-            conn.exec_driver_sql(
+        rows = conn.exec_driver_sql(
+            with_views(
                 "SELECT run_id, seq, effect_id, operation, execution, impact, verdict,"
                 f" unresolved_impact, claimed_at FROM effect_status {clause}"
-                " ORDER BY claimed_at, run_id, seq",
-                tuple(params),
-            ).all()
-        )
+                " ORDER BY claimed_at, run_id, seq"
+            ),
+            tuple(params),
+        ).all()
+        problems = {run_id: _run_problem(conn, run_id) for run_id in {row[0] for row in rows}}
+        return [
+            EffectRow(
+                run_id=row[0],
+                seq=row[1],
+                effect_id=row[2],
+                operation=row[3],
+                execution=row[4],
+                impact=row[5],
+                verdict=row[6],
+                unresolved_impact=bool(row[7]),
+                claimed_at=row[8],
+                run_problem=problems[row[0]],
+            )
+            for row in rows
+        ]
 
-    rows = read(directory, query)
-    return [
-        EffectRow(
-            run_id=row[0],
-            seq=row[1],
-            effect_id=row[2],
-            operation=row[3],
-            execution=row[4],
-            impact=row[5],
-            verdict=row[6],
-            unresolved_impact=bool(row[7]),
-            claimed_at=row[8],
-        )
-        for row in rows
-    ]
+    return read(directory, query)
 
 
 # --------------------------------------------------------------------------- recovery
@@ -294,7 +324,9 @@ def recover_dead(directory: Path) -> list[Recovery]:
         if _blank(conn):
             return {}
         candidates = conn.exec_driver_sql(
-            "SELECT DISTINCT run_id FROM unsettled_claims WHERE running = 0 ORDER BY run_id"
+            with_views(
+                "SELECT DISTINCT run_id FROM unsettled_claims WHERE running = 0 ORDER BY run_id"
+            )
         )
         return {row[0]: _writer(conn, row[0]) for row in candidates}
 
@@ -429,9 +461,14 @@ def _verify(conn: Connection, progress: Callable[[int], None] | None) -> VerifyR
         revision = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
     except SQLAlchemyError:
         revision = None
+    schema = schema_problems(conn)
     if revision != head_revision():
         problems.append(f"schema: revision {revision} where {head_revision()} is current")
-    problems.extend(f"schema: {name} is missing" for name in missing_derived(conn))
+        if revision in known_revisions():
+            # An older revision differs from this one by design (the next writer migrates
+            # it); what no revision ever installs is reported all the same.
+            schema = [p for p in schema if p.what == "foreign" and p.kind in ("trigger", "view")]
+    problems.extend(f"schema: {p}" for p in schema)
     run_ids = [row[0] for row in conn.exec_driver_sql("SELECT run_id FROM runs ORDER BY run_id")]
     orphans = conn.exec_driver_sql(
         "SELECT DISTINCT run_id FROM (SELECT run_id FROM claims UNION ALL"
@@ -449,6 +486,11 @@ def _verify(conn: Connection, progress: Callable[[int], None] | None) -> VerifyR
         if progress is not None:
             progress(done)
     return VerifyReport(len(run_ids), records, tuple(problems))
+
+
+def schema_problems(conn: Connection) -> list[_schema_check.Problem]:
+    """Every table, index, trigger and view that is missing, changed or not the library's."""
+    return _schema_check.compare(conn.exec_driver_sql(_schema_check.MASTER_SQL).all())
 
 
 def run_count(directory: Path) -> int:

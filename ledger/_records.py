@@ -28,7 +28,7 @@ from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from ledger import _chain
-from ledger._commit import Step
+from ledger._commit import Step, landed
 from ledger._errors import EffectPersistenceError
 from ledger._owner import Writer
 from ledger._schema import (
@@ -164,7 +164,7 @@ def insert_records(conn: Connection, run_id: str, records: Iterable[Record], hea
     """
     steps, head = prepare(run_id, list(records), head)
     for sql, rows in steps:
-        conn.exec_driver_sql(sql, rows)
+        landed(conn.exec_driver_sql(sql, rows).rowcount, len(rows), sql)
     return head
 
 
@@ -255,6 +255,7 @@ def start_run(cursor: sqlite3.Cursor, run_id: str, now: str, *, continuing: bool
     """Record the run in the transaction of its first record; refuse to restart one."""
     if cursor.execute(_RUN_EXISTS.sql, (run_id,)).fetchone() is None:
         cursor.execute(_INSERT_RUN.sql, _INSERT_RUN.params({"run_id": run_id, "created_at": now}))
+        landed(cursor.rowcount, 1, _INSERT_RUN.sql)
     elif not continuing:
         raise EffectPersistenceError(
             f"run {run_id} already exists in the store; use EffectLog.load to continue it"
@@ -272,6 +273,7 @@ def set_writer(cursor: sqlite3.Cursor, run_id: str, writer: Writer, now: str) ->
         "since": now,
     }
     cursor.execute(_UPSERT_WRITER.sql, _UPSERT_WRITER.params(row))
+    landed(cursor.rowcount, 1, _UPSERT_WRITER.sql)
 
 
 def durable_seq(cursor: sqlite3.Cursor, run_id: str) -> int:

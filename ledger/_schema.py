@@ -29,7 +29,7 @@ from sqlalchemy import (
     text,
 )
 
-from ledger._chain import GENESIS
+from ledger._chain import GENESIS, sql_hash
 from ledger.effects import (
     RESOURCE_KINDS,
     Coverage,
@@ -259,10 +259,12 @@ def _raise(message: str) -> str:
     return f"SELECT RAISE(ABORT, 'ledger: {message}');"
 
 
-def _guard(table: str, name: str, condition: str, message: str) -> tuple[str, str]:
+def _guard(
+    table: str, name: str, condition: str, message: str, when: str = "BEFORE"
+) -> tuple[str, str]:
     trigger = f"{table}_{name}"
     return trigger, (
-        f"CREATE TRIGGER {trigger} BEFORE INSERT ON {table}\n"
+        f"CREATE TRIGGER {trigger} {when} INSERT ON {table}\n"
         f"WHEN {condition}\nBEGIN {_raise(message)} END"
     )
 
@@ -348,8 +350,47 @@ def _sqlite_triggers() -> dict[str, str]:
         )
         for table, count in (("impact_scope", "scope_count"), ("obligations", "obligation_count"))
     )
-    # Each record must extend the run's chain: its prev_hash is the hash of the record
-    # just before it (by seq), or the genesis value for the first.
+    # Each record must carry the hash of its own fields. A claim's hash covers its
+    # impact-scope and obligation rows, written after it in the same transaction: it is
+    # checked when the last of them lands (or at once, for a claim that has none). sha3()
+    # is the stock shell's; the library registers the same function on its connections.
+    # (Created before the link guards, so that those fire first: SQLite fires a table's
+    # triggers newest first, and a record that does not extend the chain says so.)
+    guards.extend(
+        _guard(
+            table,
+            "guard_hash",
+            f"NEW.hash IS NOT {sql_hash(kind, 'NEW')}",
+            f"{table} is append-only, the record hash does not match its fields",
+        )
+        for table, kind in (("outcomes", "outcome"), ("observations", "observation"))
+    )
+    guards.append(
+        _guard(
+            "claims",
+            "guard_hash",
+            "NEW.scope_count = 0 AND NEW.obligation_count = 0"
+            f" AND NEW.hash IS NOT {sql_hash('claim', 'NEW')}",
+            "claims is append-only, the record hash does not match its fields",
+        )
+    )
+    guards.extend(
+        _guard(
+            table,
+            "guard_hash",
+            "EXISTS (SELECT 1 FROM claims AS c WHERE c.run_id = NEW.run_id"
+            f" AND c.effect_id = NEW.effect_id AND {last}"
+            f" AND c.hash IS NOT {sql_hash('claim', 'c')})",
+            "claims is append-only, the claim hash does not match its fields and rows",
+            when="AFTER",
+        )
+        for table, last in (
+            ("impact_scope", "NEW.position = c.scope_count - 1 AND c.obligation_count = 0"),
+            ("obligations", "NEW.position = c.obligation_count - 1"),
+        )
+    )
+    # ... and extend the run's chain: its prev_hash is the hash of the record just before
+    # it (by seq), or the genesis value for the first.
     previous = " UNION ALL ".join(
         f"SELECT hash FROM {t} WHERE run_id = NEW.run_id AND seq = NEW.seq - 1"
         for t in RECORD_TABLES
@@ -469,8 +510,7 @@ _EVIDENCE = f"""(
 
 _DUTIES = "FROM obligations AS p WHERE p.run_id = c.run_id AND p.effect_id = c.effect_id"
 
-EFFECT_STATUS_VIEW = f"""
-CREATE VIEW effect_status AS
+EFFECT_STATUS = f"""
 SELECT run_id, seq, effect_id, action_id, operation, backend, claimed_at,
        execution, impact, verdict,
        CASE WHEN verdict IN ('pending', 'unverified', 'contradicted')
@@ -497,8 +537,7 @@ SELECT run_id, seq, effect_id, action_id, operation, backend, claimed_at,
   )
 """
 
-UNSETTLED_CLAIMS_VIEW = """
-CREATE VIEW unsettled_claims AS
+UNSETTLED_CLAIMS = """
 SELECT c.run_id, c.seq, c.effect_id, c.action_id, c.operation, c.recorded_at AS claimed_at,
        EXISTS (SELECT 1 FROM outcomes AS o
                 WHERE o.run_id = c.run_id AND o.effect_id = c.effect_id) AS running
@@ -509,7 +548,18 @@ SELECT c.run_id, c.seq, c.effect_id, c.action_id, c.operation, c.recorded_at AS 
 """
 
 SQLITE_TRIGGERS = _sqlite_triggers()
-VIEWS = {"effect_status": EFFECT_STATUS_VIEW, "unsettled_claims": UNSETTLED_CLAIMS_VIEW}
+# The views' queries: the stored views are made of them, and the library's own reads use
+# them directly (as common table expressions), so that no report is computed from a view
+# someone replaced in the store.
+VIEW_QUERIES = {"effect_status": EFFECT_STATUS, "unsettled_claims": UNSETTLED_CLAIMS}
+VIEWS = {name: f"\nCREATE VIEW {name} AS{query}" for name, query in VIEW_QUERIES.items()}
+EFFECT_STATUS_VIEW = VIEWS["effect_status"]
+
+
+def with_views(sql: str) -> str:
+    """``sql`` with the library's views defined in front of it: never the store's."""
+    ctes = ",\n".join(f"{name} AS ({query})" for name, query in VIEW_QUERIES.items())
+    return f"WITH {ctes}\n{sql}"
 
 
 def install_derived(connection: Connection) -> None:

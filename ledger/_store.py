@@ -36,10 +36,10 @@ from alembic.util import CommandError
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.pool import ConnectionPoolEntry, NullPool
 
-from ledger import _paths
+from ledger import _paths, _schema_check
+from ledger._chain import sha3
 from ledger._commit import GroupCommit, Job, Step
 from ledger._errors import EffectPersistenceError
-from ledger._schema import install_derived, missing_derived
 
 log = logging.getLogger("ledger")
 
@@ -84,7 +84,7 @@ _STORAGE_ERRORS = (sqlalchemy.exc.SQLAlchemyError, sqlite3.Error, CommandError, 
 def translate(action: str, error: BaseException) -> BaseException:
     """The error a caller sees for ``error`` met while doing ``action``; a new one per caller."""
     if isinstance(error, EffectPersistenceError):
-        translated = EffectPersistenceError(f"{action}: {error}")
+        translated = type(error)(f"{action}: {error}")  # the same kind of trouble
     elif isinstance(error, _STORAGE_ERRORS):
         translated = EffectPersistenceError(f"{action}: {_describe(error)}")
     else:
@@ -270,7 +270,13 @@ def _on_connect(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
         cursor.execute(f"PRAGMA synchronous = {_synchronous}")
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.execute("PRAGMA recursive_triggers = ON")
-        cursor.execute("PRAGMA trusted_schema = OFF")
+        # The guards check each record's hash with sha3(), as the stock shell has it. A
+        # function the application registers may run in triggers only with a trusted
+        # schema; the schema is checked whole before anything is written (foreign
+        # triggers and views are refused), and sha3 is the only function registered.
+        dbapi_connection.create_function("sha3", 1, sha3, deterministic=True)
+        dbapi_connection.create_function("sha3", 2, sha3, deterministic=True)
+        cursor.execute("PRAGMA trusted_schema = ON")
         readings = {
             "journal_mode": (str(mode[0]).lower() if mode else None, "wal"),
             "synchronous": (cursor.execute("PRAGMA synchronous").fetchone()[0], _synchronous),
@@ -316,6 +322,12 @@ def head_revision() -> str:
     return head
 
 
+def known_revisions() -> frozenset[str]:
+    """Every schema revision this library ships, the newest included."""
+    script = ScriptDirectory.from_config(alembic_config())
+    return frozenset(r.revision for r in script.walk_revisions())
+
+
 @contextlib.contextmanager
 def _foreign_keys_off(conn: Connection) -> Iterator[None]:
     """Foreign keys off around a migration, as SQLite prescribes for rebuilding tables.
@@ -351,7 +363,8 @@ class Store:
         self._check_paths = tuple(
             str(p) for p in (directory, self.path, *(_sidecar(self.path, s) for s in SIDECARS))
         )
-        self.group = GroupCommit(self._connection, self.write_lock, translate)
+        self._schema_version: int | None = None  # the schema_version last checked whole
+        self.group = GroupCommit(self._connection, self.write_lock, translate, self._check_schema)
 
     # -- opening
 
@@ -397,13 +410,21 @@ class Store:
         return True
 
     def _upgrade(self) -> None:
-        """Apply pending migrations under the write lock, so racing openers wait, not fail."""
+        """Apply pending migrations and check the schema whole, under the write lock.
+
+        Racing openers wait rather than fail. Whatever is missing of the library's guards,
+        views and indexes is put back; a schema that holds a trigger or view that is not
+        the library's, or a changed guard or table, is refused (see ledger._schema_check).
+        """
         head = head_revision()
         engine = self._engine()
-        # Most opens find the schema current and guarded: ask in a read, without the lock.
+        # Most opens find the schema current and whole: ask in a read, without the lock.
         with engine.execution_options(**{READ_ONLY: True}).begin() as conn:
             current = MigrationContext.configure(conn).get_current_revision()
-            if current == head and not missing_derived(conn):
+            if current == head and not _schema_check.compare(
+                conn.exec_driver_sql(_schema_check.MASTER_SQL).all()
+            ):
+                self._schema_version = _schema_version(conn)
                 return
         with (
             self.write_lock,
@@ -412,28 +433,39 @@ class Store:
             conn.begin(),
         ):
             current = MigrationContext.configure(conn).get_current_revision()
-            if current == head:
-                missing = missing_derived(conn)
-                if missing:
-                    # Someone dropped guards (from the sqlite3 shell): put them back before
-                    # anything is written; load still validates every row it reads.
-                    log.warning("store %s lacked %s; re-installed", self.path, ", ".join(missing))
-                    try:
-                        install_derived(conn)
-                    except sqlalchemy.exc.IntegrityError as e:
-                        raise EffectPersistenceError(
-                            f"the store lacks {', '.join(missing)} and its rows forbid "
-                            "restoring them: it was forged or damaged (see ledger verify)"
-                        ) from e
-                return
-            log.info("migrating store %s from %s to %s", self.path, current, head)
-            command.upgrade(alembic_config(conn), "head")
-            broken = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
-            if broken:
-                raise EffectPersistenceError(
-                    f"migrating {self.path} to {head} would break {len(broken)} foreign "
-                    f"key(s), first in {broken[0][0]}; nothing was changed"
-                )
+            if current != head:
+                log.info("migrating store %s from %s to %s", self.path, current, head)
+                command.upgrade(alembic_config(conn), "head")
+                broken = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
+                if broken:
+                    raise EffectPersistenceError(
+                        f"migrating {self.path} to {head} would break {len(broken)} foreign "
+                        f"key(s), first in {broken[0][0]}; nothing was changed"
+                    )
+            raw = conn.connection.driver_connection
+            if raw is None:  # pragma: no cover - a checked-out connection always has one
+                raise EffectPersistenceError("the database connection is closed")
+            self._guard_schema(raw.cursor())
+            self._schema_version = _schema_version(conn)
+
+    def _guard_schema(self, cursor: sqlite3.Cursor) -> None:
+        """Restore or refuse what is not the library's in the schema (write transaction held)."""
+        restored = _schema_check.guard(cursor, str(self.path))
+        if restored:
+            # Someone dropped guards or replaced a view (from the sqlite3 shell): they are
+            # back before anything is written; load still validates every row it reads.
+            log.warning("store %s: %s; re-installed", self.path, "; ".join(map(str, restored)))
+
+    def _check_schema(self, cursor: sqlite3.Cursor) -> None:
+        """At the start of every write transaction: check the schema again if it changed.
+
+        ``PRAGMA schema_version`` changes with every change of the schema by anyone, so a
+        trigger planted while this process runs is met before its next write.
+        """
+        version = cursor.execute("PRAGMA schema_version").fetchone()[0]
+        if version != self._schema_version:
+            self._guard_schema(cursor)
+            self._schema_version = cursor.execute("PRAGMA schema_version").fetchone()[0]
 
     # -- transactions
 
@@ -495,6 +527,10 @@ class Store:
         with storage_errors(action), self.write_lock:
             check_files(self.directory, self.path)
             with self._engine().begin() as conn:
+                raw = conn.connection.driver_connection
+                if raw is None:  # pragma: no cover - a checked-out connection has one
+                    raise EffectPersistenceError("the database connection is closed")
+                self._check_schema(raw.cursor())
                 yield conn
 
     @contextlib.contextmanager
@@ -515,6 +551,10 @@ class Store:
             self.engine.dispose()
             self.engine = None
         self._ready = False
+
+
+def _schema_version(conn: Connection) -> int:
+    return int(conn.exec_driver_sql("PRAGMA schema_version").scalar_one())
 
 
 def read_only_uri(db: Path, *, immutable: bool) -> str:
@@ -640,6 +680,7 @@ def _after_fork_in_child() -> None:
             store._connection,  # noqa: SLF001 - rebuilt, like the locks
             store.write_lock,
             translate,
+            store._check_schema,  # noqa: SLF001 - same reason
         )
         store._init_lock = threading.Lock()  # noqa: SLF001 - same reason
         store._ready = False  # noqa: SLF001 - re-check files and schema after fork

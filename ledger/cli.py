@@ -127,7 +127,25 @@ def runs(store: Path | None, as_json: bool) -> None:
         summaries = _inspect.list_runs(_directory(store))
     if as_json:
         _print_json([s.to_dict() for s in summaries])
-        return
+    else:
+        _runs_table(summaries)
+    _refuse_to_vouch({s.run_id: s.problem for s in summaries})
+
+
+def _refuse_to_vouch(problems: dict[str, str | None]) -> None:
+    """Say which runs shown do not validate, on stderr, and exit 1 if any: never vouch for them."""
+    broken = {run_id: problem for run_id, problem in problems.items() if problem}
+    for run_id, problem in broken.items():
+        click.echo(
+            f"warning: run {run_id} does not validate, its verdicts are not to be believed: "
+            f"{' '.join(problem.split())}",
+            err=True,
+        )
+    if broken:
+        raise SystemExit(1)
+
+
+def _runs_table(summaries: list[_inspect.RunSummary]) -> None:
     _table(
         ("RUN", "FIRST", "LAST", "WRITER", "CLAIMS", *(v.upper() for v in _inspect.VERDICTS)),
         [
@@ -236,7 +254,12 @@ def status(run: str | None, unresolved: bool, store: Path | None, as_json: bool)
         rows = _inspect.effect_statuses(_directory(store), run, unresolved=unresolved)
     if as_json:
         _print_json([r.to_dict() for r in rows])
-        return
+    else:
+        _status_table(rows)
+    _refuse_to_vouch({r.run_id: r.run_problem for r in rows})
+
+
+def _status_table(rows: list[_inspect.EffectRow]) -> None:
     _table(
         ("RUN", "SEQ", "EFFECT", "OPERATION", "EXECUTION", "IMPACT", "VERDICT", "UNRESOLVED"),
         [

@@ -38,7 +38,7 @@ from typing import Self
 from ledger import _paths, _records
 from ledger._chain import GENESIS
 from ledger._commit import acquire_uninterrupted, wait_for_gate
-from ledger._errors import EffectPersistenceError
+from ledger._errors import EffectPersistenceError, StoreTamperedError
 from ledger._index import RunIndex
 from ledger._owner import Writer
 from ledger._paths import effects_dir
@@ -419,14 +419,18 @@ class EffectLog:
         """Tell each request of a batch that was not written (``None``: the log is degraded).
 
         Claims exist nowhere; outcomes and observations stay in memory and degrade the log.
+        A store found tampered with degrades the log even when only claims met it: one
+        that drops rows may have dropped others, so nothing more is written to it.
         """
         seq = self._next_seq
+        if isinstance(error, StoreTamperedError) and not self._degraded:
+            self._degrade(batch[0].action, error)
         for request in batch:
             if request.claims:
                 if error is None:
                     request.error = _degraded_error(self._run_id)
                 elif isinstance(error, EffectPersistenceError):
-                    request.error = EffectPersistenceError(str(error))  # one per caller
+                    request.error = type(error)(str(error))  # one per caller
                     request.error.__cause__ = error
                 else:
                     request.error = error  # not the store's trouble: raised as it is
@@ -754,6 +758,8 @@ class EffectLog:
                 for record in appended:
                     self._remember(record)
                 self._next_seq += len(appended)
+            elif isinstance(job.error, StoreTamperedError):
+                self._degrade("recovery", job.error)
             interrupt = job.interrupt or held_back
             if interrupt is not None:
                 raise interrupt

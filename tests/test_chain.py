@@ -144,6 +144,7 @@ def test_the_database_refuses_a_record_that_does_not_extend_the_chain(
         ),
     )
     row |= {"prev_hash": "1" * 64, "hash": "2" * 64}
+    conn.create_function("sha3", 2, _chain.sha3)  # as the stock shell has it
     with pytest.raises(sqlite3.IntegrityError, match="does not extend the chain"):
         conn.execute(
             f"INSERT INTO outcomes ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
@@ -230,6 +231,8 @@ def test_a_store_made_before_the_chain_is_chained_when_opened(tmp_path: Path) ->
     conn = sqlite3.connect(db, isolation_level=None)
     for table in ("claims", "outcomes", "observations"):  # no chain at 0002: its guards postdate it
         conn.execute(f"DROP TRIGGER {table}_guard_chain")
+    for table in ("claims", "outcomes", "observations", "impact_scope", "obligations"):
+        conn.execute(f"DROP TRIGGER {table}_guard_hash")
     conn.execute("INSERT INTO runs VALUES (?, ?)", (run_id, fx.utc_now()))
     for record in records:
         row, scope, duties = rows_of(run_id, record)

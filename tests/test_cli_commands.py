@@ -57,6 +57,7 @@ RUNS_KEYS = {
     "contradicted",
     "verified",
     "failed",
+    "problem",
 }
 STATUS_KEYS = {
     "run_id",
@@ -68,6 +69,7 @@ STATUS_KEYS = {
     "verdict",
     "unresolved_impact",
     "claimed_at",
+    "run_problem",
 }
 ASSESSMENT_KEYS = {
     "effect_id",
@@ -201,6 +203,7 @@ class Built:
                         "verdict": a.verdict.value,
                         "unresolved_impact": a.unresolved_impact,
                         "claimed_at": claim.recorded_at,
+                        "run_problem": None,
                     }
                 )
         return sorted(rows, key=lambda r: (r["claimed_at"], r["run_id"], r["seq"]))
@@ -470,6 +473,7 @@ def test_runs_json_has_one_entry_per_run_with_writer_and_verdict_counts(built, c
             "pid": os.getpid(),
             "claims": len(history.claims),
             **{v: verdicts.count(v) for v in VERDICTS},
+            "problem": None,
         }
 
 

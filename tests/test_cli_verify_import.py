@@ -248,7 +248,12 @@ def _forge(store: Path, *statements: str, past: tuple[str, ...] = ()) -> None:
     triggers are put back afterwards (an index may no longer fit the rows). The chain
     guards are always among them: forged rows carry made-up chain columns (CHAIN).
     """
-    past = (*past, "claims_guard_chain", "outcomes_guard_chain", "observations_guard_chain")
+    past = (
+        *past,
+        *(f"{t}_guard_chain" for t in ("claims", "outcomes", "observations")),
+        *(f"{t}_guard_hash" for t in ("claims", "outcomes", "observations")),
+        *(f"{t}_guard_hash" for t in ("impact_scope", "obligations")),
+    )
     conn = sqlite3.connect(store / DB, isolation_level=None)
     try:
         conn.execute("PRAGMA foreign_keys = OFF")
@@ -445,12 +450,12 @@ def _second_terminal(store: Path, run_id: str) -> tuple[str, tuple[str, ...]]:
 
 def _dropped_trigger(store: Path, run_id: str) -> tuple[str, tuple[str, ...]]:
     _forge(store, "DROP TRIGGER outcomes_guard_order")
-    return "schema: outcomes_guard_order is missing", ()
+    return "schema: trigger outcomes_guard_order is missing", ()
 
 
 def _dropped_view(store: Path, run_id: str) -> tuple[str, tuple[str, ...]]:
     _forge(store, "DROP VIEW effect_status")
-    return "schema: effect_status is missing", ()
+    return "schema: view effect_status is missing", ()
 
 
 def _unknown_revision(store: Path, run_id: str) -> tuple[str, tuple[str, ...]]:
@@ -518,7 +523,7 @@ def test_verify_fails_a_damaged_store_with_every_problem(damaged: Damaged) -> No
     heads = [head for head, _ in damaged.expected.values()]
     others = [p for p in problems if not any(p.startswith(head) for head in heads)]
     # The forger of the second terminal outcome dropped its unique index too.
-    assert all(p.startswith("schema: uq_outcomes_terminal") for p in others), others
+    assert all(p.startswith("schema: index uq_outcomes_terminal") for p in others), others
     assert len(problems) == len(DAMAGES) + len(others)
 
     assert damaged.human.returncode == 1, damaged.human.stderr
@@ -550,7 +555,9 @@ def test_verify_reports_a_dropped_terminal_outcome_index(
     _forge(store, "DROP INDEX uq_outcomes_terminal")
     result = _ledger("verify", "--store", str(store), "--json")
     assert result.returncode == 1, result.stdout
-    assert json.loads(result.stdout)["problems"] == ["schema: uq_outcomes_terminal is missing"]
+    assert json.loads(result.stdout)["problems"] == [
+        "schema: index uq_outcomes_terminal is missing"
+    ]
 
 
 def test_verify_of_a_corrupt_database_is_one_line(store_dir: Path) -> None:

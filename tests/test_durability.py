@@ -301,6 +301,7 @@ assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 con.execute("PRAGMA cache_size = 1")
 con.execute("BEGIN IMMEDIATE")
 con.execute("DROP TRIGGER claims_guard_chain")  # rolled back with the rest
+con.execute("DROP TRIGGER claims_guard_hash")  # same
 # Forged rows copy the last committed claim, so they pass every constraint and guard
 # whatever columns the schema has; only seq and the identifiers change.
 row = dict(con.execute(

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from ledger import _chain
 from ledger import effects as fx
 from ledger._records import chain_hash
 from ledger._schema import APPEND_ONLY_TABLES
@@ -160,11 +161,13 @@ def built(template: Built, store_dir: Path) -> Built:
 def attacker(built: Built) -> Iterator[sqlite3.Connection]:
     """A plain ``sqlite3`` connection in autocommit mode, as the shell would open.
 
-    The chain guards are dropped first (see CHAIN).
+    The chain guards (link and hash) are dropped first (see CHAIN).
     """
     conn = sqlite3.connect(built.path, isolation_level=None)
     for table in ("claims", "outcomes", "observations"):
         conn.execute(f"DROP TRIGGER IF EXISTS {table}_guard_chain")
+    for table in ("claims", "outcomes", "observations", "impact_scope", "obligations"):
+        conn.execute(f"DROP TRIGGER IF EXISTS {table}_guard_hash")
     try:
         yield conn
     finally:
@@ -460,6 +463,7 @@ def test_terminal_after_running_is_accepted(built: Built) -> None:
     """A terminal outcome after a RUNNING one, correctly chained, is allowed: the guards refuse only forgeries."""
     outcome = fx.EffectOutcome("e2", 7, fx.ExecutionOutcome.FAILED, fx.Impact.NONE, recorded_at=TS)
     conn = sqlite3.connect(built.path, isolation_level=None)  # every guard in place
+    conn.create_function("sha3", 2, _chain.sha3)  # as the stock shell has it
     try:
         prev = conn.execute(
             "SELECT hash FROM claims WHERE run_id = ? AND seq = 6", (built.run_id,)

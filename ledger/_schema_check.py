@@ -1,0 +1,330 @@
+"""The schema checked whole: every table, index, trigger and view against what the library installs.
+
+A store's guards are only worth something if they are the library's. A trigger added
+from the ``sqlite3`` shell (``BEFORE INSERT ... RAISE(IGNORE)`` drops every claim
+silently), a view replaced by a same-named one that calls every effect verified, or a
+CHECK rewritten through ``PRAGMA writable_schema`` would otherwise pass unnoticed. So
+the definition of every object in ``sqlite_master`` is compared, after normalising its
+SQL, with the definition the library's schema gives it (``ledger._schema``): anything
+missing, changed or not the library's is a :class:`Problem`.
+
+Normalising makes the comparison about meaning rather than spelling: comments and
+white space go, keywords and identifiers are folded to lower case, identifier quotes
+are dropped, and a table's constraints are compared as a set (a table rebuilt by a
+migration lists them in another order). String literals are kept exactly: they hold
+the words CHECK constraints allow and the messages guards raise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sqlite3
+from collections.abc import Iterable, Mapping
+from functools import cache
+from sqlite3 import Cursor
+from typing import Any, Literal
+
+from sqlalchemy import Column, MetaData, PrimaryKeyConstraint, String, Table
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.schema import CreateIndex, CreateTable
+
+from ledger._errors import EffectPersistenceError, StoreTamperedError
+from ledger._schema import SQLITE_TRIGGERS, VIEWS, metadata
+
+Kind = Literal["table", "index", "trigger", "view"]
+What = Literal["missing", "changed", "foreign"]
+
+# Tables SQLite makes itself: statistics from ANALYZE (plans only) and AUTOINCREMENT's.
+_SQLITE_OWN = re.compile(r"sqlite_(stat\d|sequence)")
+
+_TOKEN = re.compile(
+    r"""
+      (?P<space>\s+|--[^\n]*|/\*.*?(?:\*/|\Z))
+    | (?P<string>'(?:[^']|'')*')
+    | (?P<quoted>"(?:[^"]|"")*"|`(?:[^`]|``)*`|\[[^\]]*\])
+    | (?P<word>[A-Za-z_][A-Za-z0-9_$]*)
+    | (?P<number>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)
+    | (?P<op>\|\||<<|>>|<=|>=|==|!=|<>|->>|->|\S)
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+
+Token = tuple[str, str]
+
+
+def tokens(sql: str) -> tuple[Token, ...]:
+    """The SQL's tokens, spelling aside: ``(kind, text)`` with identifiers unquoted and folded."""
+    out: list[Token] = []
+    for match in _TOKEN.finditer(sql):
+        kind = match.lastgroup
+        text = match.group()
+        if kind == "space":
+            continue
+        if kind == "quoted":
+            # "x", `x` and [x] are all the identifier x; SQLite folds identifiers' case.
+            inner = text[1:-1]
+            if text[0] != "[":
+                inner = inner.replace(text[0] * 2, text[0])
+            out.append(("name", inner.lower()))
+        elif kind == "word":
+            out.append(("name", text.lower()))
+        elif kind == "string":
+            out.append(("string", text))
+        else:
+            out.append((kind or "op", text))
+    return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Table:
+    """A table's definition: its columns in order, its constraints as a set."""
+
+    head: tuple[Token, ...]
+    columns: tuple[tuple[Token, ...], ...]
+    constraints: frozenset[tuple[Token, ...]]
+    tail: tuple[Token, ...]
+
+
+_CONSTRAINT_WORDS = {"constraint", "primary", "unique", "check", "foreign"}
+
+Definition = _Table | tuple[Token, ...]
+
+
+def _split_items(body: tuple[Token, ...]) -> list[tuple[Token, ...]]:
+    items: list[tuple[Token, ...]] = []
+    depth = 0
+    start = 0
+    for i, token in enumerate(body):
+        if token == ("op", "("):
+            depth += 1
+        elif token == ("op", ")"):
+            depth -= 1
+        elif token == ("op", ",") and depth == 0:
+            items.append(body[start:i])
+            start = i + 1
+    items.append(body[start:])
+    return items
+
+
+def _table(toks: tuple[Token, ...]) -> Definition:
+    try:
+        open_at = toks.index(("op", "("))
+    except ValueError:
+        return toks
+    depth = 0
+    for close_at in range(open_at, len(toks)):
+        if toks[close_at] == ("op", "("):
+            depth += 1
+        elif toks[close_at] == ("op", ")"):
+            depth -= 1
+            if depth == 0:
+                break
+    else:
+        return toks
+    items = _split_items(toks[open_at + 1 : close_at])
+    columns = tuple(i for i in items if i and i[0][1] not in _CONSTRAINT_WORDS)
+    constraints = frozenset(i for i in items if i and i[0][1] in _CONSTRAINT_WORDS)
+    return _Table(toks[:open_at], columns, constraints, toks[close_at + 1 :])
+
+
+def definition(kind: str, sql: str) -> Definition:
+    """The normalised definition of one schema object."""
+    toks = tokens(sql)
+    return _table(toks) if kind == "table" else toks
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Problem:
+    """One object of the schema that is not as the library installs it."""
+
+    kind: Kind
+    name: str
+    what: What
+    detail: str = ""
+
+    def __str__(self) -> str:
+        if self.what == "missing":
+            text = f"{self.kind} {self.name} is missing"
+        elif self.what == "changed":
+            text = f"{self.kind} {self.name} is not the library's definition"
+        else:
+            text = f"{self.kind} {self.name} is not the library's"
+        return f"{text} ({self.detail})" if self.detail else text
+
+
+def _alembic_version() -> Table:
+    # Alembic's own bookkeeping table, as alembic creates it (VARCHAR(32), named key).
+    return Table(
+        "alembic_version",
+        MetaData(),
+        Column("version_num", String(32), nullable=False),
+        PrimaryKeyConstraint("version_num", name="alembic_version_pkc"),
+    )
+
+
+@cache
+def expected() -> Mapping[tuple[str, str], Definition]:
+    """Every object the library's schema installs, by (type, name), normalised."""
+    dialect = sqlite.dialect()
+    objects: dict[tuple[str, str], Definition] = {}
+    for table in (*metadata.tables.values(), _alembic_version()):
+        ddl = str(CreateTable(table).compile(dialect=dialect))
+        objects["table", table.name] = definition("table", ddl)
+        for index in table.indexes:
+            ddl = str(CreateIndex(index).compile(dialect=dialect))
+            objects["index", str(index.name)] = definition("index", ddl)
+    for name, ddl in SQLITE_TRIGGERS.items():
+        objects["trigger", name] = definition("trigger", ddl)
+    for name, ddl in VIEWS.items():
+        objects["view", name] = definition("view", ddl)
+    return objects
+
+
+def _table_detail(want: _Table, got: Definition) -> str:
+    if not isinstance(got, _Table):
+        return "it is not a table definition"
+    parts = []
+    if got.columns != want.columns:
+        parts.append("its columns differ")
+    lacks = {_name_of(item) for item in want.constraints - got.constraints}
+    extra = {_name_of(item) for item in got.constraints - want.constraints}
+    parts.extend(f"{name} differs" for name in sorted(lacks & extra))
+    parts.extend(f"{name} is missing" for name in sorted(lacks - extra))
+    parts.extend(f"{name} is not the library's" for name in sorted(extra - lacks))
+    if got.head != want.head or got.tail != want.tail:
+        parts.append("its options differ")
+    return "; ".join(parts)
+
+
+def _name_of(item: tuple[Token, ...]) -> str:
+    if len(item) > 1 and item[0] == ("name", "constraint"):
+        return f"constraint {item[1][1]}"
+    return " ".join(text for _, text in item[:6])
+
+
+def compare(rows: Iterable[Any]) -> list[Problem]:
+    """Compare ``sqlite_master``'s ``(type, name, sql)`` rows with the library's schema."""
+    want = expected()
+    seen: set[tuple[str, str]] = set()
+    problems: list[Problem] = []
+    for kind, name, sql in rows:
+        if sql is None:
+            # Indexes SQLite makes for PRIMARY KEY and UNIQUE constraints carry no SQL;
+            # they follow from the table's definition, which is compared.
+            if kind == "index" and name.startswith("sqlite_autoindex_"):
+                continue
+            if kind == "table" and _SQLITE_OWN.fullmatch(name):
+                continue
+        if kind == "table" and _SQLITE_OWN.fullmatch(name):
+            continue
+        key = (kind, name)
+        seen.add(key)
+        got = definition(kind, sql or "")
+        if key not in want:
+            problems.append(Problem(_kind(kind), name, "foreign"))
+        elif got != want[key]:
+            wanted = want[key]
+            detail = _table_detail(wanted, got) if isinstance(wanted, _Table) else ""
+            problems.append(Problem(_kind(kind), name, "changed", detail))
+    problems.extend(
+        Problem(_kind(kind), name, "missing") for kind, name in sorted(set(want) - seen)
+    )
+    return problems
+
+
+def _kind(kind: str) -> Kind:
+    if kind in ("table", "index", "trigger", "view"):
+        return kind  # type: ignore[return-value]  # narrowed by the test above
+    return "table"
+
+
+MASTER_SQL = "SELECT type, name, sql FROM sqlite_master"
+
+
+def restorable(problem: Problem) -> bool:
+    """Whether a writer puts the object back: a missing guard, view or index, a changed view.
+
+    Views hold no data and guards no state: re-creating them from the library's schema
+    loses nothing, and every row is validated when it is read anyway.
+    """
+    if problem.what == "missing":
+        return problem.kind != "table"
+    return problem.what == "changed" and problem.kind == "view"
+
+
+def refused(problem: Problem) -> bool:
+    """Whether a writer refuses to write into a store with this problem.
+
+    A trigger or view that is not the library's can drop, add or misreport rows; a
+    changed guard, index or table no longer enforces what the library relies on. A
+    foreign table or index cannot change what the library writes or reads: it is
+    reported by ``ledger verify`` and left alone.
+    """
+    if problem.what == "foreign":
+        return problem.kind in ("trigger", "view")
+    return not restorable(problem)
+
+
+def _advice(problems: list[Problem]) -> str:
+    kinds = {p.kind for p in problems}
+    if "table" in kinds:
+        return (
+            "the tables were rebuilt or edited: export its runs (ledger export) and import "
+            "them into a new store, after ledger verify"
+        )
+    return (
+        "check it with ledger verify, then drop these objects with the sqlite3 shell "
+        "(DROP TRIGGER/VIEW/INDEX name): the next write puts the library's back"
+    )
+
+
+def refusal(store: str, problems: list[Problem]) -> StoreTamperedError:
+    """The error a writer raises for a schema it will not write into."""
+    listed = "; ".join(map(str, problems))
+    return StoreTamperedError(
+        f"refusing to write to the store {store}: its schema is not the library's ({listed}); "
+        + _advice(problems)
+    )
+
+
+def restore_sql(problem: Problem) -> list[str]:
+    """The statements that put back what a :func:`restorable` problem names."""
+    if problem.kind == "view":
+        return [f'DROP VIEW IF EXISTS "{problem.name}"', VIEWS[problem.name]]
+    if problem.kind == "trigger":
+        return [SQLITE_TRIGGERS[problem.name]]
+    return [_index_ddl()[problem.name]]
+
+
+@cache
+def _index_ddl() -> Mapping[str, str]:
+    dialect = sqlite.dialect()
+    return {
+        str(index.name): str(CreateIndex(index).compile(dialect=dialect))
+        for table in metadata.tables.values()
+        for index in table.indexes
+    }
+
+
+def guard(cursor: Cursor, store: str) -> list[Problem]:
+    """Check the schema inside a write transaction: restore what may be, refuse the rest.
+
+    Returns the problems it restored (for the caller to log); raises
+    :class:`EffectPersistenceError` naming every object it will not write past.
+    """
+    problems = compare(cursor.execute(MASTER_SQL).fetchall())
+    bad = [p for p in problems if refused(p)]
+    if bad:
+        raise refusal(store, bad)
+    restored = [p for p in problems if restorable(p)]
+    for problem in restored:
+        try:
+            for statement in restore_sql(problem):
+                cursor.execute(statement)
+        except sqlite3.IntegrityError as e:
+            raise EffectPersistenceError(
+                f"the store {store} lacks {problem.name} and its rows forbid restoring them: "
+                "it was forged or damaged (see ledger verify)"
+            ) from e
+    return restored
