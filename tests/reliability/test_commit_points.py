@@ -88,6 +88,9 @@ CHILD = textwrap.dedent(
             self._note(sql, len(rows))
             return self._cursor.executemany(sql, rows)
 
+        def __getattr__(self, name):  # rowcount, fetchall, close: the cursor's own
+            return getattr(self._cursor, name)
+
         def _note(self, sql, rows):
             if inside and sql.lstrip().upper().startswith("INSERT"):
                 inserted.extend([sql.split()[2].strip('"')] * rows)
