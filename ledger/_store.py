@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import logging
 import os
 import sqlite3
@@ -314,9 +315,18 @@ def alembic_config(connection: Connection | None = None) -> Config:
     return cfg
 
 
+@functools.cache
+def _revisions(location: str) -> tuple[str | None, frozenset[str]]:
+    # Reading the scripts imports every migration module: once per process, not per open.
+    cfg = Config()
+    cfg.set_main_option("script_location", location)
+    script = ScriptDirectory.from_config(cfg)
+    return script.get_current_head(), frozenset(r.revision for r in script.walk_revisions())
+
+
 def head_revision() -> str:
     """The newest schema revision this library ships."""
-    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    head, _ = _revisions(str(_migrations_dir()))
     if head is None:  # pragma: no cover - the package always ships migrations
         raise EffectPersistenceError("no schema revision is shipped")
     return head
@@ -324,8 +334,7 @@ def head_revision() -> str:
 
 def known_revisions() -> frozenset[str]:
     """Every schema revision this library ships, the newest included."""
-    script = ScriptDirectory.from_config(alembic_config())
-    return frozenset(r.revision for r in script.walk_revisions())
+    return _revisions(str(_migrations_dir()))[1]
 
 
 @contextlib.contextmanager
