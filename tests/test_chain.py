@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 
-from ledger import _chain
+from ledger import _chain, _inspect
 from ledger import effects as fx
 from ledger._records import chain_hash, rows_of
 from ledger._store import _on_begin, _on_connect, alembic_config, head_revision
@@ -128,6 +128,32 @@ def test_a_removed_record_in_the_middle_fails_load(store_dir: Path, run_id: str)
     conn.close()
     with pytest.raises(EffectPersistenceError, match="chain broken at seq 3: its prev_hash"):
         EffectLog.load(run_id, store_dir)
+
+
+def test_load_refuses_records_each_hashed_right_but_not_linked(
+    store_dir: Path, run_id: str
+) -> None:
+    """A record given another predecessor, its own hash recomputed over it, is refused.
+
+    Each record's hash then matches its own fields and prev_hash: only checking that
+    prev_hash is the previous record's hash can catch it, so this fails if load does not.
+    """
+    with EffectLog(run_id, store_dir) as log:
+        _run(log)
+        records = log.history().records()
+    conn = sqlite3.connect(store_dir / "ledger.sqlite3", isolation_level=None)
+    conn.execute("DROP TRIGGER outcomes_no_update")
+    other = "ab" * 32
+    conn.execute(
+        "UPDATE outcomes SET prev_hash = ?, hash = ? WHERE run_id = ? AND seq = 3",
+        (other, chain_hash(run_id, records[2], other), run_id),
+    )
+    conn.close()
+    for seq, prev, digest in _links(store_dir / "ledger.sqlite3", run_id):
+        assert digest == chain_hash(run_id, records[seq - 1], prev)  # every hash is right
+    with pytest.raises(EffectPersistenceError):
+        EffectLog.load(run_id, store_dir)
+    assert not _inspect.verify(store_dir).ok
 
 
 def test_the_database_refuses_a_record_that_does_not_extend_the_chain(
