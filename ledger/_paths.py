@@ -90,8 +90,9 @@ def store_within(directory: Path, limit: int = SCAN_LIMIT) -> Path | None:
     Breadth first with ``os.scandir``, so that a shallow store is found before a
     deep tree is read, and without following symlinks: a link is never a way into
     a tree outside ``directory`` here, and a path through a link is checked on its
-    own when it is resolved. Subdirectories that cannot be listed are skipped,
-    after their database name is tried, which needs only search permission.
+    own when it is resolved. A subdirectory that cannot be listed is skipped once
+    its database name is tried, which needs only search permission. Costs one
+    ``scandir`` per directory below ``directory``.
     Raises :class:`ScanLimitError` after ``limit`` entries rather than read an
     unbounded tree; the caller decides what an unchecked tree means.
     """
@@ -99,11 +100,11 @@ def store_within(directory: Path, limit: int = SCAN_LIMIT) -> Path | None:
     seen = 0
     while pending:
         current = pending.popleft()
-        if holds_store(current):
-            return current
         try:
             with os.scandir(current) as entries:
                 for entry in entries:
+                    if entry.name == DB_NAME:
+                        return current
                     seen += 1
                     if seen > limit:
                         raise ScanLimitError(directory, limit)
@@ -111,8 +112,11 @@ def store_within(directory: Path, limit: int = SCAN_LIMIT) -> Path | None:
                     with contextlib.suppress(OSError):
                         if entry.is_dir(follow_symlinks=False):
                             pending.append(Path(entry.path))
-        except (PermissionError, FileNotFoundError, NotADirectoryError):
-            continue  # unreadable, or gone since it was listed
+        except PermissionError:
+            if holds_store(current):  # listing needs read permission, this only search
+                return current
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # gone, or replaced, since it was listed
     return None
 
 
