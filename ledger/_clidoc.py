@@ -573,7 +573,12 @@ It prints one [exported line](#exported-line) object per line.
 Writes to the store, and creates it if it does not exist. Each FILE becomes a new run,
 all or nothing: the whole file is read and validated (every line an
 [exported line](#exported-line), `seq` 1, 2, 3, ... without a gap, a history a durable
-run can hold) before one transaction writes it. The run id is the file's name without
+run can hold) before one transaction writes it. Every `recorded_at` must be exactly in
+the form ledger writes, `YYYY-MM-DDTHH:MM:SS.ffffff+00:00` (not `Z`, not without the
+microseconds), and no outcome may be recorded before its claim; either is refused,
+naming the line and `recorded_at`. (A wall clock stepped back between a claim and its
+outcome is the one way a ledger itself records such an outcome; that run cannot be
+imported.) The run id is the file's name without
 `.jsonl` (32 lowercase hex), or `--run` for a single file; a run the store already
 holds is refused. A final line cut short by a crash mid-append (not JSON) is ignored
 and reported. Any other malformed or forged line refuses the file, naming the line

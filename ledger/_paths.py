@@ -6,6 +6,7 @@ inside a store without loading SQLAlchemy.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import threading
@@ -44,3 +45,89 @@ def sensitive_dirs() -> tuple[Path, ...]:
     with _lock:
         opened = tuple(_opened)
     return (effects_dir(), *opened)
+
+
+# --------------------------------------------------------------------------- stores on disk
+
+SCAN_LIMIT = 100_000
+"""How many directory entries a search for stores below a directory may read by default."""
+
+
+class ScanLimitError(Exception):
+    """A search for stores below a directory met more entries than it may read."""
+
+    def __init__(self, directory: Path, limit: int) -> None:
+        super().__init__(f"{directory}: more than {limit} entries below it")
+        self.directory = directory
+        self.limit = limit
+
+
+def holds_store(directory: Path) -> bool:
+    """Whether ``directory`` holds a ledger database: that is what makes it a store.
+
+    Any entry of that name counts, even a link or one unreadable: a store that
+    cannot be opened is still one that agent tools must not reach.
+    """
+    return os.path.lexists(directory / DB_NAME)
+
+
+def store_around(path: Path) -> Path | None:
+    """The store that ``path`` (absolute) is or lies inside, found on disk, or ``None``.
+
+    Walks from ``path`` up to ``/``: one ``lstat`` per ancestor. A directory this
+    process may not search reads as no store (what cannot be seen cannot be reached
+    by tools running as this user either).
+    """
+    for candidate in (path, *path.parents):
+        if holds_store(candidate):
+            return candidate
+    return None
+
+
+def store_within(directory: Path, limit: int = SCAN_LIMIT) -> Path | None:
+    """A store at or below ``directory``, found on disk, or ``None``.
+
+    Breadth first with ``os.scandir``, so that a shallow store is found before a
+    deep tree is read, and without following symlinks: a link is never a way into
+    a tree outside ``directory`` here, and a path through a link is checked on its
+    own when it is resolved. A subdirectory that cannot be listed is skipped once
+    its database name is tried, which needs only search permission. Costs one
+    ``scandir`` per directory below ``directory``.
+    Raises :class:`ScanLimitError` after ``limit`` entries rather than read an
+    unbounded tree; the caller decides what an unchecked tree means.
+    """
+    pending = collections.deque([directory])
+    seen = 0
+    while pending:
+        current = pending.popleft()
+        try:
+            with os.scandir(current) as entries:
+                for entry in entries:
+                    if entry.name == DB_NAME:
+                        return current
+                    seen += 1
+                    if seen > limit:
+                        raise ScanLimitError(directory, limit)
+                    # is_dir(follow_symlinks=False) mostly answers from the listing itself.
+                    with contextlib.suppress(OSError):
+                        if entry.is_dir(follow_symlinks=False):
+                            pending.append(Path(entry.path))
+        except PermissionError:
+            if holds_store(current):  # listing needs read permission, this only search
+                return current
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # gone, or replaced, since it was listed
+    return None
+
+
+def known_store_within(directory: Path) -> Path | None:
+    """A directory of :func:`sensitive_dirs` at or below ``directory``, by path alone.
+
+    These need no disk: the default store and the stores this process opened are
+    sensitive even before their database exists.
+    """
+    for store in sensitive_dirs():
+        for candidate in {store, Path(os.path.realpath(store))}:
+            if candidate == directory or directory in candidate.parents:
+                return candidate
+    return None

@@ -1,9 +1,11 @@
 """What an effect can touch: files inside a sealed root, and owned records.
 
-A :class:`FilesystemRoot` is the sandbox agent file tools work in. Resolving a
-path with :meth:`FilesystemResource.resolve` refuses anything that escapes the
-root and anything inside a ledger store, so an agent's own tools can never
-reach the ledger that accounts for them.
+A :class:`FilesystemRoot` is the sandbox agent file tools work in. Sealing one,
+and resolving a path with :meth:`FilesystemResource.resolve`, refuses anything
+that escapes the root and anything that is, lies inside or contains a ledger
+store -- a store this process knows of, or any directory holding a ledger
+database -- so an agent's own tools can never reach the ledger that accounts
+for them.
 """
 
 from __future__ import annotations
@@ -39,31 +41,88 @@ def _check_path_text(path: object, field: str) -> str:
     return path
 
 
-def _refuse_sensitive(path: Path) -> None:
+def _sensitive(path: Path, relation: str, store: Path) -> ValueError:
+    if store == path:
+        relation = "is"
+    return ValueError(
+        f"{path} is sensitive: it {relation} the ledger store {store}, "
+        "which agent tools must never touch"
+    )
+
+
+def _refuse_inside_store(path: Path) -> None:
+    """Refuse ``path`` if it is or lies inside a store: a known one, or one on disk."""
     for store in _paths.sensitive_dirs():
         for candidate in {store, _real(store)}:
             if _within(path, candidate):
-                raise ValueError(
-                    f"{path} is sensitive: it lies inside the ledger store {candidate}, "
-                    "which agent tools must never touch"
-                )
+                raise _sensitive(path, "lies inside", candidate)
+    found = _paths.store_around(path)
+    if found is not None:
+        raise _sensitive(path, "lies inside", found)
+
+
+def _refuse_containing_store(path: Path, scan_limit: int) -> None:
+    """Refuse ``path`` if a store lies below it: a known one, or one on disk.
+
+    Deleting, moving or rewriting a directory reaches everything in it, so a
+    directory holding a store is as sensitive as the store. Finding one on disk
+    reads the tree below ``path`` (at most ``scan_limit`` entries): a file costs
+    nothing, a directory one listing per subdirectory.
+    """
+    known = _paths.known_store_within(path)
+    if known is not None:
+        raise _sensitive(path, "contains", known)
+    if not path.is_dir():
+        return
+    try:
+        found = _paths.store_within(path, scan_limit)
+    except _paths.ScanLimitError:
+        # An unchecked tree may hold a store: refuse it rather than trust it.
+        raise ValueError(
+            f"{path} cannot be checked for ledger stores: it holds more than {scan_limit} "
+            "entries (pass a larger scan_limit to FilesystemRoot.seal, or seal a smaller directory)"
+        ) from None
+    if found is not None:
+        raise _sensitive(path, "contains", found)
+
+
+def _check_scan_limit(value: object) -> int:
+    if type(value) is not int:
+        raise InvalidTypeError(f"scan_limit must be an int, not {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"scan_limit must be at least 1, got {value}")
+    return value
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class FilesystemRoot:
-    """A sealed directory: the real path of the sandbox agent file tools work in."""
+    """A sealed directory: the real path of the sandbox agent file tools work in.
+
+    ``scan_limit`` bounds how many directory entries a search for stores below a
+    directory may read, when sealing and when resolving a directory.
+    """
 
     path: Path
+    scan_limit: int = dataclasses.field(default=_paths.SCAN_LIMIT, compare=False, repr=False)
 
     @classmethod
-    def seal(cls, path: str | os.PathLike[str]) -> Self:
-        """Seal an existing directory, resolved to its real path."""
+    def seal(cls, path: str | os.PathLike[str], *, scan_limit: int = _paths.SCAN_LIMIT) -> Self:
+        """Seal an existing directory, resolved to its real path.
+
+        Raises ``ValueError`` when it is not an existing directory and, saying
+        "sensitive", when it is, lies inside or contains a ledger store: the
+        default store, one this process opened, or any directory holding a
+        ledger database. Stores below it are searched for without following
+        symlinks; a tree of more than ``scan_limit`` entries is refused unchecked.
+        """
         text = _check_path_text(path, "path")
+        limit = _check_scan_limit(scan_limit)
         real = _real(Path(text).expanduser().absolute())
         if not real.is_dir():
             raise ValueError(f"{text} is not an existing directory")
-        _refuse_sensitive(real)
-        return cls(real)
+        _refuse_inside_store(real)
+        _refuse_containing_store(real, limit)
+        return cls(real, limit)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -81,16 +140,20 @@ class FilesystemResource:
 
         Raises ``ValueError`` when the path escapes the root (``..``, a symlink
         pointing out), when it does not exist and ``allow_missing`` is false,
-        and, saying "sensitive", when it is or lies inside a ledger store.
+        and, saying "sensitive", when it is, lies inside or contains a ledger
+        store (see :meth:`FilesystemRoot.seal`). Resolving a directory searches
+        the tree below it, up to the root's ``scan_limit`` entries.
         """
         if not isinstance(root, FilesystemRoot):
             raise InvalidTypeError(f"root must be a FilesystemRoot, not {type(root).__name__}")
         text = _check_path_text(path, "path")
         real = _real(root.path / text)
-        # Sensitivity first: a path into a store is refused as such wherever it lies.
-        _refuse_sensitive(real)
+        # A path into a store is refused as such wherever it lies.
+        _refuse_inside_store(real)
         if not _within(real, root.path):
             raise ValueError(f"{text} escapes the root {root.path}")
+        # Only inside the root: a path outside is refused anyway, without reading its tree.
+        _refuse_containing_store(real, root.scan_limit)
         if not allow_missing and not os.path.lexists(real):
             raise ValueError(f"{text} does not exist under {root.path}")
         return cls(root, real)

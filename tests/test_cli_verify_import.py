@@ -786,6 +786,29 @@ FORGED: dict[str, tuple[Mutation, int, str]] = {
     "version-2": (_setting(3, "v", 2), 3, "format version 2 is not 1"),
     "extra-key": (_setting(2, "note", "x"), 2, 'exactly "v", "type", "record"'),
     "seq-gap": (_setting(6, "record.seq", 7), 6, "seq 7 where 6 was due"),
+    **{
+        f"recorded-at-{name}": (
+            _setting(line, "record.recorded_at", value),
+            line,
+            f"invalid {kind}: recorded_at {value!r} is not in the form the library writes",
+        )
+        for name, line, kind, value in (
+            ("with-z", 1, "observation", "2026-03-01T12:00:00Z"),
+            ("without-microseconds", 2, "claim", "2026-03-01T12:00:00+00:00"),
+            ("with-milliseconds", 3, "outcome", "2026-03-01T12:00:00.000+00:00"),
+            ("with-a-space", 4, "outcome", "2026-03-01 12:00:00.000000+00:00"),
+            ("minus-zero", 5, "claim", "2026-03-01T12:00:00.000000-00:00"),
+            ("basic-format", 6, "observation", "20260301T120000.000000+00:00"),
+        )
+    },
+    "outcome-dated-before-its-claim": (
+        _setting(4, "record.recorded_at", "2026-03-01T11:59:59.999999+00:00"),
+        4,
+        (
+            "invalid outcome: recorded_at 2026-03-01T11:59:59.999999+00:00 is before the"
+            f" recorded_at {T0} of its claim (line 2)"
+        ),
+    ),
 }
 
 

@@ -514,12 +514,19 @@ def test_resolve_refuses_paths_inside_a_loaded_store(tmp_path: Path, run_id: str
 
 
 def test_resolve_refuses_paths_inside_effects_dir(tmp_path: Path) -> None:
-    """FilesystemResource.resolve refuses, as sensitive, a path inside effects_dir()."""
+    """FilesystemResource.resolve refuses, as sensitive, a path inside effects_dir(); sealing its parent is refused."""
     default = effects_dir()
     default.mkdir(parents=True)
     (default / DB).write_bytes(b"")
-    root = FilesystemRoot.seal(default.parent)
+    # A root holding the default store would hand the store to the agent's tools.
+    with pytest.raises(
+        ValueError, match=re.escape(f"sensitive: it contains the ledger store {default}")
+    ):
+        FilesystemRoot.seal(default.parent)
+    sandbox = tmp_path / "sandbox"
+    sandbox.mkdir()
+    root = FilesystemRoot.seal(sandbox)
     with pytest.raises(ValueError, match="sensitive"):
-        FilesystemResource.resolve(root, f"{default.name}/{DB}")
+        FilesystemResource.resolve(root, default / DB)
     with pytest.raises(ValueError, match="sensitive"):
-        FilesystemResource.resolve(root, default.name)
+        FilesystemResource.resolve(root, default)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,7 @@ from ledger import effects as fx
 from ledger.effect_log import EffectLog, effects_dir
 from ledger.resources import FilesystemResource, FilesystemRoot, OwnedResource
 
-from .conftest import file_ref, op
+from .conftest import PYTHON, file_ref, op, subprocess_env
 
 
 def resolve(root: FilesystemRoot, path: str | Path, **kwargs: bool) -> Path:
@@ -247,16 +250,21 @@ def test_a_store_reached_by_a_symlink_is_sensitive(sandbox: FilesystemRoot, run_
 def test_the_default_store_is_sensitive(
     sandbox: FilesystemRoot, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """effects_dir() and everything in it is sensitive, even if no log ever opened it."""
+    """effects_dir(), everything in it and every directory above it is sensitive, even if no log ever opened it."""
     monkeypatch.setenv("LEDGER_DIR", str(sandbox.path / "state" / "ledger"))
     assert effects_dir() == sandbox.path / "state" / "ledger"
     for path in ("state/ledger", "state/ledger/ledger.sqlite3", "state/ledger/anything"):
         with pytest.raises(ValueError, match="sensitive"):
             FilesystemResource.resolve(sandbox, path, allow_missing=True)
     (sandbox.path / "state" / "ledger").mkdir(parents=True)
-    with pytest.raises(ValueError, match="sensitive"):
-        FilesystemResource.resolve(sandbox, "state/ledger")
-    assert resolve(sandbox, "state") == sandbox.path / "state"  # its parent is not a store
+    (sandbox.path / "state" / "other").mkdir()
+    for path in ("state", "."):
+        with pytest.raises(
+            ValueError, match=re.escape(f"contains the ledger store {effects_dir()}")
+        ):
+            FilesystemResource.resolve(sandbox, path)
+    # A sibling of the store neither holds nor is inside it.
+    assert resolve(sandbox, "state/other") == sandbox.path / "state" / "other"
 
 
 def test_a_root_inside_a_store_reaches_nothing(tmp_path: Path, run_id: str) -> None:
@@ -288,6 +296,146 @@ def test_a_store_outside_the_root_is_named_sensitive(
     for path in (str(store), str(store / "ledger.sqlite3"), "ledger-link", str(effects_dir())):
         with pytest.raises(ValueError, match="sensitive"):
             FilesystemResource.resolve(sandbox, path, allow_missing=True)
+
+
+# --------------------------------------------------------------------------- stores on disk
+
+# Writes one claim into each store directory given, in a process of its own: the test
+# process never opens these stores, so only what is on disk can make them sensitive.
+FOREIGN_WRITER = """
+import sys
+from ledger import effects as fx
+from ledger.effect_log import EffectLog, new_run_id
+
+for directory in sys.argv[1:]:
+    with EffectLog(new_run_id(), directory) as log:
+        log.claim(effect_id="e1", action_id="a1",
+                  operation=fx.OperationRef("write_file", "test/1", "0" * 64), impact_scope=())
+"""
+
+
+def write_foreign_stores(*directories: Path) -> None:
+    """Create a store with one claim in each of ``directories``, from another process."""
+    result = subprocess.run(
+        [PYTHON, "-c", FOREIGN_WRITER, *map(str, directories)],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    for directory in directories:
+        assert (directory / "ledger.sqlite3").is_file()
+
+
+def refusal(call: Callable[[], object]) -> str:
+    """The message of the ValueError ``call`` raises."""
+    with pytest.raises(ValueError) as refused:
+        call()
+    return str(refused.value)
+
+
+def test_a_store_another_process_made_is_sensitive(sandbox: FilesystemRoot) -> None:
+    """A store this process never opened is refused by what is on disk: itself, inside it, and above it."""
+    store = sandbox.path / "work" / "foreign"
+    (sandbox.path / "work" / "notes").mkdir(parents=True)
+    write_foreign_stores(store)
+    for path in ("work/foreign", str(store)):
+        assert refusal(lambda p=path: resolve(sandbox, p)) == (
+            f"{store} is sensitive: it is the ledger store {store}, "
+            "which agent tools must never touch"
+        )
+    for path in (
+        "work/foreign/ledger.sqlite3",
+        "work/foreign/ledger.sqlite3-wal",
+        "work/foreign/x",
+    ):
+        message = refusal(lambda p=path: resolve(sandbox, p, allow_missing=True))
+        assert f"sensitive: it lies inside the ledger store {store}," in message
+    for path, real in (("work", store.parent), (".", sandbox.path)):
+        message = refusal(lambda p=path: resolve(sandbox, p))
+        assert message.startswith(f"{real} is sensitive: it contains the ledger store {store},")
+    # Beside the store, the sandbox is as usable as before.
+    assert resolve(sandbox, "work/notes") == sandbox.path / "work" / "notes"
+    assert resolve(sandbox, "work/new.txt", allow_missing=True) == sandbox.path / "work" / "new.txt"
+
+
+def test_seal_refuses_a_root_that_is_inside_or_holds_a_store(tmp_path: Path) -> None:
+    """Sealing a store, a directory in one, or any directory above one (however deep) is refused."""
+    store = tmp_path / "home" / "projects" / "app" / "state" / "store"
+    (tmp_path / "home" / "other").mkdir(parents=True)
+    write_foreign_stores(store)
+    (store / "inner").mkdir()
+    cases = {
+        store: "is",
+        store / "inner": "lies inside",
+        store.parent: "contains",
+        tmp_path / "home": "contains",
+        tmp_path: "contains",
+    }
+    for candidate, relation in cases.items():
+        message = refusal(lambda c=candidate: FilesystemRoot.seal(c))
+        assert f"sensitive: it {relation} the ledger store {store}," in message
+        assert message.startswith(str(candidate))
+    assert FilesystemRoot.seal(tmp_path / "home" / "other").path == tmp_path / "home" / "other"
+
+
+def test_the_search_below_a_root_does_not_follow_symlinks(tmp_path: Path, run_id: str) -> None:
+    """A link inside the root to a store elsewhere does not stop sealing, but every path through it is refused."""
+    store = tmp_path / "elsewhere" / "store"
+    write_foreign_stores(store)
+    box = tmp_path / "box"
+    box.mkdir()
+    (box / "to-store").symlink_to(store, target_is_directory=True)
+    (box / "to-parent").symlink_to(store.parent, target_is_directory=True)
+    root = FilesystemRoot.seal(box)
+    for path in ("to-store", "to-store/ledger.sqlite3", "to-parent/store"):
+        assert "sensitive" in refusal(lambda p=path: resolve(root, p))
+    # Through the link to its parent, the store's directory is outside the root anyway.
+    assert "escapes" in refusal(lambda: resolve(root, "to-parent"))
+
+
+def test_a_store_made_after_sealing_is_found_when_resolving(sandbox: FilesystemRoot) -> None:
+    """A root sealed before a store appeared in it still refuses the store and every directory holding it."""
+    (sandbox.path / "deep" / "er").mkdir(parents=True)
+    assert resolve(sandbox, "deep") == sandbox.path / "deep"
+    write_foreign_stores(sandbox.path / "deep" / "er" / "later")
+    for path in ("deep", "deep/er", "deep/er/later", "deep/er/later/ledger.sqlite3"):
+        assert "sensitive" in refusal(lambda p=path: resolve(sandbox, p))
+
+
+def test_a_tree_too_large_to_search_is_refused_unchecked(tmp_path: Path) -> None:
+    """Past scan_limit entries, sealing or resolving a directory is refused; a larger limit lets it through."""
+    box = tmp_path / "box"
+    (box / "big").mkdir(parents=True)
+    for i in range(20):
+        (box / "big" / f"f{i}").write_text("x")
+    message = refusal(lambda: FilesystemRoot.seal(box, scan_limit=10))
+    assert message == (
+        f"{box} cannot be checked for ledger stores: it holds more than 10 entries "
+        "(pass a larger scan_limit to FilesystemRoot.seal, or seal a smaller directory)"
+    )
+    root = FilesystemRoot.seal(box, scan_limit=100)
+    assert root.scan_limit == 100
+    assert resolve(root, "big") == box / "big"
+    (box / "big" / "more").mkdir()
+    for i in range(100):
+        (box / "big" / "more" / f"g{i}").write_text("x")
+    assert "more than 100 entries" in refusal(lambda: resolve(root, "big"))
+    assert resolve(root, "big/f1") == box / "big" / "f1"  # a file needs no search
+    assert FilesystemRoot.seal(box, scan_limit=1000) == root  # the limit is not the root's identity
+
+
+@pytest.mark.parametrize(
+    ("limit", "error"), [(0, ValueError), (-1, ValueError), (1.5, TypeError), (True, TypeError)]
+)
+def test_seal_refuses_a_malformed_scan_limit(
+    tmp_path: Path, limit: object, error: type[Exception]
+) -> None:
+    """scan_limit is a positive int."""
+    with pytest.raises(error, match="scan_limit"):
+        FilesystemRoot.seal(tmp_path, scan_limit=limit)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- OwnedResource
