@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from ledger import _store
 from ledger import effects as fx
 from ledger.effect_log import (
     ClaimRequest,
@@ -591,6 +592,46 @@ def test_outcome_many_that_cannot_be_persisted_degrades_the_log(
     assert row_counts(store_dir / DB)["outcomes"] == 0
     with EffectLog.load(claimed.run_id, store_dir) as again:
         assert again.assess("e1").verdict is fx.EffectVerdict.PENDING
+
+
+def test_a_degraded_log_never_tries_the_store_again(
+    claimed: EffectLog, store_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Degraded is sticky: once the store is back, not one more transaction is even begun.
+
+    The schema would refuse what a degraded log wrote (its in-memory records left a gap
+    in the run's seqs), so what the store holds cannot show whether the log tried:
+    the transactions it hands the store are counted instead.
+    """
+    with store_replaced_by_a_file(store_dir):
+        claimed.outcome_many([done("e1")])
+    assert claimed.degraded
+    tried: list[str] = []
+    commit = _store.Store.commit
+
+    def counted(self: _store.Store, action: str, *args: Any, **kwargs: Any) -> Any:
+        tried.append(action)
+        return commit(self, action, *args, **kwargs)
+
+    monkeypatch.setattr(_store.Store, "commit", counted)
+    claimed.outcome_many([done("e2")])
+    claimed.outcome(effect_id="e3", execution=SUCCESS, impact=fx.Impact.CERTAIN)
+    claimed.observe(
+        observation_id="o-late",
+        resource=fs_ref("/w/a"),
+        mechanism=fx.ObservationMechanism.FILESYSTEM_STAT,
+        coverage=fx.Coverage.COMPLETE,
+        source_action_id="s",
+    )
+    with pytest.raises(EffectPersistenceError, match="degraded"):
+        claimed.claim_many(requests("e9"))
+    with pytest.raises(EffectPersistenceError, match="degraded"):
+        claimed.recover_interrupted()
+    assert claimed.degraded
+    assert tried == []
+    with EffectLog.load(claimed.run_id, store_dir) as again:  # the store itself still works
+        again.outcome(effect_id="e2", execution=SUCCESS, impact=fx.Impact.CERTAIN)
+    assert len(tried) == 1
 
 
 # --------------------------------------------------------------------------- assess
