@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -71,6 +73,42 @@ def sandbox(tmp_path: Path) -> FilesystemRoot:
 def file_ref(root: FilesystemRoot, name: str, role: str = "target") -> fx.ResourceRef:
     """The reference of ``name`` inside ``root`` (it may be missing)."""
     return fx.resource_ref(FilesystemResource.resolve(root, name, allow_missing=True), role)
+
+
+def missing(what: str) -> NoReturn:
+    """This machine lacks what a test needs: fail saying what, never pass by skipping.
+
+    ``make test`` installs the tools the suite uses, and CI runs it as root; a developer
+    without them may set ``LEDGER_ALLOW_SKIP=1`` to skip such tests instead.
+    """
+    if os.environ.get("LEDGER_ALLOW_SKIP") == "1":
+        pytest.skip(what)
+    pytest.fail(
+        f"{what} (make test installs the tools the suite needs; run it as root for the "
+        "tests that act as another user, or set LEDGER_ALLOW_SKIP=1 to skip them)",
+        pytrace=False,
+    )
+
+
+def require_tool(name: str) -> str:
+    """The path of the program ``name``, or the test fails saying it is missing."""
+    path = shutil.which(name)
+    if path is None:
+        missing(f"the {name} program is not installed")
+    return path
+
+
+@pytest.fixture
+def sqlite3_shell() -> str:
+    """The stock ``sqlite3`` shell, which the test runs."""
+    return require_tool("sqlite3")
+
+
+@pytest.fixture
+def root() -> None:
+    """The test acts as another user (chown, setpriv): it needs root."""
+    if os.geteuid() != 0:
+        missing("this test acts as another user, which needs root")
 
 
 def subprocess_env() -> dict[str, str]:

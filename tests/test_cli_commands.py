@@ -929,7 +929,7 @@ def test_path_json_of_a_missing_store(tmp_path) -> None:
     assert not (tmp_path / "none").exists()
 
 
-@pytest.mark.skipif(shutil.which("sqlite3") is None, reason="the sqlite3 shell is not installed")
+@pytest.mark.usefixtures("sqlite3_shell")
 def test_sql_runs_the_sqlite3_shell_read_only(built, cli) -> None:
     """`ledger sql -json QUERY` hands the query to sqlite3 and prints its JSON."""
     result = cli("sql", "-json", "SELECT count(*) AS n FROM claims")

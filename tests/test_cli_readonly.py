@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import PYTHON, REPO, subprocess_env
+from .conftest import PYTHON, REPO, missing, subprocess_env
 
 LEDGER = Path(PYTHON).with_name("ledger")
 DB = "ledger.sqlite3"
@@ -41,7 +41,6 @@ WAL = DB + "-wal"
 SHM = DB + "-shm"
 NOBODY = 65534
 TIMEOUT = 60
-SQLITE3 = shutil.which("sqlite3")
 
 RUN_A = "3f9a1c0e7b2d4e8f9a0b1c2d3e4f5a6b"
 RUN_B = "8d2e4f6a0b1c3d5e7f9a1b3c5d7e9f0a"
@@ -271,14 +270,8 @@ EACH_COMMAND = tuple(
 )
 
 
-def _marks(command: Command) -> list[pytest.MarkDecorator]:
-    if command.words[0] != "sql":
-        return []
-    return [pytest.mark.skipif(SQLITE3 is None, reason="the sqlite3 shell is not installed")]
-
-
 def _params(commands: tuple[Command, ...]) -> list[pytest.ParameterSet]:
-    return [pytest.param(c, id=c.name, marks=_marks(c)) for c in commands]
+    return [pytest.param(c, id=c.name) for c in commands]
 
 
 # --------------------------------------------------------------------------- files
@@ -511,11 +504,11 @@ def nobody(public_tmp: Path) -> Unprivileged:
     the same ledger code and the same SQLAlchemy, Alembic and click run.
     """
     if os.geteuid() != 0:
-        pytest.skip("running a command as uid 65534 needs root")
+        missing("running a command as uid 65534 needs root")
     if not _traversable_by_others(public_tmp):
-        pytest.skip(f"uid 65534 cannot reach the temporary directory {public_tmp}")
+        missing(f"uid 65534 cannot reach the temporary directory {public_tmp}")
     if not _traversable_by_others(REPO):
-        pytest.skip(f"uid 65534 cannot reach the repository {REPO}")
+        missing(f"uid 65534 cannot reach the repository {REPO}")
     home = make_public_dir(public_tmp, "probe-home")
     candidates = [Unprivileged((str(LEDGER),), str(REPO), "the venv's console script")]
     minor = f"python{sys.version_info.major}.{sys.version_info.minor}"
@@ -540,7 +533,7 @@ def nobody(public_tmp: Path) -> Unprivileged:
         if result.returncode == 0 and result.stdout == expected:
             return candidate
         failures.append(f"{candidate.how}: exit {result.returncode}, {result.stderr[-300:]!r}")
-    pytest.skip("uid 65534 cannot run ledger: " + "; ".join(failures))
+    return missing("uid 65534 cannot run ledger: " + "; ".join(failures))
 
 
 # --------------------------------------------------------------------------- 1. closed store
@@ -623,7 +616,7 @@ def _read_only_params() -> list[pytest.ParameterSet]:
     # paths as in test 1: it runs `verify` (two reads, an integrity check) and `sql`
     # (whose mode=ro or immutable choice asks whether the directory is writable).
     return [
-        pytest.param(command, user, id=f"{command.name}-{user}", marks=_marks(command))
+        pytest.param(command, user, id=f"{command.name}-{user}")
         for command in EACH_COMMAND
         for user in ("uid 65534", "root")
         if user == "uid 65534" or command.name in {"verify --json", "sql"}

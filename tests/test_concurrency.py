@@ -8,7 +8,6 @@ fails the test instead of hanging it.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import multiprocessing
@@ -480,15 +479,17 @@ def _claim_in_thread(
 
 
 def _wait_until_inside_sqlite(thread: threading.Thread) -> None:
-    """Wait (a few seconds at most) until ``thread`` is blocked executing SQL."""
-    deadline = time.monotonic() + 5
+    """Wait until ``thread`` is blocked executing SQL; fail the test if it never is."""
+    deadline = time.monotonic() + TIMEOUT
     while time.monotonic() < deadline and thread.is_alive():
         frame = sys._current_frames().get(thread.ident or 0)
         while frame is not None:
-            if frame.f_code.co_name in {"do_execute", "_on_begin"}:
-                return
+            code = frame.f_code
+            if code.co_name == "_commit" and code.co_filename.endswith("_commit.py"):
+                return  # it leads the process's write queue, waiting for SQLite's lock
             frame = frame.f_back
         time.sleep(0.01)
+    raise AssertionError("the writer never blocked inside SQLite: the scenario did not happen")
 
 
 def test_a_writer_interrupted_while_queued_does_not_block_later_writers(store_dir: Path) -> None:
@@ -515,7 +516,7 @@ def test_a_writer_interrupted_while_queued_does_not_block_later_writers(store_di
         signal.setitimer(signal.ITIMER_REAL, 0.5)
         # The main thread queues behind "first" and is interrupted there, as by a
         # SIGTERM handler raising SystemExit, or by Ctrl-C.
-        with contextlib.suppress(_SignalledError):
+        with pytest.raises(_SignalledError):  # the signal arrived, and was raised
             main.claim(effect_id="e1", action_id="a1", operation=op(), impact_scope=[])
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)

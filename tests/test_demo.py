@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -66,7 +65,7 @@ def test_demo_store_agrees_with_its_table(demo_run) -> None:
     assert len(verdicts) == 5
 
 
-@pytest.mark.skipif(shutil.which("sqlite3") is None, reason="the sqlite3 shell is not installed")
+@pytest.mark.usefixtures("sqlite3_shell")
 def test_demo_prints_a_working_sqlite3_command(demo_run) -> None:
     """The printed sqlite3 command, run as shown, lists the same verdicts from effect_status."""
     _, out = demo_run

@@ -21,7 +21,7 @@ import pytest
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 
-from .conftest import PYTHON, fs_ref, op, subprocess_env
+from .conftest import PYTHON, fs_ref, missing, op, require_tool, subprocess_env
 
 DB = "ledger.sqlite3"
 CHILD_TIMEOUT = 60
@@ -104,9 +104,7 @@ SYNC = re.compile(r"\b(?:fsync|fdatasync)\(\d+<(?P<path>[^>]*)>\)\s+=\s+0")
 @pytest.fixture(scope="module")
 def claim_trace(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], Path]:
     """The strace of a child that creates a store with one claim, then claims again."""
-    strace = shutil.which("strace")
-    if strace is None:
-        pytest.skip("strace is not installed")
+    strace = require_tool("strace")
     base = tmp_path_factory.mktemp("strace")
     trace = base / "trace.txt"
     store = base / "store"
@@ -132,7 +130,7 @@ def claim_trace(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], Pa
         check=False,
     )
     if result.returncode != 0 and "ptrace" in result.stderr:
-        pytest.skip(f"strace cannot trace here: {result.stderr.strip()[:200]}")
+        missing(f"strace cannot trace here: {result.stderr.strip()[:200]}")
     assert result.returncode == 0, result.stderr
     return trace.read_text().splitlines(), Path(os.path.realpath(store))
 

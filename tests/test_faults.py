@@ -28,10 +28,7 @@ DB = "ledger.sqlite3"
 CHILD_TIMEOUT = 60
 NOBODY = 65534
 
-needs_root = pytest.mark.skipif(
-    not hasattr(os, "geteuid") or os.geteuid() != 0,
-    reason="chown to another uid needs root",
-)
+needs_root = pytest.mark.usefixtures("root")  # chown to another uid
 
 # Imports and builders every child script starts with; arguments arrive in sys.argv.
 PRELUDE = textwrap.dedent(

@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import sqlite3
 import subprocess
 from collections.abc import Callable, Iterator
@@ -27,11 +26,13 @@ from ledger import effects as fx
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.resources import FilesystemRoot, OwnedResource
 
-from .conftest import REPO, file_ref, op, sha
+from .conftest import REPO, file_ref, op, require_tool, sha
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("sqlite3") is None, reason="the sqlite3 shell is not installed"
-)
+
+@pytest.fixture(scope="module", autouse=True)
+def _shell() -> None:
+    require_tool("sqlite3")
+
 
 DOC_PATH = REPO / "docs" / "forensics.md"
 DOC = DOC_PATH.read_text()

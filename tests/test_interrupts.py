@@ -253,7 +253,7 @@ def sigint() -> Iterator[Callable[[], threading.Event]]:
     that it ran; the handler found before the test is restored after it.
     """
     if threading.current_thread() is not threading.main_thread():
-        pytest.skip("Python runs signal handlers in the main thread only")
+        pytest.fail("Python runs signal handlers in the main thread only: run the suite there")
     main = threading.get_ident()
     delivered = threading.Event()
 

@@ -46,7 +46,7 @@ from sqlalchemy.schema import CreateTable
 from ledger import _chain, _inspect, _schema
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
-from tests.conftest import PYTHON, REPO, fs_ref, op, sha, subprocess_env
+from tests.conftest import PYTHON, REPO, fs_ref, op, require_tool, sha, subprocess_env
 
 SQLITE3 = shutil.which("sqlite3")
 LEDGER = Path(PYTHON).with_name("ledger")
@@ -79,7 +79,7 @@ FIGURES: dict[str, Any] = {
 
 @pytest.fixture(scope="module", autouse=True)
 def _report() -> Iterator[None]:
-    assert SQLITE3 is not None, "the sqlite3 shell is not installed: these tests need it"
+    require_tool("sqlite3")
     started = time.monotonic()
     yield
     figures = {

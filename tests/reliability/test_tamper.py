@@ -49,10 +49,15 @@ from ledger import _chain
 from ledger import effects as fx
 from ledger._records import chain_hash
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
-from tests.conftest import PYTHON, REPO, fs_ref, op, sha, subprocess_env
+from tests.conftest import PYTHON, REPO, fs_ref, op, require_tool, sha, subprocess_env
 
 SQLITE3 = shutil.which("sqlite3")
-pytestmark = pytest.mark.skipif(SQLITE3 is None, reason="the sqlite3 shell is not installed")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _shell() -> None:
+    require_tool("sqlite3")
+
 
 LEDGER = Path(PYTHON).with_name("ledger")
 DB = "ledger.sqlite3"
