@@ -190,9 +190,14 @@ def _wal_salt(dir_fd: int, name: str) -> bytes | None:
     except FileNotFoundError:
         return None
     try:
-        return os.pread(fd, 8, 16)
+        return _salt(os.pread(fd, _WAL_HEADER, 0))
     finally:
         os.close(fd)
+
+
+def _salt(header: bytes) -> bytes | None:
+    # A WAL shorter than its header holds no commit: as good as none.
+    return header[16:24] if len(header) >= _WAL_HEADER else None
 
 
 def _copy_once(dir_fd: int, checked: Checked, target: Path) -> bool:
@@ -217,7 +222,7 @@ def _copy_once(dir_fd: int, checked: Checked, target: Path) -> bool:
         copied_salt = None
     else:
         try:
-            copied_salt = _copy_fd(wal_fd, sidecar(target, "-wal"))[16:24] or None
+            copied_salt = _salt(_copy_fd(wal_fd, sidecar(target, "-wal")))
         finally:
             os.close(wal_fd)
     after = os.stat(db.name, dir_fd=dir_fd, follow_symlinks=False)
