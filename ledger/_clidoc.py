@@ -235,6 +235,14 @@ the `-shm` index (it holds no records). `sql` opens the `sqlite3` shell `mode=ro
 which SQLite may create an empty `-wal` and `-shm`. The details, and what each kind of
 reader does to the files, are in [forensics.md](forensics.md#open-it-read-only).
 
+Every command checks the store's directory and files before SQLite opens them, and
+refuses in one line a symlink, a file with more than one hard link, a fifo or directory
+in place of a file, and a directory or file that group or others may write. A store
+owned by another user is read from a private copy, so that no file of it changes; it
+can only be written by its owner. See [storage.md](storage.md#files-and-trust). Text
+from the store (locators, ids, host names) is printed with every character that is not
+printable escaped (`\\x1b`, `\\x0a`, `\\u202e`), and as `\\uXXXX` in `--json`.
+
 `recover`, `import` and `demo` write, as a worker does: in transactions that are on
 disk when the command returns. `import` and `demo` create the store if it does not
 exist. `export -o FILE` writes FILE, not the store.
@@ -610,11 +618,14 @@ there is no store yet.
 {_shape("store path")}""",
     "sql": """\
 Reads the store. Replaces itself with the stock `sqlite3` shell, opened on the
-database with `-readonly` and `mode=ro`, so that no statement can change the store; the
-tables, views and recipes for an incident are in [forensics.md](forensics.md). Only
-when you cannot write the store's directory and its `-wal` is missing or empty does
-it open the database `immutable` instead, and it says so on standard error: quit such a
-session before workers write to the store again.
+database with `-safe -readonly -nofollow` and `mode=ro`, so that no statement can change
+the store, `.open`, `ATTACH`, `.shell` and `writefile()` are refused, and a symlinked
+database is not followed; the tables, views and recipes for an incident are in
+[forensics.md](forensics.md). Only when you cannot write the store's directory and its
+`-wal` is missing or empty does it open the database `immutable` instead, and it says
+so on standard error: quit such a session before workers write to the store again. A
+store owned by another user is copied into a private directory first, the shell runs on
+the copy (later writes do not reach it), and the copy is removed when the shell exits.
 
 Every argument goes to `sqlite3` after the database, in order: options
 (`-box`, `-json`, `-separator ,`) and then SQL statements or dot-commands.

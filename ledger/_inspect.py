@@ -408,6 +408,15 @@ def run_head(directory: Path, prefix: str) -> Head:
 
 
 def _check_anchor(conn: Connection, anchor: Head) -> str | None:
+    if not _HEX.fullmatch(anchor.run_id):
+        raise RunNotFoundError(f"{anchor.run_id!r} is not a run id or a prefix of one")
+    matches = conn.exec_driver_sql(
+        "SELECT count(*) FROM runs WHERE substr(run_id, 1, ?) = ?",
+        (len(anchor.run_id), anchor.run_id),
+    ).scalar_one()
+    if matches == 0:
+        # The anchor was kept for this very case: a run removed whole is a finding.
+        return f"run {anchor.run_id}: anchor at seq {anchor.seq}: the run is gone"
     run_id = resolve_run(conn, anchor.run_id)
     found = conn.exec_driver_sql(
         " UNION ALL ".join(

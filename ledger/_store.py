@@ -37,7 +37,7 @@ from alembic.util import CommandError
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.pool import ConnectionPoolEntry, NullPool
 
-from ledger import _paths, _schema_check
+from ledger import _paths, _schema_check, _trust
 from ledger._chain import sha3
 from ledger._commit import GroupCommit, Job, Step
 from ledger._errors import EffectPersistenceError
@@ -111,49 +111,21 @@ def _refuse(message: str) -> EffectPersistenceError:
 
 
 def check_directory(directory: Path) -> None:
-    """Refuse a store directory that is a symlink, not a directory, or someone else's."""
-    st = os.lstat(directory)
-    if stat.S_ISLNK(st.st_mode):
-        raise _refuse(f"store directory {directory} is a symlink; refusing it")
-    if not stat.S_ISDIR(st.st_mode):
-        raise _refuse(f"store directory {directory} is not a directory")
-    if st.st_uid != os.geteuid():
-        raise _refuse(f"store directory {directory} is owned by uid {st.st_uid}, not by this user")
+    """Refuse a store directory a writer must not use (see :mod:`ledger._trust`)."""
+    _trust.check_directory(directory, writer=True)
 
 
 def check_file(path: Path, *, required: bool = True) -> None:
-    """Refuse a database (or -wal/-shm) file that is linked, not regular, or someone else's."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        if required:
-            raise _refuse(f"database file {path} is missing") from None
-        return
-    if stat.S_ISLNK(st.st_mode):
-        raise _refuse(f"database file {path} is a symlink; refusing it")
-    if not stat.S_ISREG(st.st_mode):
-        raise _refuse(f"database file {path} is not a regular file")
-    if st.st_nlink > 1:
-        raise _refuse(
-            f"database file {path} has {st.st_nlink} hard links; a store file must have one"
-        )
-    if st.st_uid != os.geteuid():
-        raise _refuse(f"database file {path} is owned by uid {st.st_uid}, not by this user")
+    """Refuse a database (or -wal/-shm) file a writer must not use (see :mod:`ledger._trust`)."""
+    _trust.check_file(path, owner=os.geteuid(), required=required)
 
 
-SIDECARS = ("-wal", "-shm")
-
-
-def _sidecar(db_path: Path, suffix: str) -> Path:
-    return db_path.with_name(db_path.name + suffix)
+_SHARED = stat.S_IWGRP | stat.S_IWOTH  # a write bit for group or others: see ledger._trust
 
 
 def check_files(directory: Path, db_path: Path) -> None:
-    """Every trust check on the store's directory and files."""
-    check_directory(directory)
-    check_file(db_path)
-    for suffix in SIDECARS:
-        check_file(_sidecar(db_path, suffix), required=False)
+    """Every trust check on the store's directory and files, for a writer."""
+    _trust.check_store(directory, db_path, writer=True)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -369,9 +341,7 @@ class Store:
         self._init_lock = threading.Lock()
         self.users = 0
         self._held: Any = None  # the connection every record is written on
-        self._check_paths = tuple(
-            str(p) for p in (directory, self.path, *(_sidecar(self.path, s) for s in SIDECARS))
-        )
+        self._check_paths = tuple(str(p) for p in (directory, *_trust.store_files(self.path)))
         self._schema_version: int | None = None  # the schema_version last checked whole
         self.group = GroupCommit(self._connection, self.write_lock, translate, self._check_schema)
 
@@ -492,7 +462,7 @@ class Store:
         uid = os.geteuid()
         directory, *files = self._check_paths
         st = os.lstat(directory)
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or st.st_mode & _SHARED:
             check_directory(self.directory)  # raises, saying what is wrong
         for i, path in enumerate(files):
             try:
@@ -501,7 +471,12 @@ class Store:
                 if i == 0:
                     check_file(self.path)  # raises: the database file is missing
                 continue
-            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_uid != uid:
+            if (
+                not stat.S_ISREG(st.st_mode)
+                or st.st_nlink != 1
+                or st.st_uid != uid
+                or st.st_mode & _SHARED
+            ):
                 check_file(Path(path))  # raises, saying what is wrong
 
     def commit(
@@ -571,9 +546,11 @@ def read_only_uri(db: Path, *, immutable: bool) -> str:
 
     ``immutable`` reads create and change no file at all (not even ``-wal``/``-shm``,
     which a ``mode=ro`` reader creates when it may), but see nothing that is still in a
-    WAL and are not protected from a checkpoint that lands while they read.
+    WAL and are not protected from a checkpoint that lands while they read. The path is
+    percent-encoded from its bytes, so that a path that is not UTF-8 opens too.
     """
-    return f"file:{urllib.parse.quote(str(db))}?mode=ro" + ("&immutable=1" if immutable else "")
+    path = urllib.parse.quote(os.fsencode(db.absolute()), safe="/")
+    return f"file:{path}?mode=ro" + ("&immutable=1" if immutable else "")
 
 
 def _reader_connect(uri: str) -> sqlite3.Connection:
@@ -600,26 +577,48 @@ class _StoreChangedError(Exception):
     """The store changed under an immutable read: its result cannot be trusted."""
 
 
+def check_readable(directory: Path) -> _trust.Checked:
+    """The reader's checks on a store (see :mod:`ledger._trust`): refuse, or say what was seen."""
+    db = directory / _paths.DB_NAME
+    if not os.path.lexists(db):
+        raise EffectPersistenceError(f"there is no store at {directory}")
+    return _trust.check_store(directory, db, writer=False)
+
+
+def needs_copy(checked: _trust.Checked) -> bool:
+    """Whether SQLite must read a private copy instead of the store's own files.
+
+    Always for a store this user does not own: SQLite would map, rewrite, and as root
+    chown its ``-shm``, and create files in it. Also for a crashed store of ours (a
+    ``-wal`` without its ``-shm``) in a directory we cannot write: SQLite cannot build the
+    missing index there.
+    """
+    if not checked.ours:
+        return True
+    return (
+        checked.wal_size > 0 and not checked.has_shm and not os.access(checked.directory, os.W_OK)
+    )
+
+
 def read(directory: Path, query: Callable[[Connection], T]) -> T:
     """Run ``query`` on one read-only snapshot of a store, for forensics.
 
-    It never writes, and creates no file when it can avoid it. With no ``-wal`` no
-    connection has the store open and every commit is in the database file: it is read
-    ``immutable`` (no lock, no file created; works for a user who may read the store
-    but not write its directory), and if the file changed or a ``-wal`` appeared while
-    it read, the result is discarded and the query runs again ``mode=ro``. With a
-    ``-wal`` (a writer is active, or crashed) it runs ``mode=ro``, so that commits still
-    in the WAL are read. Owner checks do not apply: an operator may inspect another
-    user's store.
+    It never writes, and creates no file when it can avoid it. The store's files are
+    checked first, as a writer's are, except that the store may be another user's.
+    Another user's store is read from a private copy (see :mod:`ledger._trust`), so that
+    no file of it is opened by SQLite. With no ``-wal`` no connection has the store open
+    and every commit is in the database file: it is read ``immutable`` (no lock, no file
+    created; works for a user who may read the store but not write its directory), and
+    if the file changed or a ``-wal`` appeared while it read, the result is discarded and
+    the query runs again ``mode=ro``. With a ``-wal`` (a writer is active, or crashed) it
+    runs ``mode=ro``, so that commits still in the WAL are read.
     """
     db = directory / _paths.DB_NAME
     with storage_errors(f"cannot read the store {directory}"):
-        if not os.path.lexists(db):
-            raise EffectPersistenceError(f"there is no store at {directory}")
-        if stat.S_ISLNK(os.lstat(directory).st_mode):
-            raise _refuse(f"store directory {directory} is a symlink; refusing it")
-        if not stat.S_ISREG(os.lstat(db).st_mode):
-            raise _refuse(f"database file {db} is not a regular file")
+        checked = check_readable(directory)
+        if needs_copy(checked):
+            with _trust.private_copy(checked) as copy:
+                return _read_once(read_only_uri(copy, immutable=False), query)
         before = _fingerprint(db)
         if before[-1] <= 0:  # no -wal, or an empty one: every commit is in the file
             try:

@@ -12,7 +12,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
+import signal
+import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -20,9 +23,9 @@ from typing import Any, TypeVar
 
 import click
 
-from ledger import _bench, _demo, _inspect, _jsonl
+from ledger import _bench, _demo, _inspect, _jsonl, _trust
 from ledger._paths import DB_NAME
-from ledger._store import read_only_uri, wal_size
+from ledger._store import check_readable, needs_copy, read_only_uri
 from ledger.effect_log import EffectPersistenceError, effects_dir
 from ledger.effects import EffectClaim, EffectOutcome, Observation
 
@@ -55,7 +58,39 @@ def _library_errors() -> Iterator[None]:
 
 
 def _one_line(error: BaseException) -> str:
-    return " ".join(str(error).split())
+    return _printable(" ".join(str(error).split()))
+
+
+# Any character a terminal might act on, or that would start a new line: a store's
+# fields (locators, ids, host names) are written by whoever wrote the store.
+_UNPRINTABLE = re.compile(r"[^ -~]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if char.isprintable():
+        return char
+    code = ord(char)
+    return (
+        f"\\x{code:02x}"
+        if code <= 0xFF
+        else f"\\u{code:04x}"
+        if code <= 0xFFFF
+        else f"\\U{code:08x}"
+    )
+
+
+def _printable(text: str) -> str:
+    """``text`` with every non-printable character (controls, newlines, bidi marks) escaped."""
+    return text if text.isprintable() else _UNPRINTABLE.sub(_escape, text)
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if char.isprintable() or char == "\n":
+        return char
+    data = char.encode("utf-16-be", "surrogatepass")
+    return "".join(f"\\u{int.from_bytes(data[i : i + 2]):04x}" for i in range(0, len(data), 2))
 
 
 def _store_option(f: F) -> F:
@@ -84,12 +119,18 @@ def _directory(store: Path | None) -> Path:
 
 
 def _print_json(value: object) -> None:
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+    # json.dumps escapes C0 controls only: DEL, C1 controls (a terminal's CSI) and format
+    # characters are escaped here, as \\uXXXX, which decodes to the same string.
+    click.echo(_json_text(json.dumps(value, indent=2, ensure_ascii=False)))
+
+
+def _json_text(text: str) -> str:
+    return text if text.isprintable() else _UNPRINTABLE.sub(_json_escape, text)
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
     """An aligned table; a verdict column is coloured when the output is a terminal."""
-    text = [["-" if cell is None else str(cell) for cell in row] for row in rows]
+    text = [["-" if cell is None else _printable(str(cell)) for cell in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in text), 0) for i, h in enumerate(headers)]
     last = len(headers) - 1
 
@@ -137,8 +178,10 @@ def _refuse_to_vouch(problems: dict[str, str | None]) -> None:
     broken = {run_id: problem for run_id, problem in problems.items() if problem}
     for run_id, problem in broken.items():
         click.echo(
-            f"warning: run {run_id} does not validate, its verdicts are not to be believed: "
-            f"{' '.join(problem.split())}",
+            _printable(
+                f"warning: run {run_id} does not validate, its verdicts are not to be "
+                f"believed: {' '.join(problem.split())}"
+            ),
             err=True,
         )
     if broken:
@@ -202,7 +245,7 @@ def show(run: str, store: Path | None, as_json: bool) -> None:
         _print_json(report.to_dict())
         return
     writer = "unknown" if report.writer is None else f"{report.writer.host}:{report.writer.pid}"
-    click.echo(f"run {report.run_id}  writer {writer}\n")
+    click.echo(_printable(f"run {report.run_id}  writer {writer}") + "\n")
     rows = []
     for record in report.history.records():
         ident, what = _describe(record)
@@ -315,13 +358,15 @@ def recover(run: str | None, dead: bool, force: bool, store: Path | None, as_jso
         return
     for result in results:
         if result.skipped:
-            click.echo(f"run {result.run_id}: left alone, {result.skipped}")
+            click.echo(_printable(f"run {result.run_id}: left alone, {result.skipped}"))
         elif not result.outcomes:
             click.echo(f"run {result.run_id}: nothing to recover")
         for outcome in result.outcomes:
             click.echo(
-                f"run {result.run_id}: {outcome.effect_id} interrupted, impact possible "
-                f"(seq {outcome.seq})"
+                _printable(
+                    f"run {result.run_id}: {outcome.effect_id} interrupted, impact possible "
+                    f"(seq {outcome.seq})"
+                )
             )
     if not results:
         click.echo("nothing to recover")
@@ -364,8 +409,8 @@ def verify(anchors: tuple[str, ...], store: Path | None, as_json: bool) -> None:
         click.echo(f"ok: {report.runs} runs, {report.records} records, schema current")
     else:
         for problem in report.problems:
-            click.echo(problem)
-        click.echo(f"{len(report.problems)} problem(s) in {directory / DB_NAME}")
+            click.echo(_printable(problem))
+        click.echo(_printable(f"{len(report.problems)} problem(s) in {directory / DB_NAME}"))
     if not report.ok:
         raise SystemExit(1)
 
@@ -385,7 +430,7 @@ def head(run: str, store: Path | None, as_json: bool) -> None:
     if as_json:
         _print_json(found.to_dict())
     else:
-        click.echo(str(found))
+        click.echo(_printable(str(found)))
 
 
 @main.command()
@@ -408,7 +453,7 @@ def export(run: str, output: Path | None, store: Path | None) -> None:
         _run_id, lines = _jsonl.export_lines(_directory(store), run)
     text = "".join(line + "\n" for line in lines)
     if output is None:
-        click.echo(text, nl=False)
+        click.echo(_json_text(text), nl=False)
         return
     # A new private file renamed into place: never written through a link, always 0600.
     temporary = output.with_name(f".{output.name}.{os.getpid()}.tmp")
@@ -422,7 +467,9 @@ def export(run: str, output: Path | None, store: Path | None) -> None:
     except OSError as e:
         with contextlib.suppress(OSError):
             temporary.unlink()
-        raise click.ClickException(f"cannot write {output}: {e.strerror or e}") from None
+        raise click.ClickException(
+            _printable(f"cannot write {output}: {e.strerror or e}")
+        ) from None
 
 
 @main.command(name="import", short_help="Import JSON-lines effect logs, each file as a new run.")
@@ -472,7 +519,7 @@ def _report_imports(imported: list[_jsonl.Imported], *, as_json: bool) -> None:
         return
     for item in imported:
         torn = " (torn final line ignored)" if item.torn_tail else ""
-        click.echo(f"{item.path}: run {item.run_id}, {item.records} records{torn}")
+        click.echo(_printable(f"{item.path}: run {item.run_id}, {item.records} records{torn}"))
 
 
 # --------------------------------------------------------------------------- the store
@@ -486,31 +533,52 @@ def path(store: Path | None, as_json: bool) -> None:
     db = _directory(store) / DB_NAME
     if as_json:
         _print_json({"path": str(db), "exists": db.exists()})
-    else:
-        click.echo(str(db))
+        return
+    # The path as bytes, whatever their encoding, so that "$(ledger path)" names the file.
+    sys.stdout.flush()
+    sys.stdout.buffer.write(os.fsencode(db) + b"\n")
+    sys.stdout.buffer.flush()
+
+
+# -safe: no .open, ATTACH, .shell, file output or writefile() in the session, which
+# also stops a view planted in the store from calling them; -nofollow: never open the
+# database through a symlink. sqlite3 reads options after the database name too, so the
+# user's arguments pass through in order.
+_SHELL_OPTIONS = ("-safe", "-readonly", "-nofollow")
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
 @click.argument("sqlite3_args", nargs=-1, type=click.UNPROCESSED)
 @_store_option
 def sql(sqlite3_args: tuple[str, ...], store: Path | None) -> None:
-    """Open the stock sqlite3 shell on the store, read-only.
+    """Open the stock sqlite3 shell on the store, read-only, in its safe mode.
 
     Extra arguments go to sqlite3, e.g. ledger sql -box "SELECT * FROM effect_status".
+    A store owned by another user is opened from a private copy.
     """
-    db = _directory(store) / DB_NAME
+    directory = _directory(store)
+    db = directory / DB_NAME
     shell = shutil.which("sqlite3")
     if shell is None:
         raise click.ClickException(
             "the sqlite3 shell is not installed (Debian/Ubuntu: apt install sqlite3); "
-            f"any SQLite client can open {db} read-only"
+            f"any SQLite client can open {_printable(str(db))} read-only"
         )
-    if not db.exists():
-        raise click.ClickException(f"there is no store at {db.parent}")
+    with _library_errors():
+        checked = check_readable(directory)
+    if needs_copy(checked):
+        click.echo(
+            f"note: the store belongs to uid {checked.owner}; the shell reads a private copy "
+            "made now, which later writes do not reach",
+            err=True,
+        )
+        with _library_errors(), _trust.private_copy(checked) as copy:
+            uri = read_only_uri(copy, immutable=False)
+            raise SystemExit(_wait_for_shell([shell, *_SHELL_OPTIONS, uri, *sqlite3_args]))
     # mode=ro keeps the session consistent while workers write (SQLite may create the
     # -wal/-shm index files for it); a user who cannot write the directory gets an
     # immutable view instead, which cannot see later writes.
-    immutable = wal_size(db) <= 0 and not os.access(db.parent, os.W_OK)
+    immutable = checked.wal_size <= 0 and not os.access(directory, os.W_OK)
     if immutable:
         click.echo(
             "note: you cannot write this store's directory, so it is opened immutable: "
@@ -518,8 +586,28 @@ def sql(sqlite3_args: tuple[str, ...], store: Path | None) -> None:
             err=True,
         )
     uri = read_only_uri(db, immutable=immutable)
-    # sqlite3 reads options after the database name too, so they pass through in order.
-    os.execv(shell, [shell, "-readonly", uri, *sqlite3_args])  # noqa: S606 - the user's own shell
+    os.execv(shell, [shell, *_SHELL_OPTIONS, uri, *sqlite3_args])  # noqa: S606 - the user's own shell
+
+
+def _wait_for_shell(argv: list[str]) -> int:
+    """Run the shell to its end and return its exit code; the copy is removed afterwards.
+
+    Ctrl-C reaches the shell (the terminal signals its whole process group), which
+    interrupts a query and goes on: this process must neither die of it nor ignore it
+    (an ignored signal stays ignored in the child), so it catches it and does nothing.
+    """
+    with subprocess.Popen(argv) as child:  # noqa: S603 - the user's own shell
+        forward = lambda signum, _frame: child.send_signal(signum)  # noqa: E731
+        previous = {
+            signal.SIGINT: signal.signal(signal.SIGINT, lambda _signum, _frame: None),
+            signal.SIGTERM: signal.signal(signal.SIGTERM, forward),
+            signal.SIGHUP: signal.signal(signal.SIGHUP, forward),
+        }
+        try:
+            return child.wait()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
 
 @main.command(short_help="Kill a worker mid-effect, recover, show every verdict.")

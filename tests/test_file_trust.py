@@ -1,0 +1,298 @@
+"""File trust: what SQLite is given, by writers and readers, on real files and real processes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ledger import effects as fx
+from ledger.effect_log import EffectLog, EffectPersistenceError
+
+from .trust_helpers import (
+    DB,
+    LEDGER,
+    PYTHON,
+    SHM,
+    WAL,
+    as_other,
+    assert_refused,
+    build_store,
+    fingerprint,
+    ledger,
+    other_uid,
+    public_dir,
+)
+
+__all__ = ["public_dir"]  # a fixture, used by name
+
+SQLITE3 = shutil.which("sqlite3")
+needs_shell = pytest.mark.usefixtures("sqlite3_shell")
+
+
+def _claim(directory: Path, run_id: str) -> None:
+    with EffectLog(run_id, directory) as log:
+        log.claim(
+            effect_id="another",
+            action_id="b1",
+            operation=fx.OperationRef("write_file", "test/1", hashlib.sha256(b"{}").hexdigest()),
+            impact_scope=(fx.ResourceRef("fs", "/sandbox/b.txt", "target"),),
+        )
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> tuple[Path, str]:
+    """A closed store written by a worker process, and its run id."""
+    directory = tmp_path / "store"
+    return directory, build_store(directory)
+
+
+# --------------------------------------------------------------------------- modes
+
+
+@pytest.mark.parametrize(
+    ("name", "mode"),
+    [(".", 0o777), (".", 0o720), (DB, 0o666), (DB, 0o620), (WAL, 0o646), (SHM, 0o662)],
+)
+def test_a_file_or_directory_writable_by_others_is_refused_by_readers_and_writers(
+    store: tuple[Path, str], name: str, mode: int
+) -> None:
+    """A group- or other-writable directory, database, -wal or -shm is refused before SQLite opens it, by a read command and by a writer, naming the file and `chmod go-w`."""
+    directory, run_id = store
+    path = directory / name
+    if not path.exists():
+        path.touch(mode=0o600)
+    path.chmod(mode)
+    before = fingerprint(directory)
+    line = assert_refused(ledger("status", "--store", str(directory)), "chmod go-w", str(path))
+    assert "writable by group or others" in line
+    with pytest.raises(EffectPersistenceError, match="chmod go-w"):
+        _claim(directory, run_id)
+    assert fingerprint(directory) == before
+
+
+def test_new_store_files_get_owner_only_modes_whatever_the_umask(tmp_path: Path) -> None:
+    """With umask 000 a new store is 0700 and its database, -wal and -shm 0600 (SQLite copies the database's mode)."""
+    directory = tmp_path / "store"
+    code = (
+        "import os, sys; os.umask(0); "
+        "from ledger.effect_log import EffectLog, new_run_id; "
+        "log = EffectLog(new_run_id(), sys.argv[1]); "
+        "from ledger import effects as fx; import hashlib; "
+        "log.claim(effect_id='e', action_id='a', operation=fx.OperationRef('w', 't/1', "
+        "hashlib.sha256(b'').hexdigest()), impact_scope=()); "
+        "print(sorted(oct(os.stat(os.path.join(sys.argv[1], n)).st_mode & 0o777) "
+        "for n in os.listdir(sys.argv[1])), oct(os.stat(sys.argv[1]).st_mode & 0o777))"
+    )
+    out = subprocess.run(
+        [PYTHON, "-c", code, str(directory)], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "['0o600', '0o600', '0o600'] 0o700"
+
+
+# --------------------------------------------------------------------------- links
+
+
+@pytest.mark.parametrize("name", [DB, WAL, SHM])
+def test_a_symlinked_store_file_is_refused_by_readers_and_its_target_untouched(
+    store: tuple[Path, str], tmp_path: Path, name: str
+) -> None:
+    """A store file that is a symlink is refused by a read command and by `sql`; the file it points to keeps owner, mode, bytes and mtime."""
+    directory, _run_id = store
+    target = tmp_path / "elsewhere"
+    if name == DB:
+        (directory / DB).rename(target)
+    else:
+        target.write_bytes(b"not a wal")
+        target.chmod(0o600)
+    (directory / name).symlink_to(target)
+    before = fingerprint(directory, target)
+    assert_refused(ledger("runs", "--store", str(directory)), "symlink", name)
+    if SQLITE3 is not None:
+        assert_refused(ledger("sql", "--store", str(directory), "SELECT 1"), "symlink")
+    assert fingerprint(directory, target) == before
+
+
+@pytest.mark.parametrize("name", [DB, WAL, SHM])
+def test_a_hard_linked_store_file_is_refused_and_the_other_name_untouched(
+    store: tuple[Path, str], tmp_path: Path, name: str
+) -> None:
+    """A database, -wal or -shm with a second hard link is refused by readers and writers; the file behind the other link is unchanged."""
+    directory, run_id = store
+    outside = tmp_path / "outside"
+    if name == DB:
+        os.link(directory / DB, outside)
+    else:
+        outside.write_bytes(b"\0" * 32768)
+        outside.chmod(0o600)
+        os.link(outside, directory / name)
+    before = fingerprint(directory, outside)
+    assert_refused(ledger("status", "--store", str(directory)), "hard links")
+    with pytest.raises(EffectPersistenceError, match="hard links"):
+        _claim(directory, run_id)
+    assert fingerprint(directory, outside) == before
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+@pytest.mark.parametrize("name", [WAL, SHM])
+def test_a_fifo_or_directory_in_place_of_a_sidecar_is_refused_without_hanging(
+    store: tuple[Path, str], name: str, kind: str
+) -> None:
+    """A fifo or a directory named like the -wal or -shm is refused at once (nothing blocks on the fifo)."""
+    directory, _run_id = store
+    if kind == "fifo":
+        os.mkfifo(directory / name, 0o600)
+    else:
+        (directory / name).mkdir(mode=0o700)
+    assert_refused(ledger("verify", "--store", str(directory)), "not a regular file")
+
+
+def test_a_symlinked_store_directory_is_refused_by_readers(store: tuple[Path, str]) -> None:
+    """A store directory given through a symlink is refused by a read command."""
+    directory, _run_id = store
+    link = directory.with_name("link")
+    link.symlink_to(directory)
+    assert_refused(ledger("status", "--store", str(link)), "symlink")
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def test_a_store_path_that_is_not_utf8_works_for_every_read_command(tmp_path: Path) -> None:
+    """A store directory whose name is not UTF-8 is read by runs, show, status, verify, export, path and sql."""
+    directory = os.fsencode(tmp_path) + b"/st\xff\xfeore"
+    run_id = build_store(directory)
+    store = os.fsdecode(directory)
+    for args in (["runs"], ["show", run_id[:8]], ["status"], ["verify"], ["export", run_id]):
+        result = ledger(*args, "--store", store)
+        assert result.returncode == 0, result.stderr
+        assert any(s in result.stdout for s in (run_id, "write-it", "ok: 1 runs")), result.stdout
+    path = subprocess.run(
+        [LEDGER, "path", "--store", store], capture_output=True, check=True, timeout=60
+    )
+    assert path.stdout == directory + b"/" + DB.encode() + b"\n"
+    if SQLITE3 is not None:
+        sql = ledger("sql", "--store", store, "SELECT count(*) FROM claims")
+        assert (sql.returncode, sql.stdout.strip()) == (0, "1"), sql.stderr
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+FORGED = "/sandbox/x\n99   2020-01-01T00:00:00+00:00  claim  forged  \x1b[2J\x9b31m\u202eevil\x7f"
+
+
+@pytest.mark.parametrize("command", [["show", "{run}"], ["status"], ["show", "{run}", "--json"]])
+def test_control_characters_in_a_locator_neither_forge_rows_nor_reach_the_terminal(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """A locator holding a newline, ESC, a C1 CSI, DEL and a bidi override is shown escaped: no extra line, no control character in the output, and --json still decodes to the locator."""
+    directory = tmp_path / "store"
+    run_id = build_store(directory, FORGED)
+    clean = ledger(*[w.replace("{run}", run_id) for w in command], "--store", str(directory))
+    assert clean.returncode == 0, clean.stderr
+    assert all(c.isprintable() for c in clean.stdout.replace("\n", "")), repr(clean.stdout)
+    if "--json" in command:
+        records = json.loads(clean.stdout)["records"]
+        assert records[0]["record"]["impact_scope"][0]["locator"] == FORGED
+    elif command[0] == "show":
+        timeline = clean.stdout.split("\n\n")[1].splitlines()
+        assert len(timeline) == 2, clean.stdout  # the header and the one claim
+        assert "\\x0a99" in clean.stdout
+        assert "\\x1b[2J" in clean.stdout
+    else:
+        assert len(clean.stdout.splitlines()) == 2, clean.stdout
+
+
+# --------------------------------------------------------------------------- sql
+
+
+@needs_shell
+@pytest.mark.parametrize(
+    "statement",
+    [".open {dir}/other.db", "ATTACH '{dir}/other.db' AS o", ".shell touch {dir}/other.db"],
+)
+def test_sql_runs_the_shell_in_safe_mode(
+    store: tuple[Path, str], tmp_path: Path, statement: str
+) -> None:
+    """`ledger sql` refuses .open, ATTACH and .shell (the shell's -safe mode), and creates no file."""
+    directory, _run_id = store
+    result = ledger("sql", "--store", str(directory), statement.format(dir=tmp_path))
+    assert result.returncode != 0
+    assert "safe mode" in result.stderr
+    assert not (tmp_path / "other.db").exists()
+
+
+# --------------------------------------------------------------------------- verify
+
+
+def test_verify_anchor_of_a_run_that_is_gone_is_a_verify_problem(store: tuple[Path, str]) -> None:
+    """An anchor whose run is no longer in the store is reported (exit 1, in the report and --json), not a usage error."""
+    directory, _run_id = store
+    gone = "f" * 32
+    anchor = f"{gone}:3:{'a' * 64}"
+    result = ledger("verify", "--anchor", anchor, "--store", str(directory))
+    assert result.returncode == 1, result.stderr
+    assert f"run {gone}: anchor at seq 3: the run is gone" in result.stdout
+    report = json.loads(
+        ledger("verify", "--json", "--anchor", anchor, "--store", str(directory)).stdout
+    )
+    assert report["ok"] is False
+    assert report["problems"] == [f"run {gone}: anchor at seq 3: the run is gone"]
+
+
+# --------------------------------------------------------------------------- other users
+
+
+def test_a_read_only_user_reads_a_crashed_store_without_its_shm(public_dir: Path) -> None:
+    """Uid nobody reads root's crashed store (its claim only in the -wal, the -shm gone) from a private copy: it sees the claim and no file of the store changes or appears."""
+    directory = public_dir / "store"
+    run_id = build_store(directory, crash=True)
+    (directory / SHM).unlink()
+    directory.chmod(0o755)
+    for path in directory.iterdir():
+        path.chmod(0o644)
+    assert (directory / WAL).stat().st_size > 0
+    before = fingerprint(public_dir)
+    result = as_other(LEDGER, "status", "--json", "--store", str(directory))
+    assert result.returncode == 0, result.stderr
+    assert [row["run_id"] for row in json.loads(result.stdout)] == [run_id]
+    assert fingerprint(public_dir) == before
+
+
+def test_root_reading_another_users_store_changes_no_file_of_it(public_dir: Path) -> None:
+    """Root reads a crashed store of uid nobody from a copy: every file keeps owner, mode, bytes and mtime, and no -shm or -wal is created or rebuilt in place."""
+    directory = public_dir / "store"
+    directory.mkdir(mode=0o700)
+    os.chown(directory, other_uid(), -1)
+    result = as_other(PYTHON, "-c", _WORKER_AS_OTHER, str(directory))
+    assert result.returncode == -signal.SIGKILL, result.stderr
+    run_id = result.stdout.strip()
+    before = fingerprint(public_dir)
+    assert {Path(p).name for p in before} >= {DB, WAL, SHM}
+    shown = ledger("show", run_id[:8], "--json", "--store", str(directory))
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["run_id"] == run_id
+    assert fingerprint(public_dir) == before
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+
+
+_WORKER_AS_OTHER = """
+import hashlib, os, signal, sys
+from ledger import effects as fx
+from ledger.effect_log import EffectLog, new_run_id
+run_id = new_run_id()
+log = EffectLog(run_id, sys.argv[1])
+log.claim(effect_id="e", action_id="a",
+          operation=fx.OperationRef("w", "t/1", hashlib.sha256(b"").hexdigest()),
+          impact_scope=())
+print(run_id, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
