@@ -94,7 +94,10 @@ class _LockFile:
 
 
 _registry_lock = threading.Lock()
-_registry: dict[Path, _LockFile] = {}
+# Keyed by the store directory's device and inode, not its path: two paths to one store
+# (a symlinked parent, a bind mount) must share one descriptor, or closing one would drop
+# the locks taken through the other.
+_registry: dict[tuple[int, int], _LockFile] = {}
 _local: set[Path] = set()  # store directories found on a local file system
 _generation = 0  # bumped in a forked child: leases made before the fork are void there
 
@@ -102,10 +105,10 @@ _generation = 0  # bumped in a forked child: leases made before the fork are voi
 class Lease:
     """One hold on a run byte: released by :meth:`release` (idempotent), never twice."""
 
-    __slots__ = ("_directory", "_generation", "_mode", "_offset", "_released")
+    __slots__ = ("_generation", "_key", "_mode", "_offset", "_released")
 
-    def __init__(self, directory: Path, offset: int, mode: Mode) -> None:
-        self._directory = directory
+    def __init__(self, key: tuple[int, int], offset: int, mode: Mode) -> None:
+        self._key = key
         self._offset = offset
         self._mode = mode
         self._generation = _generation
@@ -124,7 +127,7 @@ class Lease:
             self._released = True
             if self._generation != _generation:
                 return  # made before a fork: the lock is the parent's, not this process's
-            _drop(self._directory, self._offset, self._mode)
+            _drop(self._key, self._offset, self._mode)
 
 
 def hold(directory: Path, run_id: str, mode: Mode) -> Lease | None:
@@ -175,11 +178,22 @@ def recovering(directory: Path, run_id: str) -> Iterator[Claim]:
         marker.release()
 
 
+def _key(directory: Path) -> tuple[int, int]:
+    try:
+        st = directory.stat()
+    except OSError as e:
+        raise EffectPersistenceError(
+            f"cannot lock runs of the store {directory}: {e.strerror or e}"
+        ) from e
+    return st.st_dev, st.st_ino
+
+
 def _hold(directory: Path, offset: int, mode: Mode) -> Lease | None:
+    key = _key(directory)
     with _registry_lock:
-        lock_file = _registry.get(directory)
+        lock_file = _registry.get(key)
         if lock_file is None:
-            lock_file = _registry[directory] = _open(directory)
+            lock_file = _registry[key] = _open(directory)
         counts = lock_file.bytes.setdefault(offset, _Counts())
         try:
             if mode is Mode.SHARED:
@@ -197,13 +211,13 @@ def _hold(directory: Path, offset: int, mode: Mode) -> Lease | None:
                     return None
                 counts.exclusive += 1
         finally:
-            _forget_idle(directory, lock_file, offset)
-        return Lease(directory, offset, mode)
+            _forget_idle(key, lock_file, offset)
+        return Lease(key, offset, mode)
 
 
-def _drop(directory: Path, offset: int, mode: Mode) -> None:
+def _drop(key: tuple[int, int], offset: int, mode: Mode) -> None:
     """Undo one hold; registry lock held."""
-    lock_file = _registry[directory]
+    lock_file = _registry[key]
     counts = lock_file.bytes[offset]
     if mode is Mode.SHARED:
         counts.shared -= 1
@@ -212,17 +226,17 @@ def _drop(directory: Path, offset: int, mode: Mode) -> None:
     if not counts.exclusive:
         # Unlocking or downgrading never waits and cannot conflict.
         _lock(lock_file, offset, fcntl.LOCK_SH if counts.shared else fcntl.LOCK_UN)
-    _forget_idle(directory, lock_file, offset)
+    _forget_idle(key, lock_file, offset)
 
 
-def _forget_idle(directory: Path, lock_file: _LockFile, offset: int) -> None:
+def _forget_idle(key: tuple[int, int], lock_file: _LockFile, offset: int) -> None:
     counts = lock_file.bytes[offset]
     if not counts.shared and not counts.exclusive:
         del lock_file.bytes[offset]
     if not lock_file.bytes:
         # Nothing held: closing the descriptor drops nothing, and a store removed later
         # is not kept open.
-        del _registry[directory]
+        del _registry[key]
         os.close(lock_file.fd)
 
 

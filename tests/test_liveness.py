@@ -200,6 +200,22 @@ def test_closing_one_of_two_logs_of_a_run_keeps_the_run_held(
     assert spawn("recover", store_dir, run_id).answer == {"recovered": ["e1"]}
 
 
+def test_two_paths_to_one_store_share_its_locks(
+    store_dir: Path, run_id: str, tmp_path: Path, spawn: type[Child]
+) -> None:
+    """Closing a log opened through a symlinked parent keeps the run held by a log opened directly."""
+    _orphan(store_dir, run_id)
+    alias = tmp_path / "alias"
+    alias.symlink_to(store_dir.parent)
+    first = EffectLog.load(run_id, store_dir)
+    try:
+        with EffectLog.load(run_id, alias / store_dir.name):
+            pass
+        assert "another live process" in str(spawn("recover", store_dir, run_id).answer["error"])
+    finally:
+        first.close()
+
+
 def test_a_log_dropped_without_close_releases_its_run(
     store_dir: Path, run_id: str, spawn: type[Child]
 ) -> None:
