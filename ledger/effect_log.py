@@ -138,7 +138,9 @@ class EffectLog:
     """The durable log of one run: claims, outcomes and observations, in ``seq`` order.
 
     Thread-safe: threads may share one log. Many logs, in threads or processes,
-    may write different runs to one store at once.
+    may write different runs to one store at once. An open log holds its run's lock in
+    the store's ``ledger.lock``, which keeps other processes from recovering the run
+    under it and dies with its process (docs/storage.md, "Liveness").
     """
 
     def __init__(self, run_id: str, directory: str | os.PathLike[str] | None = None) -> None:
@@ -217,6 +219,10 @@ class EffectLog:
         sequence, a broken link) raises :class:`EffectPersistenceError`, as does a
         corrupt or refused database file. A store or run that does not exist
         loads as empty and creates nothing.
+
+        The log holds the run (shared) until it is closed: no other process can
+        recover it meanwhile, while any may read or write it (see
+        :meth:`recover_interrupted`).
         """
         self = cls(run_id, directory)
         self._continuing = True
