@@ -163,7 +163,7 @@ def _examples() -> dict[str, object]:
     ]
     recover = [
         _inspect.Recovery(_RUN_B, (recovered,)),
-        _inspect.Recovery(_RUN_C, skipped="its writer, pid 48502, is alive"),
+        _inspect.Recovery(_RUN_C, skipped="a live process has it loaded"),
     ]
     return {
         "runs": [r.to_dict() for r in runs],
@@ -244,8 +244,9 @@ from the store (locators, ids, host names) is printed with every character that 
 printable escaped (`\\x1b`, `\\x0a`, `\\u202e`), and as `\\uXXXX` in `--json`.
 
 `recover`, `import` and `demo` write, as a worker does: in transactions that are on
-disk when the command returns. `import` and `demo` create the store if it does not
-exist. `export -o FILE` writes FILE, not the store.
+disk when the command returns, holding the run's lock in the store's `ledger.lock`
+(created if missing). `import` and `demo` create the store if it does not exist.
+`export -o FILE` writes FILE, not the store.
 
 ## Output
 
@@ -355,7 +356,14 @@ _SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
             "array of outcome",
             "the outcomes appended, in `seq` order; empty if none was needed or it was skipped",
         ),
-        ("skipped", "string or null", "why `--dead` left the run alone; `null` otherwise"),
+        (
+            "skipped",
+            "string or null",
+            (
+                "why the run was left alone (`a live process has it loaded`, or "
+                "`another process is recovering it`); `null` otherwise"
+            ),
+        ),
     ),
     # ledger verify
     "verify report": (
@@ -545,12 +553,21 @@ an outcome `interrupted`, impact `possible`, `replayed: true`, in one transactio
 nothing to recover. It never says that an effect happened: observe the resources
 afterwards ([concepts.md](concepts.md#recovery)).
 
-RUN is a run id or a unique prefix of one, recovered whoever its writer is: make sure
-its worker is gone. `--dead` instead considers every run with a claim that has no
-outcome, and recovers it only when its recorded writer ran on this host and is gone
-(no process with its pid and start time, or the machine rebooted since); a run whose
-writer is alive, ran on another host, or is not recorded is left alone, and the output
-says why. Give RUN or `--dead`, not both.
+A run is in use while a live process has it loaded (an `EffectLog` of it is open, even
+one that only reads): that process holds a lock on the run in the store's
+`ledger.lock`, which the kernel drops when the process exits or is killed, whatever
+its pid namespace or container ([storage.md](storage.md#liveness)). The recorded
+writer shown by `runs` plays no part. RUN (a run id or a unique prefix of one) is
+refused while in use (exit 1, naming its last recorded writer); `--force` recovers it
+all the same, for a process you know to be dead or hung whose lock the kernel still
+holds (a stopped process, say): that process's next write then fails. `--dead`
+considers every run with a claim that has no outcome and recovers those no live
+process has loaded; the others are left alone, and the output says why. Give RUN or
+`--dead`, not both.
+
+Recovers running at the same moment do not collide: the lock lets one recover a run,
+and the others leave it alone (`another process is recovering it`) and exit 0. No
+claim is ever marked interrupted twice.
 
 `--json` prints an array of [recovery](#recovery) objects, one per run considered (an
 empty array when `--dead` finds nothing to recover).

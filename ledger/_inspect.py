@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from ledger import _records, _schema_check
+from ledger import _liveness, _records, _schema_check
 from ledger._errors import EffectPersistenceError
 from ledger._owner import Writer
 from ledger._schema import with_views
@@ -284,20 +284,33 @@ class Recovery:
         }
 
 
-def _recover(directory: Path, run_id: str) -> tuple[EffectOutcome, ...]:
-    with EffectLog.load(run_id, directory) as log:
-        return log.recover_interrupted()
+def _recover(directory: Path, run_id: str, *, force: bool = False) -> Recovery:
+    """Recover ``run_id`` unless a live process has it loaded, or another one recovers it.
+
+    The run's lock is taken before the run is read: what is then read stays the run's
+    state until recovery has written, and a second recoverer finds the run taken.
+    """
+    with _liveness.recovering(directory, run_id) as claim:
+        if claim is _liveness.Claim.RECOVERING:
+            return Recovery(run_id, skipped=claim.value)
+        if claim is _liveness.Claim.IN_USE and not force:
+            return Recovery(run_id, skipped=claim.value)
+        with EffectLog.load(run_id, directory) as log:
+            # --force: recovering under a process that holds the run, known dead or hung
+            # by its user. The library offers this to nobody else.
+            return Recovery(run_id, log._recover(force=force))  # noqa: SLF001
 
 
-class WriterAliveError(ValueError):
-    """The run's writer still runs on this host: recovering under it would break it."""
+class RunInUseError(ValueError):
+    """A live process has the run loaded: recovering it under that process would break it."""
 
 
 def recover_run(directory: Path, prefix: str, *, force: bool = False) -> Recovery:
     """Mark the matching run's claims that have no outcome as interrupted.
 
-    Refused while the run's recorded writer runs on this host, unless ``force``: its
-    next write would then fail, since recovery took the seq it was about to use.
+    Refused while a live process has the run loaded (it holds the run's lock), unless
+    ``force``: that process's next write then fails, since recovery took the seq it was
+    about to use. A run another process is recovering at that moment is left alone.
     """
 
     def query(conn: Connection) -> tuple[str, Writer | None]:
@@ -305,42 +318,35 @@ def recover_run(directory: Path, prefix: str, *, force: bool = False) -> Recover
         return run_id, _writer(conn, run_id)
 
     run_id, writer = read(directory, query)
-    if not force and writer is not None and writer.on_this_host() and writer.is_alive():
-        raise WriterAliveError(
-            f"run {run_id} is being written by pid {writer.pid} on this host; "
-            "recovering it would break that worker (use --force to do it anyway)"
+    recovery = _recover(directory, run_id, force=force)
+    if recovery.skipped == _liveness.Claim.IN_USE.value:
+        last = "" if writer is None else f" (its last writer: pid {writer.pid} on {writer.host})"
+        raise RunInUseError(
+            f"run {run_id} is loaded by a live process{last}; recovering it would break "
+            "that process (use --force if you know it is dead or hung)"
         )
-    return Recovery(run_id, _recover(directory, run_id))
+    return recovery
 
 
 def recover_dead(directory: Path) -> list[Recovery]:
-    """Recover every run whose recorded writer ran on this host and is gone.
+    """Recover every run with unsettled claims that no live process has loaded.
 
-    A run whose writer is alive, ran on another host, or is not recorded is left
-    alone, and said so.
+    A run is taken for dead when its lock can be taken (see ``ledger._liveness``),
+    whatever process, pid namespace or host wrote it. A run a live process has loaded,
+    or that another process is recovering, is left alone, and said so.
     """
 
-    def query(conn: Connection) -> dict[str, Writer | None]:
+    def query(conn: Connection) -> list[str]:
         if _blank(conn):
-            return {}
+            return []
         candidates = conn.exec_driver_sql(
             with_views(
                 "SELECT DISTINCT run_id FROM unsettled_claims WHERE running = 0 ORDER BY run_id"
             )
         )
-        return {row[0]: _writer(conn, row[0]) for row in candidates}
+        return [row[0] for row in candidates]
 
-    results = []
-    for run_id, writer in read(directory, query).items():
-        if writer is None:
-            results.append(Recovery(run_id, skipped="its writer is not recorded"))
-        elif not writer.on_this_host():
-            results.append(Recovery(run_id, skipped=f"its writer ran on host {writer.host}"))
-        elif writer.is_alive():
-            results.append(Recovery(run_id, skipped=f"its writer, pid {writer.pid}, is alive"))
-        else:
-            results.append(Recovery(run_id, _recover(directory, run_id)))
-    return results
+    return [_recover(directory, run_id) for run_id in read(directory, query)]
 
 
 # --------------------------------------------------------------------------- verify

@@ -1,7 +1,9 @@
-"""Who writes a run: this machine, this boot, this process, and whether such a writer lives.
+"""Who wrote a run last: this machine, this boot, this process.
 
-A run's writer is identified by host name, boot id and pid plus the process's start
-time, so that a pid reused after the writer died is never mistaken for it.
+Recorded for people (``ledger runs``, ``ledger show``): host name, boot id and pid plus
+the process's start time, which tell one process from another that reused its pid.
+Whether a run's writer still lives is never decided from it (a process in another pid
+namespace has pids this one cannot see): see :mod:`ledger._liveness`.
 """
 
 from __future__ import annotations
@@ -46,22 +48,3 @@ class Writer:
         """This process."""
         pid = os.getpid()
         return cls(socket.gethostname(), _boot_id(), pid, process_start(pid))
-
-    def on_this_host(self) -> bool:
-        """Whether the writer ran on this machine (same host name)."""
-        return self.host == socket.gethostname()
-
-    def is_alive(self) -> bool:
-        """Whether the writer still runs. Only meaningful on this host."""
-        boot = _boot_id()
-        if self.boot_id is not None and boot is not None and self.boot_id != boot:
-            return False  # the machine rebooted since: every process of that boot is gone
-        if self.started is not None and Path("/proc").is_dir():
-            return process_start(self.pid) == self.started
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True  # it exists, as another user
-        return True

@@ -263,7 +263,7 @@ def start_run(cursor: sqlite3.Cursor, run_id: str, now: str, *, continuing: bool
 
 
 def set_writer(cursor: sqlite3.Cursor, run_id: str, writer: Writer, now: str) -> None:
-    """Make ``writer`` the run's current writer (the one ``recover --dead`` checks)."""
+    """Record ``writer`` as the run's last writer, for display (liveness is the run's lock)."""
     row = {
         "run_id": run_id,
         "host": writer.host,

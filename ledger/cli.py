@@ -329,21 +329,24 @@ def _status_table(rows: list[_inspect.EffectRow]) -> None:
 @click.option(
     "--dead",
     is_flag=True,
-    help="Recover every run whose recorded writer on this host is gone.",
+    help="Recover every run with unsettled claims that no live process has loaded.",
 )
 @click.option(
     "--force",
     is_flag=True,
-    help="Recover RUN even though its writer on this host is alive (that writer then fails).",
+    help="Recover RUN even though a live process has it loaded (known dead or hung): "
+    "that process's next write then fails.",
 )
 @_store_option
 @_json_option
 def recover(run: str | None, dead: bool, force: bool, store: Path | None, as_json: bool) -> None:
     """Mark claims that never got an outcome as interrupted, with possible impact.
 
-    Give RUN (an id or a unique prefix), or --dead. RUN is refused while its writer on
-    this host is alive, unless --force. --dead never touches a run whose writer is
-    alive, ran on another host, or is not recorded.
+    Give RUN (an id or a unique prefix), or --dead. A run is in use while a live
+    process has it loaded: the kernel holds a lock for it in the store's ledger.lock,
+    whatever its pid namespace or container. RUN is refused while in use, unless
+    --force; --dead leaves such runs alone. A run another recover is recovering at the
+    same moment is left alone (exit 0).
     """
     if (run is None) == (not dead):
         raise click.UsageError("give a RUN or --dead (exactly one)")

@@ -29,20 +29,21 @@ import re
 import secrets
 import sqlite3
 import threading
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from ledger import _paths, _records
+from ledger import _liveness, _paths, _records
 from ledger._chain import GENESIS
 from ledger._commit import acquire_uninterrupted, wait_for_gate
 from ledger._errors import EffectPersistenceError, StoreTamperedError
 from ledger._index import RunIndex
 from ledger._owner import Writer
 from ledger._paths import effects_dir
-from ledger._store import Store, acquire, release
+from ledger._store import Store, acquire, release, translate
 from ledger.effects import (
     Assessment,
     Coverage,
@@ -137,7 +138,9 @@ class EffectLog:
     """The durable log of one run: claims, outcomes and observations, in ``seq`` order.
 
     Thread-safe: threads may share one log. Many logs, in threads or processes,
-    may write different runs to one store at once.
+    may write different runs to one store at once. An open log holds its run's lock in
+    the store's ``ledger.lock``, which keeps other processes from recovering the run
+    under it and dies with its process (docs/storage.md, "Liveness").
     """
 
     def __init__(self, run_id: str, directory: str | os.PathLike[str] | None = None) -> None:
@@ -175,6 +178,12 @@ class EffectLog:
         self._started = False  # whether the run's row is in the store
         self._continuing = False  # loaded: the run may already exist
         self._writer_pid = 0  # the process recorded as the run's writer, once it wrote
+        # The run's shared lock (see ledger._liveness): while this log is open, recovery
+        # by another process cannot take the run. Taken at load, or before a new run's
+        # first write (until then the run has no row to recover, and no file is created).
+        self._lease: _liveness.Lease | None = None
+        self._release_lease: weakref.finalize[[], EffectLog] | None = None
+        self._lease_missed = False  # loaded while another process was recovering the run
         self._degraded = False
         self._closed = False
 
@@ -210,20 +219,67 @@ class EffectLog:
         sequence, a broken link) raises :class:`EffectPersistenceError`, as does a
         corrupt or refused database file. A store or run that does not exist
         loads as empty and creates nothing.
+
+        The log holds the run (shared) until it is closed: no other process can
+        recover it meanwhile, while any may read or write it (see
+        :meth:`recover_interrupted`).
         """
         self = cls(run_id, directory)
         self._continuing = True
         store = acquire(self._directory)
         try:
             if store.open_existing():
+                # Before reading: what is read then stays the run's state until this log
+                # writes, since no other process can recover the run meanwhile.
+                lease = _liveness.hold(self._directory, run_id, _liveness.Mode.SHARED)
+                if lease is None:
+                    self._lease_missed = True  # readable; writing is refused (see _hold_run)
+                else:
+                    self._keep(lease)
                 with store.read(f"cannot load run {run_id}") as conn:
                     history, self._head = _records.load_run(conn, run_id)
                 self._adopt(history)
         except BaseException:
+            self._drop_lease()
             release(store)
             raise
         self._store = store
         return self
+
+    def _keep(self, lease: _liveness.Lease) -> None:
+        self._lease = lease
+        # A log dropped without close() must not keep its run from being recovered.
+        self._release_lease = weakref.finalize(self, lease.release)
+
+    def _drop_lease(self) -> None:
+        if self._release_lease is not None:
+            self._release_lease()
+        self._lease = self._release_lease = None
+
+    def _hold_run(self, store: Store, action: str) -> BaseException | None:
+        """Hold the run shared before writing to it; the error to fail the write with, if not."""
+        if self._lease is not None and self._lease.held:
+            return None
+        if self._lease_missed:
+            return EffectPersistenceError(
+                f"{action}: another process was recovering run {self._run_id} when this log "
+                "loaded it, so what it loaded may be stale; load the run again"
+            )
+        try:
+            store.open_for_writing()  # the lock file lives in the store's directory
+        except EffectPersistenceError as e:
+            return translate(action, e)
+        try:
+            lease = _liveness.hold(self._directory, self._run_id, _liveness.Mode.SHARED)
+        except EffectPersistenceError as e:
+            return translate(action, e)
+        if lease is None:
+            return EffectPersistenceError(
+                f"{action}: another process is recovering run {self._run_id}; "
+                "nothing was written: load the run again once it is done"
+            )
+        self._keep(lease)
+        return None
 
     def _adopt(self, history: History) -> None:
         for record in history.records():
@@ -246,6 +302,7 @@ class EffectLog:
             if self._store is not None:
                 release(self._store)
                 self._store = None
+            self._drop_lease()
             if self._unwritten:
                 log.warning(
                     "run %s closed with %d observation(s) never written: the run made no claim",
@@ -394,6 +451,10 @@ class EffectLog:
                 writer=writer,
             )
         store = self._store_for_write()
+        failed = self._hold_run(store, f"cannot record {action} in run {self._run_id}")
+        if failed is not None:
+            self._fail(batch, failed)
+            return None
         self._cond.release()  # other threads queue up for the next transaction meanwhile
         try:
             # Rows and hashes are built here, not in the store's shared transaction.
@@ -709,7 +770,15 @@ class EffectLog:
         outcomes in ``seq`` order; a second call (here or after another restart)
         returns ``()``. Finds the claims through the log's index, not by reading
         the run again.
+
+        Refused with :class:`EffectPersistenceError` while another live process has the
+        run loaded (its lock is held; see docs/storage.md, "Liveness"): recovering
+        under a worker would break it. Logs of this process do not count.
         """
+        return self._recover(force=False)
+
+    def _recover(self, *, force: bool) -> tuple[EffectOutcome, ...]:
+        """:meth:`recover_interrupted`; with ``force``, even under a process holding the run."""
         with self._cond:
             self._check_open()
             if self._degraded:
@@ -737,35 +806,65 @@ class EffectLog:
                 )
                 for i, claim in enumerate(unanswered, start=1)
             )
-            check = _RecoveryCheck(run_id=self._run_id, base=base, now=now)
-            steps, head = _records.prepare(self._run_id, appended, self._head)
-            settling = {o.effect_id for o in appended}
+            if self._lease_missed:
+                raise EffectPersistenceError(
+                    f"cannot recover run {self._run_id}: another process was recovering it "
+                    "when this log loaded it; load the run again"
+                )
             store = self._store_for_write()
-            # Nobody else writes this run until recovery is done, and no outcome of these
-            # effects is accepted meanwhile: they are being settled.
-            self._leading = True
-            self._queued_settles.update(settling)
-            self._cond.release()
+            exclusive = self._hold_exclusive(store, force=force)
             try:
-                job = store.commit(f"cannot recover run {self._run_id}", steps, check)
+                return self._recover_locked(store, base, now, appended)
             finally:
-                held_back = acquire_uninterrupted(self._cond)
-                self._queued_settles.difference_update(settling)
-                self._hand_over()
-            if job.error is None:
-                self._head = head
-                self._writer_pid = os.getpid()
-                for record in appended:
-                    self._remember(record)
-                self._next_seq += len(appended)
-            elif isinstance(job.error, StoreTamperedError):
-                self._degrade("recovery", job.error)
-            interrupt = job.interrupt or held_back
-            if interrupt is not None:
-                raise interrupt
-            if job.error is not None:
-                raise job.error
-            return appended
+                if exclusive is not None:
+                    exclusive.release()
+
+    def _hold_exclusive(self, store: Store, *, force: bool) -> _liveness.Lease | None:
+        """Hold the run exclusive for recovery (lock held), or refuse: a live process has it."""
+        try:
+            store.open_for_writing()  # the lock file lives in the store's directory
+            exclusive = _liveness.hold(self._directory, self._run_id, _liveness.Mode.EXCLUSIVE)
+        except EffectPersistenceError as e:
+            raise translate(f"cannot recover run {self._run_id}", e) from e
+        if exclusive is None and not force:
+            raise EffectPersistenceError(
+                f"cannot recover run {self._run_id}: another live process has it loaded, "
+                "and recovering it would break that process; close it there, or stop it"
+            )
+        return exclusive
+
+    def _recover_locked(
+        self, store: Store, base: int, now: str, appended: tuple[EffectOutcome, ...]
+    ) -> tuple[EffectOutcome, ...]:
+        """Write recovery's outcomes (lock held, released while the store commits)."""
+        check = _RecoveryCheck(run_id=self._run_id, base=base, now=now)
+        steps, head = _records.prepare(self._run_id, appended, self._head)
+        settling = {o.effect_id for o in appended}
+        # Nobody else writes this run until recovery is done, and no outcome of these
+        # effects is accepted meanwhile: they are being settled.
+        self._leading = True
+        self._queued_settles.update(settling)
+        self._cond.release()
+        try:
+            job = store.commit(f"cannot recover run {self._run_id}", steps, check)
+        finally:
+            held_back = acquire_uninterrupted(self._cond)
+            self._queued_settles.difference_update(settling)
+            self._hand_over()
+        if job.error is None:
+            self._head = head
+            self._writer_pid = os.getpid()
+            for record in appended:
+                self._remember(record)
+            self._next_seq += len(appended)
+        elif isinstance(job.error, StoreTamperedError):
+            self._degrade("recovery", job.error)
+        interrupt = job.interrupt or held_back
+        if interrupt is not None:
+            raise interrupt
+        if job.error is not None:
+            raise job.error
+        return appended
 
 
 class _Request:

@@ -116,28 +116,3 @@ def subprocess_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     return env
-
-
-def writer_has_exited(store_dir: Path, run_id: str) -> int:
-    """Record a real, now exited process as the run's writer, as after a crash; return its pid.
-
-    A store built inside the test process names the test process as its writer, which is
-    alive; `ledger recover RUN` rightly refuses such a run.
-    """
-    import sqlite3
-    import subprocess
-
-    child = subprocess.run(
-        [PYTHON, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
-    )
-    pid = int(child.stdout)
-    conn = sqlite3.connect(store_dir / "ledger.sqlite3")
-    try:
-        with conn:
-            conn.execute(
-                "UPDATE run_writers SET pid = ?, process_started = NULL WHERE run_id = ?",
-                (pid, run_id),
-            )
-    finally:
-        conn.close()
-    return pid

@@ -38,7 +38,7 @@ from ledger._store import acquire, release
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.resources import FilesystemRoot
 
-from .conftest import PYTHON, file_ref, op, sha, subprocess_env, writer_has_exited
+from .conftest import PYTHON, file_ref, op, sha, subprocess_env
 
 LEDGER = Path(PYTHON).with_name("ledger")
 HEX = "0123456789abcdef"
@@ -721,22 +721,26 @@ def _orphan_store(tmp_path: Path) -> tuple[Path, str, fx.History]:
         )
         log.outcome(effect_id="e-done", execution=fx.ExecutionOutcome.FAILED, impact=fx.Impact.NONE)
         history = log.history()
-    writer_has_exited(directory, run_id)
-    return directory, run_id, history
+    return directory, run_id, history  # closed: no live process has the run loaded
 
 
-def test_recover_run_refuses_a_run_whose_writer_is_alive(tmp_path) -> None:
-    """`recover RUN` refuses, naming the pid, while the run's writer runs on this host; --force does it."""
+def test_recover_run_refuses_a_run_a_live_process_has_loaded(tmp_path) -> None:
+    """`recover RUN` refuses, naming its last writer's pid, while a live process holds the run; --force does it."""
     directory = tmp_path / "store"
     run_id = new_run_id()
     with EffectLog(run_id, directory) as log:  # this process is the run's live writer
         log.claim(effect_id="e1", action_id="a1", operation=op(), impact_scope=[])
         before = log.history()
-    line = _one_line_error(_ledger("recover", run_id, "--store", str(directory)), 1)
-    assert f"pid {os.getpid()}" in line
-    assert _loaded(directory, run_id) == before
-    forced = _json(_ledger("recover", run_id, "--force", "--json", "--store", str(directory)))
-    assert [o["effect_id"] for o in forced[0]["outcomes"]] == ["e1"]
+        line = _one_line_error(_ledger("recover", run_id, "--store", str(directory)), 1)
+        assert "is loaded by a live process" in line
+        assert f"pid {os.getpid()}" in line
+        assert _loaded(directory, run_id) == before
+        forced = _json(_ledger("recover", run_id, "--force", "--json", "--store", str(directory)))
+        assert [o["effect_id"] for o in forced[0]["outcomes"]] == ["e1"]
+    # Once the log is closed nothing holds the run: recovery needs no --force (and finds
+    # nothing left to do).
+    again = _json(_ledger("recover", run_id, "--json", "--store", str(directory)))
+    assert again == [{"run_id": run_id, "outcomes": [], "skipped": None}]
 
 
 def _loaded(directory: Path, run_id: str) -> fx.History:
@@ -854,23 +858,23 @@ def test_recover_dead_recovers_a_killed_writer_and_leaves_a_live_one(tmp_path, c
     assert live.poll() is None
     expected = {
         dead_run: f"run {dead_run}: e-child interrupted, impact possible (seq 2)",
-        live_run: f"run {live_run}: left alone, its writer, pid {live.pid}, is alive",
+        live_run: f"run {live_run}: left alone, a live process has it loaded",
     }
     assert out.splitlines() == [expected[r] for r in sorted(expected)]
 
     again = _json(_ledger("recover", "--dead", "--json", "--store", str(directory)))
     assert again == [
-        {"run_id": live_run, "outcomes": [], "skipped": f"its writer, pid {live.pid}, is alive"}
+        {"run_id": live_run, "outcomes": [], "skipped": "a live process has it loaded"}
     ]
     live.kill()
     live.wait(timeout=60)
 
 
-def test_recover_dead_leaves_runs_of_other_hosts_and_unknown_writers(tmp_path) -> None:
-    """A run whose writer is on another host, or not recorded, or alive, is left alone and said so."""
+def test_recover_dead_decides_by_the_lock_not_by_the_recorded_writer(tmp_path) -> None:
+    """Runs whose recorded writer is on another host or unknown are recovered once nothing holds them; a loaded one is not."""
     directory = tmp_path / "store"
     remote, unknown, alive = sorted(new_run_id() for _ in range(3))
-    for run_id in (remote, unknown, alive):
+    for run_id in (remote, unknown):
         with EffectLog(run_id, directory) as log:
             log.claim(effect_id="e-1", action_id="act-1", operation=op(), impact_scope=())
     conn = sqlite3.connect(directory / "ledger.sqlite3")
@@ -883,20 +887,20 @@ def test_recover_dead_leaves_runs_of_other_hosts_and_unknown_writers(tmp_path) -
     finally:
         conn.close()
 
-    result, runs = _ledger_all(
-        [
-            ["recover", "--dead", "--json", "--store", str(directory)],
-            ["runs", "--json", "--store", str(directory)],
+    with EffectLog(alive, directory) as log:  # held by this live process throughout
+        log.claim(effect_id="e-1", action_id="act-1", operation=op(), impact_scope=())
+        runs_before = _json(_ledger("runs", "--json", "--store", str(directory)))
+        result = _json(_ledger("recover", "--dead", "--json", "--store", str(directory)))
+        assert [(r["run_id"], len(r["outcomes"]), r["skipped"]) for r in result] == [
+            (remote, 1, None),
+            (unknown, 1, None),
+            (alive, 0, "a live process has it loaded"),
         ]
-    )
-    assert _json(result) == [
-        {"run_id": remote, "outcomes": [], "skipped": "its writer ran on host elsewhere.example"},
-        {"run_id": unknown, "outcomes": [], "skipped": "its writer is not recorded"},
-        {"run_id": alive, "outcomes": [], "skipped": f"its writer, pid {os.getpid()}, is alive"},
-    ]
-    for run_id in (remote, unknown, alive):
-        assert _loaded(directory, run_id).outcomes == ()
-    writers = {e["run_id"]: (e["host"], e["pid"]) for e in _json(runs)}
+        assert _loaded(directory, alive).outcomes == ()
+        for run_id in (remote, unknown):
+            (outcome,) = _loaded(directory, run_id).outcomes
+            assert (outcome.execution, outcome.replayed) == (fx.ExecutionOutcome.INTERRUPTED, True)
+    writers = {e["run_id"]: (e["host"], e["pid"]) for e in runs_before}
     assert writers == {
         remote: ("elsewhere.example", os.getpid()),
         unknown: (None, None),

@@ -459,7 +459,7 @@ def good_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
                 operation=op(),
                 impact_scope=[fs_ref(f"/sandbox/{i}-{j}.txt") for j in range(4)],
             )
-    assert sorted(os.listdir(store)) == [DB]
+    assert sorted(os.listdir(store)) == ["ledger.lock", DB]
     return store, run_id
 
 

@@ -345,7 +345,7 @@ def test_symlinked_store_directory_is_refused(real_store: tuple[Path, str], tmp_
         with pytest.raises(EffectPersistenceError, match="is a symlink"):
             claim(log, "e1")
         assert log.history().claims == ()
-    assert os.listdir(store) == [DB]
+    assert sorted(os.listdir(store)) == ["ledger.lock", DB]  # the lock file is the writer's
     assert (store / DB).read_bytes() == before
 
 
@@ -364,7 +364,7 @@ def test_symlinked_database_file_is_refused(real_store: tuple[Path, str], tmp_pa
             claim(log, "e1")
         assert log.history().claims == ()
     assert os.listdir(other) == [DB]
-    assert os.listdir(store) == [DB]
+    assert sorted(os.listdir(store)) == ["ledger.lock", DB]  # the lock file is the writer's
     assert (store / DB).read_bytes() == before
 
 
@@ -462,6 +462,7 @@ def test_store_files_are_private_even_with_umask_zero(store_dir: Path, run_id: s
         DB: "0o600",
         f"{DB}-wal": "0o600",
         f"{DB}-shm": "0o600",
+        "ledger.lock": "0o600",
     }
     assert mode(store_dir) == 0o700
     assert mode(store_dir / DB) == 0o600
