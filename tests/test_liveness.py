@@ -407,7 +407,7 @@ def test_a_lock_file_that_is_a_directory_is_refused(store_dir: Path, run_id: str
     assert "not a regular file" in message or "Is a directory" in message
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another user")
+@pytest.mark.usefixtures("root")  # only root can give a file to another user
 def test_a_lock_file_of_another_user_is_refused(store_dir: Path, run_id: str) -> None:
     """A lock file owned by another user than the store's is refused."""
     lock = _store(store_dir, run_id)
