@@ -79,7 +79,7 @@ def test_a_file_or_directory_writable_by_others_is_refused_by_readers_and_writer
 
 
 def test_new_store_files_get_owner_only_modes_whatever_the_umask(tmp_path: Path) -> None:
-    """With umask 000 a new store is 0700 and its database, -wal and -shm 0600 (SQLite copies the database's mode)."""
+    """With umask 000 a new store is 0700; its database, -wal, -shm and lock file 0600 (SQLite copies the database's mode)."""
     directory = tmp_path / "store"
     code = (
         "import os, sys; os.umask(0); "
@@ -88,13 +88,14 @@ def test_new_store_files_get_owner_only_modes_whatever_the_umask(tmp_path: Path)
         "from ledger import effects as fx; import hashlib; "
         "log.claim(effect_id='e', action_id='a', operation=fx.OperationRef('w', 't/1', "
         "hashlib.sha256(b'').hexdigest()), impact_scope=()); "
-        "print(sorted(oct(os.stat(os.path.join(sys.argv[1], n)).st_mode & 0o777) "
+        "print(sorted((n, oct(os.stat(os.path.join(sys.argv[1], n)).st_mode & 0o777)) "
         "for n in os.listdir(sys.argv[1])), oct(os.stat(sys.argv[1]).st_mode & 0o777))"
     )
     out = subprocess.run(
         [PYTHON, "-c", code, str(directory)], capture_output=True, text=True, check=True
     ).stdout
-    assert out.strip() == "['0o600', '0o600', '0o600'] 0o700"
+    names = ["ledger.lock", DB, WAL, SHM]
+    assert out.strip() == f"{sorted((n, '0o600') for n in names)} 0o700"
 
 
 # --------------------------------------------------------------------------- links
