@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import signal
 import subprocess
 import textwrap
@@ -34,6 +33,7 @@ from ledger import effects as fx
 from ledger._inspect import Head, list_runs, run_head, verify
 from ledger.effect_log import EffectLog, new_run_id
 from tests.conftest import PYTHON, fs_ref, op, subprocess_env
+from tests.reliability.figures import report
 
 DB = "ledger.sqlite3"
 CHILD_TIMEOUT = 60
@@ -171,15 +171,6 @@ CHILD = textwrap.dedent(
     os.write(1, b'{"point": "returned"}\n')  # never reached: the write is killed
     """
 )
-
-
-def report(figures: dict[str, Any]) -> None:
-    """Print the figures on one ``reliability:`` line and append them to the report file."""
-    print("\nreliability: " + " ".join(f"{k}={v}" for k, v in figures.items()))
-    path = os.environ.get("LEDGER_RELIABILITY_REPORT")
-    if path:
-        with open(path, "a", encoding="utf-8") as out:
-            out.write(json.dumps(figures) + "\n")
 
 
 # --------------------------------------------------------------------------- the writes

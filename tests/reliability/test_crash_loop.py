@@ -39,6 +39,7 @@ from ledger._inspect import verify
 from ledger._store import read
 from ledger.effect_log import EffectLog, new_run_id
 from tests.conftest import PYTHON, subprocess_env
+from tests.reliability.figures import report
 
 LONG = os.environ.get("LEDGER_RELIABILITY") == "long"
 KILLS = 1000 if LONG else 50
@@ -190,15 +191,6 @@ SERVER = textwrap.dedent(
               flush=True)
     """
 )
-
-
-def report(figures: dict[str, Any]) -> None:
-    """Print the figures on one ``reliability:`` line and append them to the report file."""
-    print("reliability: " + " ".join(f"{k}={v}" for k, v in figures.items()))
-    path = os.environ.get("LEDGER_RELIABILITY_REPORT")
-    if path:
-        with open(path, "a", encoding="utf-8") as out:
-            out.write(json.dumps(figures) + "\n")
 
 
 class Lines:

@@ -31,6 +31,7 @@ from ledger import effects as fx
 from ledger._inspect import verify
 from ledger.effect_log import EffectLog, EffectPersistenceError
 from tests.conftest import PYTHON, REPO, subprocess_env
+from tests.reliability.figures import report
 
 LONG = os.environ.get("LEDGER_RELIABILITY") == "long"
 SEED = int(os.environ.get("LEDGER_RELIABILITY_SEED", "20240917"))
@@ -42,15 +43,6 @@ MAX_OPS = 60  # a child that has not failed after this many records stops anyway
 CHILD_TIMEOUT = 60
 DISK_ERROR = re.compile(r"(?i)disk|I/O|full|too large")
 DB = "ledger.sqlite3"
-
-
-def report(figures: dict[str, Any]) -> None:
-    """Print the figures on one ``reliability:`` line and append them to the report file."""
-    print("\nreliability: " + " ".join(f"{key}={value}" for key, value in figures.items()))
-    path = os.environ.get("LEDGER_RELIABILITY_REPORT")
-    if path:
-        with open(path, "a", encoding="utf-8") as out:
-            out.write(json.dumps(figures) + "\n")
 
 
 # --------------------------------------------------------------------------- the child

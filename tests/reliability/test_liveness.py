@@ -20,11 +20,11 @@ import signal
 import subprocess
 import textwrap
 from pathlib import Path
-from typing import Any
 
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, new_run_id
 from tests.conftest import PYTHON, op, subprocess_env
+from tests.reliability.figures import report
 
 LONG = os.environ.get("LEDGER_RELIABILITY") == "long"
 ROUNDS = 20 if LONG else 3
@@ -32,15 +32,6 @@ RECOVERERS = 4  # racing `ledger recover --dead` processes per round
 RUNS = 6  # orphaned runs per round
 TIMEOUT = 120
 LEDGER = str(Path(PYTHON).with_name("ledger"))
-
-
-def report(figures: dict[str, Any]) -> None:
-    """Print the figures on one ``reliability:`` line and append them to the report file."""
-    print("\nreliability: " + " ".join(f"{k}={v}" for k, v in figures.items()))
-    path = os.environ.get("LEDGER_RELIABILITY_REPORT")
-    if path:
-        with open(path, "a", encoding="utf-8") as out:
-            out.write(json.dumps(figures) + "\n")
 
 
 def ledger(*argv: str) -> subprocess.CompletedProcess[str]:

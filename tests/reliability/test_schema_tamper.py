@@ -47,6 +47,7 @@ from ledger import _chain, _inspect, _schema
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from tests.conftest import PYTHON, REPO, fs_ref, op, require_tool, sha, subprocess_env
+from tests.reliability.figures import report
 
 SQLITE3 = shutil.which("sqlite3")
 LEDGER = Path(PYTHON).with_name("ledger")
@@ -87,19 +88,16 @@ def _report() -> Iterator[None]:
         **FIGURES,
         "seconds": round(time.monotonic() - started, 1),
     }
-    print(
-        f"\nreliability: schema tamper cases={figures['cases']} "
+    report(
+        figures,
+        f"schema tamper cases={figures['cases']} "
         f"verify named {figures['verify_named']} (cli {figures['cli_verify_named']}), "
         f"writer refused {figures['writer_refused']} restored {figures['writer_restored']}, "
         f"planted while open refused {figures['planted_while_open_refused']}, "
         f"reports truthful {figures['reports_truthful']}, "
         f"acknowledged lost {figures['acknowledged_lost']}, missed {len(figures['missed'])} "
-        f"in {figures['seconds']}s"
+        f"in {figures['seconds']}s",
     )
-    report = os.environ.get("LEDGER_RELIABILITY_REPORT")
-    if report:
-        with Path(report).open("a", encoding="utf-8") as f:
-            f.write(json.dumps(figures) + "\n")
 
 
 # --------------------------------------------------------------------------- the store

@@ -16,11 +16,11 @@ import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from ledger.effect_log import EffectPersistenceError
+from tests.reliability.figures import report
 from tests.trust_helpers import (
     DB,
     OTHER,
@@ -42,15 +42,6 @@ from tests.trust_helpers import WORKER as _WORKER
 __all__ = ["public_dir"]  # a fixture, used by name
 
 _figures: dict[str, int] = {"attacks": 0, "reads_refused": 0, "writes_refused": 0, "changed": 0}
-
-
-def report(figures: dict[str, Any]) -> None:
-    """Print the figures on one ``reliability:`` line and append them to the report file."""
-    print("\nreliability: " + " ".join(f"{k}={v}" for k, v in figures.items()))
-    path = os.environ.get("LEDGER_RELIABILITY_REPORT")
-    if path:
-        with open(path, "a", encoding="utf-8") as out:
-            out.write(json.dumps(figures) + "\n")
 
 
 def _write_as_root(directory: Path) -> subprocess.CompletedProcess[str]:

@@ -31,21 +31,13 @@ from ledger import effects as fx
 from ledger._inspect import verify
 from ledger.effect_log import EffectLog
 from tests.conftest import PYTHON, REPO, subprocess_env
+from tests.reliability.figures import report
 
 LONG = os.environ.get("LEDGER_RELIABILITY") == "long"
 SEED = int(os.environ.get("LEDGER_RELIABILITY_SEED", "20240917"))
 PROCESSES, RECORDS, KILLS = (16, 500, 40) if LONG else (4, 100, 6)
 DEADLINE = 1200.0 if LONG else 120.0  # the whole soak; a deadlock fails instead of hanging
 POLL = 0.002
-
-
-def report(figures: dict[str, Any]) -> None:
-    """Print the figures on one ``reliability:`` line and append them to the report file."""
-    print("\nreliability: " + " ".join(f"{key}={value}" for key, value in figures.items()))
-    path = os.environ.get("LEDGER_RELIABILITY_REPORT")
-    if path:
-        with open(path, "a", encoding="utf-8") as out:
-            out.write(json.dumps(figures) + "\n")
 
 
 # --------------------------------------------------------------------------- the child

@@ -50,6 +50,7 @@ from ledger import effects as fx
 from ledger._records import chain_hash
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from tests.conftest import PYTHON, REPO, fs_ref, op, require_tool, sha, subprocess_env
+from tests.reliability.figures import report
 
 SQLITE3 = shutil.which("sqlite3")
 
@@ -114,19 +115,16 @@ def _report() -> Iterator[None]:
     started = time.monotonic()
     yield
     figures = {"test": "tamper", **FIGURES, "seconds": round(time.monotonic() - started, 1)}
-    print(
-        f"\nreliability: tamper cases={figures['cases']} detected={figures['detected']} "
+    report(
+        figures,
+        f"tamper cases={figures['cases']} detected={figures['detected']} "
         f"missed={figures['missed']} (verify {figures['verify_detected']}, "
         f"load {figures['load_detected']}; unchanged edits {figures['unchanged_edits']}, "
         f"untouched runs flagged {figures['untouched_runs_flagged']}) "
         f"anchor {figures['anchor_detected']}/{figures['anchor_cases']} "
         f"recipe9 {figures['recipe9_named']}/{figures['recipe9_cases']} "
-        f"in {figures['seconds']}s"
+        f"in {figures['seconds']}s",
     )
-    report = os.environ.get("LEDGER_RELIABILITY_REPORT")
-    if report:
-        with Path(report).open("a", encoding="utf-8") as f:
-            f.write(json.dumps(figures) + "\n")
 
 
 # --------------------------------------------------------------------------- the store
