@@ -568,10 +568,6 @@ def _fingerprint(db: Path) -> tuple[int, int, int, int, int]:
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, wal_size(db))
 
 
-class _StoreChangedError(Exception):
-    """The store changed under an immutable read: its result cannot be trusted."""
-
-
 def check_readable(directory: Path) -> _trust.Checked:
     """The reader's checks on a store (see :mod:`ledger._trust`): refuse, or say what was seen."""
     db = directory / _paths.DB_NAME
