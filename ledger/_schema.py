@@ -589,14 +589,3 @@ def install_derived(connection: Connection) -> None:
 
 def _indexes() -> dict[str, Index]:
     return {str(index.name): index for table in metadata.tables.values() for index in table.indexes}
-
-
-def missing_derived(connection: Connection) -> list[str]:
-    """Names of the triggers, views and indexes the store should have but does not."""
-    present = {
-        name
-        for (name,) in connection.exec_driver_sql(
-            "SELECT name FROM sqlite_master WHERE type IN ('trigger', 'view', 'index')"
-        )
-    }
-    return sorted((set(SQLITE_TRIGGERS) | set(VIEWS) | set(_indexes())) - present)
