@@ -21,11 +21,11 @@ demo: $(STAMP)
 	$(BIN)/ledger demo --store .demo/store
 
 docs: $(STAMP)
-	$(BIN)/python -m ledger._clidoc > docs/cli.md.tmp && mv docs/cli.md.tmp docs/cli.md
+	$(BIN)/python -m tools.clidoc > docs/cli.md.tmp && mv docs/cli.md.tmp docs/cli.md
 
 lint: $(STAMP)
-	$(BIN)/ruff check ledger tests migrations
-	$(BIN)/ruff format --check ledger tests migrations
+	$(BIN)/ruff check ledger tests migrations tools
+	$(BIN)/ruff format --check ledger tests migrations tools
 	$(BIN)/mypy
 
 tools:

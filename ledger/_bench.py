@@ -227,7 +227,7 @@ def _scale(
         return sum(n for found in runs.values() for _, n in found)
 
     say(f"building runs of {small} and {big} records")
-    built(builds, f"{plan.repeats} runs of {small} and one of {big}", make_runs)
+    built(builds, f"{plan.repeats} runs of {small} and one of {big}", runs_dir, make_runs)
     stores = {_label(_SMALL_STORE): _SMALL_STORE, _label(plan.big_store): plan.big_store}
     targets: dict[str, list[str]] = {}
     for label, records in stores.items():
@@ -237,7 +237,7 @@ def _scale(
             targets[label], written = build_store(scratch / f"store_{label}", records, plan.repeats)
             return written
 
-        stores[label] = built(builds, f"store of {label}", make_store)
+        stores[label] = built(builds, f"store of {label}", scratch / f"store_{label}", make_store)
 
     say("assess and recover_interrupted on loaded runs")
     with contextlib.ExitStack() as stack:

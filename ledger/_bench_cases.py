@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger import effects as fx
-from ledger._store import synchronous_off
+from ledger._store import unsynchronised
 from ledger.effect_log import (
     ClaimRequest,
     EffectLog,
@@ -251,15 +251,15 @@ class CpuOff:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.next = 0
-        with synchronous_off(), EffectLog(new_run_id(), directory) as log:
+        with unsynchronised(directory), EffectLog(new_run_id(), directory) as log:
             _warm_log(log, "w")
             # Held open, so that closing the last log neither checkpoints nor deletes the WAL.
             self.keeper = sqlite3.connect(log.path, check_same_thread=False)
             self.keeper.execute("SELECT count(*) FROM sqlite_master").fetchone()
 
     def chunk(self, count: int) -> list[int]:
-        # synchronous_off reaches the connections opened inside it: the log lives there.
-        with synchronous_off(), EffectLog(new_run_id(), self.directory) as log:
+        # A log opened inside unsynchronised is OFF for as long as it is open.
+        with unsynchronised(self.directory), EffectLog(new_run_id(), self.directory) as log:
             _claim(log, "first", _ref(0))  # opens the store and records the run
             self.next += count
             refs = {i: _ref(i) for i in range(self.next - count, self.next)}
@@ -420,10 +420,10 @@ def unsettle(log: EffectLog, prefix: str, count: int) -> None:
     log.claim_many(_request(f"{prefix}{i}", _ref(i, "/bench/u")) for i in range(count))
 
 
-def built(builds: list[dict[str, Any]], name: str, make: Callable[[], int]) -> int:
-    """Build without fsync, to save time; every measurement on it runs with FULL."""
+def built(builds: list[dict[str, Any]], name: str, directory: Path, make: Callable[[], int]) -> int:
+    """Build the store in ``directory`` without fsync, to save time; it is measured FULL."""
     start = time.perf_counter()
-    with synchronous_off():
+    with unsynchronised(directory):
         records = make()
     os.sync()  # the build's dirty pages must not reach the disk during the measurements
     builds.append(

@@ -28,6 +28,7 @@ from sqlalchemy import Connection
 from ledger import _records
 from ledger._chain import GENESIS
 from ledger._inspect import resolve_run
+from ledger._records import RUN_ID as _RUN_ID
 from ledger._store import acquire, read, release
 from ledger.effects import (
     EffectClaim,
@@ -44,7 +45,6 @@ _TYPES: dict[str, type[EffectClaim | EffectOutcome | Observation]] = {
     "outcome": EffectOutcome,
     "observation": Observation,
 }
-_RUN_ID = re.compile(r"[0-9a-f]{32}")
 
 
 class ImportRefusedError(ValueError):

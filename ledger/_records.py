@@ -7,6 +7,7 @@ triggers dropped) makes loading fail closed instead of being believed.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -55,6 +56,10 @@ from ledger.effects import (
     ResourceRef,
     check_history,
 )
+
+# What new_run_id makes and the runs table's CHECK accepts: every run id taken from a
+# caller or a file name is held to it before it reaches the store.
+RUN_ID = re.compile(r"[0-9a-f]{32}")
 
 # --------------------------------------------------------------------------- writes
 

@@ -430,7 +430,8 @@ def _sqlite_triggers() -> dict[str, str]:
 # effect_status computes each claim's verdict by correlated lookups that follow the
 # indexes (by run and effect, by run and resource), so that asking for one run or one
 # effect reads only the rows the rules consult, never the whole store. The rules are
-# ASSESS.md's; tests/test_view.py holds this view to ledger.effects.assess.
+# those of docs/concepts.md#verdicts; tests/test_view.py holds this view to
+# ledger.effects.assess.
 
 # Whether another claim c2 (through its scope row sc) may still land an effect after the
 # observation ob: claimed after it, or not terminally settled before it; and not
@@ -588,14 +589,3 @@ def install_derived(connection: Connection) -> None:
 
 def _indexes() -> dict[str, Index]:
     return {str(index.name): index for table in metadata.tables.values() for index in table.indexes}
-
-
-def missing_derived(connection: Connection) -> list[str]:
-    """Names of the triggers, views and indexes the store should have but does not."""
-    present = {
-        name
-        for (name,) in connection.exec_driver_sql(
-            "SELECT name FROM sqlite_master WHERE type IN ('trigger', 'view', 'index')"
-        )
-    }
-    return sorted((set(SQLITE_TRIGGERS) | set(VIEWS) | set(_indexes())) - present)

@@ -49,23 +49,10 @@ T = TypeVar("T")
 BUSY_TIMEOUT_MS = 60_000
 READ_ONLY = "ledger_read_only"
 
-# FULL, always; only the benchmark lowers it (see synchronous_off) to take the disk out.
-_synchronous = 2
-
-
-@contextlib.contextmanager
-def synchronous_off() -> Iterator[None]:
-    """Open connections with ``synchronous=OFF`` inside the block: for ``ledger bench`` only.
-
-    It measures the library's own CPU cost with the disk taken out. Nothing is durable
-    in a store opened so; never use it for real work.
-    """
-    global _synchronous  # noqa: PLW0603 - a process-wide switch, for one measurement
-    _synchronous = 0
-    try:
-        yield
-    finally:
-        _synchronous = 2
+# PRAGMA synchronous levels. FULL, always, but for the scratch stores of ``ledger bench``
+# (see unsynchronised), which is the one caller that may take the disk out.
+FULL = 2
+OFF = 0
 
 
 @contextlib.contextmanager
@@ -233,14 +220,16 @@ def _wal(cursor: sqlite3.Cursor) -> Any:
         pause = min(pause * 2, 0.05)
 
 
-def _on_connect(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+def _on_connect(
+    dbapi_connection: Any, _record: ConnectionPoolEntry, synchronous: int = FULL
+) -> None:
     # SQLAlchemy emits BEGIN itself (see _on_begin); pysqlite must not.
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         mode = _wal(cursor)
-        cursor.execute(f"PRAGMA synchronous = {_synchronous}")
+        cursor.execute(f"PRAGMA synchronous = {synchronous}")
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.execute("PRAGMA recursive_triggers = ON")
         # The guards check each record's hash with sha3(), as the stock shell has it. A
@@ -252,7 +241,7 @@ def _on_connect(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
         cursor.execute("PRAGMA trusted_schema = ON")
         readings = {
             "journal_mode": (str(mode[0]).lower() if mode else None, "wal"),
-            "synchronous": (cursor.execute("PRAGMA synchronous").fetchone()[0], _synchronous),
+            "synchronous": (cursor.execute("PRAGMA synchronous").fetchone()[0], synchronous),
             "foreign_keys": (cursor.execute("PRAGMA foreign_keys").fetchone()[0], 1),
         }
     finally:
@@ -330,10 +319,14 @@ def _foreign_keys_off(conn: Connection) -> Iterator[None]:
 
 
 class Store:
-    """One database file, shared by every log of this process that writes to it."""
+    """One database file, shared by every log of this process that writes to it.
 
-    def __init__(self, directory: Path) -> None:
+    ``synchronous`` is FULL but for the stores :func:`unsynchronised` lets the bench open.
+    """
+
+    def __init__(self, directory: Path, *, synchronous: int = FULL) -> None:
         self.directory = directory
+        self.synchronous = synchronous
         self.path = directory / _paths.DB_NAME
         self.write_lock = _FairLock()
         self.engine: Engine | None = None
@@ -356,7 +349,9 @@ class Store:
                 max_overflow=8,
                 pool_timeout=BUSY_TIMEOUT_MS / 1000,
             )
-            event.listen(engine, "connect", _on_connect)
+            event.listen(
+                engine, "connect", functools.partial(_on_connect, synchronous=self.synchronous)
+            )
             event.listen(engine, "begin", _on_begin)
             self.engine = engine
         return self.engine
@@ -573,10 +568,6 @@ def _fingerprint(db: Path) -> tuple[int, int, int, int, int]:
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, wal_size(db))
 
 
-class _StoreChangedError(Exception):
-    """The store changed under an immutable read: its result cannot be trusted."""
-
-
 def check_readable(directory: Path) -> _trust.Checked:
     """The reader's checks on a store (see :mod:`ledger._trust`): refuse, or say what was seen."""
     db = directory / _paths.DB_NAME
@@ -647,6 +638,7 @@ def _read_once(uri: str, query: Callable[[Connection], T]) -> T:
 
 _registry_lock = threading.Lock()
 _registry: dict[Path, Store] = {}
+_unsynchronised: set[Path] = set()  # directories whose next Store is OFF; see unsynchronised
 
 
 def acquire(directory: Path) -> Store:
@@ -655,7 +647,8 @@ def acquire(directory: Path) -> Store:
     with _registry_lock:
         store = _registry.get(key)
         if store is None:
-            store = _registry[key] = Store(key)
+            level = OFF if key in _unsynchronised else FULL
+            store = _registry[key] = Store(key, synchronous=level)
         store.users += 1
         return store
 
@@ -665,8 +658,39 @@ def release(store: Store) -> None:
     with _registry_lock:
         store.users -= 1
         if store.users <= 0:
-            _registry.pop(store.directory, None)
+            # An unsynchronised store may already have left the registry to a FULL one.
+            if _registry.get(store.directory) is store:
+                del _registry[store.directory]
             store.dispose()
+
+
+@contextlib.contextmanager
+def unsynchronised(directory: Path) -> Iterator[None]:
+    """The store of ``directory``, opened inside the block, is ``synchronous=OFF``: for the bench.
+
+    A log takes its store at ``load`` or at its first write; one that takes it inside
+    the block writes OFF for as long as it is open. ``ledger bench`` uses it on the
+    scratch stores it creates, to measure the library's own cost with the disk taken
+    out, and to build large stores faster.
+    Nothing written so is durable. It is scoped to that one directory and to the block,
+    never a switch of the process: every other store, opened meanwhile or later, is
+    FULL. At the end the directory's store leaves the registry, so a log opened on it
+    later gets a FULL store of its own even while one opened inside is still open. A
+    directory whose store is already open is refused: its logs would share a FULL store.
+    """
+    key = directory.absolute()
+    with _registry_lock:
+        if key in _registry or key in _unsynchronised:
+            raise RuntimeError(f"the store {key} is already open")
+        _unsynchronised.add(key)
+    try:
+        yield
+    finally:
+        with _registry_lock:
+            _unsynchronised.discard(key)
+            store = _registry.get(key)
+            if store is not None and store.synchronous != FULL:
+                del _registry[key]
 
 
 _abandoned: list[Any] = []

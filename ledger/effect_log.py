@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import re
 import secrets
 import sqlite3
 import threading
@@ -43,6 +42,7 @@ from ledger._errors import EffectPersistenceError, StoreTamperedError
 from ledger._index import RunIndex
 from ledger._owner import Writer
 from ledger._paths import effects_dir
+from ledger._records import RUN_ID as _RUN_ID
 from ledger._store import Store, acquire, release, translate
 from ledger.effects import (
     Assessment,
@@ -73,8 +73,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("ledger")
-
-_RUN_ID = re.compile(r"[0-9a-f]{32}")
 
 _Record = EffectClaim | EffectOutcome | Observation
 

@@ -117,10 +117,6 @@ class InvalidTypeError(TypeError, ValueError):
     """
 
 
-def _wrong(field: str, expected: str, value: object) -> InvalidTypeError:
-    return InvalidTypeError(f"{field} must be {expected}, not {type(value).__name__}")
-
-
 _E = TypeVar("_E", bound=enum.Enum)
 
 

@@ -1,4 +1,4 @@
-"""``fx.assess``: one test per rule of ASSESS.md, the worked example, and properties."""
+"""``fx.assess``: one test per verdict rule (docs/concepts.md), a worked example, and properties."""
 
 from __future__ import annotations
 
@@ -766,7 +766,7 @@ def test_unresolved_impact_truth_table(
 
 
 def test_worked_example() -> None:
-    """The ASSESS.md worked example: verified, made stale by a new claim, recovered, re-verified."""
+    """A worked example: verified, made stale by a new claim, recovered, re-verified."""
     e1 = claim("e1", 1)
     step1 = (e1, outcome("e1", 2, SUCCESS, POSSIBLE), seen("o1", 3))
     h1 = history(*step1)
@@ -877,7 +877,7 @@ def valid_histories(draw: st.DrawFn) -> fx.History:
 
 
 def _model(c: fx.EffectClaim, h: fx.History) -> fx.Assessment:
-    """ASSESS.md transcribed literally, as an independent oracle."""
+    """The verdict rules of docs/concepts.md transcribed literally, as an independent oracle."""
 
     def current(effect_id: str) -> fx.EffectOutcome | None:
         outs = [o for o in h.outcomes if o.effect_id == effect_id]
@@ -992,6 +992,6 @@ def test_assess_is_pure_and_total(h: fx.History) -> None:
 @settings(deadline=None, max_examples=150)
 @given(h=valid_histories())
 def test_assess_matches_the_written_rules(h: fx.History) -> None:
-    """For every claim of any valid history, assess agrees with a literal transcription of ASSESS.md."""
+    """For every claim of any valid history, assess agrees with a literal transcription of its rules."""
     for c in h.claims:
         assert fx.assess(c, h) == _model(c, h)

@@ -15,10 +15,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from ledger import _bench
+from ledger import _bench, _bench_cases
+from ledger._store import unsynchronised
 from ledger.cli import main
+from ledger.effect_log import EffectLog, new_run_id
 
-from .conftest import PYTHON, subprocess_env
+from .conftest import PYTHON, op, subprocess_env
 
 LATENCY = ["raw", "jsonl", "claim", "claim_outcome", "claim_many8", "raw_off", "cpu_off"]
 CONCURRENCY = ["threads1", "threads8", "threads8_shared", "processes4"]
@@ -222,3 +224,64 @@ def test_default_directory_is_beside_the_default_store(tmp_path, monkeypatch) ->
     assert _bench.default_directory() == tmp_path
     (tmp_path / "state").mkdir()
     assert _bench.default_directory() == tmp_path / "state"
+
+
+# --------------------------------------------------------------------------- synchronous=OFF
+
+
+def _synchronous(log: EffectLog) -> int:
+    """PRAGMA synchronous on the connection the log's records are written on."""
+    log.claim(
+        effect_id=f"e{len(log.history().claims)}", action_id="a", operation=op(), impact_scope=[]
+    )
+    assert log._store is not None
+    level: int = log._store._connection().execute("PRAGMA synchronous").fetchone()[0]
+    return level
+
+
+def test_only_the_bench_store_is_off_while_its_block_runs(tmp_path) -> None:
+    """Inside the bench's OFF block, a store in another directory opens FULL (2), its own OFF (0)."""
+    with unsynchronised(tmp_path / "bench"), EffectLog(new_run_id(), tmp_path / "bench") as off:
+        with EffectLog(new_run_id(), tmp_path / "other") as other:
+            assert _synchronous(other) == 2
+        assert _synchronous(off) == 0
+        with EffectLog(new_run_id(), tmp_path / "bench") as sharing:
+            assert _synchronous(sharing) == 0  # the same store, opened inside the block
+
+
+def test_a_log_opened_after_the_block_is_full_while_an_off_one_stays_open(tmp_path) -> None:
+    """After the block, even on the bench's directory and with its OFF log open, a new log is FULL."""
+    directory = tmp_path / "bench"
+    with unsynchronised(directory):
+        off = EffectLog(new_run_id(), directory)
+        assert _synchronous(off) == 0  # a log takes its store at its first write
+    try:
+        with EffectLog(new_run_id(), directory) as later:
+            assert _synchronous(later) == 2
+        assert _synchronous(off) == 0
+    finally:
+        off.close()
+    with EffectLog(new_run_id(), directory) as after:
+        assert _synchronous(after) == 2
+
+
+def test_an_open_store_cannot_be_made_off(tmp_path) -> None:
+    """A directory whose store is already open is refused: its logs would not be OFF."""
+    with EffectLog(new_run_id(), tmp_path / "store") as log:
+        log.claim(effect_id="e0", action_id="a", operation=op(), impact_scope=[])
+        with pytest.raises(RuntimeError, match="already open"), unsynchronised(log.directory):
+            pass
+        assert _synchronous(log) == 2
+
+
+def test_stores_opened_beside_and_after_the_cpu_off_case_are_full(tmp_path) -> None:
+    """The real cpu_off case runs OFF; stores opened beside it, or after it on its directory, are FULL."""
+    off = _bench_cases.CpuOff(tmp_path / "store_off")
+    try:
+        with EffectLog(new_run_id(), tmp_path / "store") as beside:
+            assert len(off.chunk(3)) == 3
+            assert _synchronous(beside) == 2
+        with EffectLog(new_run_id(), tmp_path / "store_off") as after:
+            assert _synchronous(after) == 2
+    finally:
+        off.keeper.close()

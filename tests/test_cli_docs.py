@@ -1,6 +1,6 @@
 """docs/cli.md: generated from the click commands, complete, and true to what `ledger` prints.
 
-The reference is produced by ``ledger._clidoc`` (``make docs``). These tests check that
+The reference is produced by ``tools.clidoc`` (``make docs``). These tests check that
 the file is current, that every command and option has its place in it, and that the
 JSON shapes it documents (tables of keys and types, and an example per command) are
 exactly what the installed console script prints for a small real store.
@@ -20,17 +20,17 @@ from typing import Any
 import click
 import pytest
 
-from ledger import _clidoc
 from ledger import effects as fx
 from ledger.cli import main
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.resources import FilesystemRoot
+from tools import clidoc
 
 from .conftest import PYTHON, REPO, file_ref, op, sha, subprocess_env
 
 LEDGER = Path(PYTHON).with_name("ledger")
 DOC_PATH = REPO / "docs" / "cli.md"
-STALE = "docs/cli.md is stale: run `make docs` (python -m ledger._clidoc > docs/cli.md)"
+STALE = "docs/cli.md is stale: run `make docs` (python -m tools.clidoc > docs/cli.md)"
 PRIMITIVES: dict[str, type] = {
     "string": str,
     "integer": int,
@@ -294,8 +294,8 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def test_reference_is_what_the_generator_produces(doc: str) -> None:
-    """docs/cli.md is exactly what `python -m ledger._clidoc` renders from the commands now."""
-    expected = _clidoc.document()
+    """docs/cli.md is exactly what `python -m tools.clidoc` renders from the commands now."""
+    expected = clidoc.document()
     if doc != expected:
         diff = difflib.unified_diff(
             doc.splitlines(keepends=True), expected.splitlines(keepends=True), "docs/cli.md", "now"
@@ -306,9 +306,9 @@ def test_reference_is_what_the_generator_produces(doc: str) -> None:
 def test_generator_prints_the_file_and_checks_it(
     doc: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`python -m ledger._clidoc` prints the file; `--check` passes on it and fails on a stale copy."""
+    """`python -m tools.clidoc` prints the file; `--check` passes on it and fails on a stale copy."""
     printed = subprocess.run(
-        [PYTHON, "-m", "ledger._clidoc"],
+        [PYTHON, "-m", "tools.clidoc"],
         capture_output=True,
         env=subprocess_env(),
         timeout=120,
@@ -316,11 +316,11 @@ def test_generator_prints_the_file_and_checks_it(
     )
     assert printed.returncode == 0, printed.stderr
     assert printed.stdout.decode() == doc, STALE
-    assert _clidoc.run(["--check", str(DOC_PATH)]) == 0
+    assert clidoc.run(["--check", str(DOC_PATH)]) == 0
     stale = tmp_path / "cli.md"
     stale.write_text(doc.replace("## ledger runs\n", "## ledger runs (old)\n"), encoding="utf-8")
     capsys.readouterr()
-    assert _clidoc.run(["--check", str(stale)]) == 1
+    assert clidoc.run(["--check", str(stale)]) == 1
     err = capsys.readouterr().err
     assert "-## ledger runs (old)" in err
     assert "make docs" in err

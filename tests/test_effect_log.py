@@ -815,8 +815,8 @@ def test_recover_interrupted_in_the_same_process(store_dir: Path, run_id: str) -
         assert again.history() == history
 
 
-def test_worked_example_of_assess_md(store_dir: Path, run_id: str, sandbox: FilesystemRoot) -> None:
-    """ASSESS.md's worked example, through EffectLog and a restart, with real files."""
+def test_worked_example_of_assess(store_dir: Path, run_id: str, sandbox: FilesystemRoot) -> None:
+    """assess's worked example (verified, stale, recovered, re-verified) through EffectLog and a restart, with real files."""
     target = sandbox.path / "a.txt"
     a = file_ref(sandbox, "a.txt")
 

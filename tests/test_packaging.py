@@ -47,7 +47,14 @@ def test_wheel_ships_migrations_and_type_marker(wheel: Path) -> None:
     assert "ledger/_migrations/env.py" in names
     assert "ledger/_migrations/versions/0001_initial.py" in names
     assert "ledger/py.typed" in names
-    assert not any(name.startswith(("tests/", "migrations/")) for name in names)
+    assert not any(name.startswith(("tests/", "migrations/", "tools/")) for name in names)
+
+
+def test_wheel_leaves_out_the_doc_generator(wheel: Path) -> None:
+    """The generator of docs/cli.md writes into the source tree: the wheel does not carry it."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert not any("clidoc" in name for name in names)
+    assert "ledger/cli.py" in names
 
 
 def test_installed_wheel_creates_a_store_outside_the_tree(wheel: Path, tmp_path: Path) -> None:

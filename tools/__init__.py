@@ -1,0 +1,1 @@
+"""Scripts run from a checkout of the repository (``make docs``); never installed."""
