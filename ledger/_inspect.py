@@ -19,7 +19,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from ledger import _liveness, _records, _schema_check
-from ledger._errors import EffectPersistenceError
+from ledger.errors import EffectPersistenceError
 from ledger._owner import Writer
 from ledger._schema import with_views
 from ledger._store import head_revision, known_revisions, read

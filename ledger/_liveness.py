@@ -35,7 +35,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from ledger._errors import EffectPersistenceError
+from ledger.errors import EffectPersistenceError
 from ledger._store import check_directory
 
 LOCK_NAME = "ledger.lock"

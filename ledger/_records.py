@@ -29,7 +29,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 from ledger import _chain
 from ledger._commit import Step, landed
-from ledger._errors import EffectPersistenceError
+from ledger.errors import EffectPersistenceError
 from ledger._owner import Writer
 from ledger._schema import (
     claims,

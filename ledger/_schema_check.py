@@ -29,7 +29,7 @@ from sqlalchemy import Column, MetaData, PrimaryKeyConstraint, String, Table
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from ledger._errors import EffectPersistenceError, StoreTamperedError
+from ledger.errors import EffectPersistenceError, StoreTamperedError
 from ledger._schema import SQLITE_TRIGGERS, VIEWS, metadata
 
 Kind = Literal["table", "index", "trigger", "view"]

@@ -40,7 +40,7 @@ from sqlalchemy.pool import ConnectionPoolEntry, NullPool
 from ledger import _paths, _schema_check, _trust
 from ledger._chain import sha3
 from ledger._commit import GroupCommit, Job, Step
-from ledger._errors import EffectPersistenceError
+from ledger.errors import EffectPersistenceError
 
 log = logging.getLogger("ledger")
 

@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from ledger._errors import EffectPersistenceError
+from ledger.errors import EffectPersistenceError
 
 # The files of a store beside its database, by suffix. SQLite opens all of them.
 SIDECARS = ("-wal", "-shm")

@@ -39,7 +39,7 @@ from typing import Self
 from ledger import _liveness, _paths, _records
 from ledger._chain import GENESIS
 from ledger._commit import acquire_uninterrupted, wait_for_gate
-from ledger._errors import EffectPersistenceError, StoreTamperedError
+from ledger.errors import EffectPersistenceError, StoreTamperedError
 from ledger._index import RunIndex
 from ledger._owner import Writer
 from ledger._paths import effects_dir

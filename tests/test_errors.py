@@ -12,7 +12,7 @@ import sqlalchemy.exc
 from alembic import command
 from alembic.util import CommandError
 
-from ledger._errors import EffectPersistenceError
+from ledger.errors import EffectPersistenceError
 from ledger._store import Store, alembic_config, storage_errors
 from ledger.effect_log import EffectPersistenceError as PublicError
 
