@@ -39,7 +39,6 @@ from typing import Self
 from ledger import _liveness, _paths, _records
 from ledger._chain import GENESIS
 from ledger._commit import acquire_uninterrupted, wait_for_gate
-from ledger.errors import EffectPersistenceError, StoreTamperedError
 from ledger._index import RunIndex
 from ledger._owner import Writer
 from ledger._paths import effects_dir
@@ -61,6 +60,12 @@ from ledger.effects import (
     assess,
     check_identifier,
     utc_now,
+)
+from ledger.errors import (
+    EffectPersistenceError,
+    LogDegradedError,
+    RunHeldError,
+    StoreTamperedError,
 )
 
 __all__ = [
@@ -261,7 +266,7 @@ class EffectLog:
         if self._lease is not None and self._lease.held:
             return None
         if self._lease_missed:
-            return EffectPersistenceError(
+            return RunHeldError(
                 f"{action}: another process was recovering run {self._run_id} when this log "
                 "loaded it, so what it loaded may be stale; load the run again"
             )
@@ -274,7 +279,7 @@ class EffectLog:
         except EffectPersistenceError as e:
             return translate(action, e)
         if lease is None:
-            return EffectPersistenceError(
+            return RunHeldError(
                 f"{action}: another process is recovering run {self._run_id}; "
                 "nothing was written: load the run again once it is done"
             )
@@ -782,7 +787,7 @@ class EffectLog:
         with self._cond:
             self._check_open()
             if self._degraded:
-                raise EffectPersistenceError(
+                raise LogDegradedError(
                     f"run {self._run_id} is degraded: recovery would write past a lost record"
                 )
             while self._leading or self._queue:  # let records in flight land first
@@ -807,7 +812,7 @@ class EffectLog:
                 for i, claim in enumerate(unanswered, start=1)
             )
             if self._lease_missed:
-                raise EffectPersistenceError(
+                raise RunHeldError(
                     f"cannot recover run {self._run_id}: another process was recovering it "
                     "when this log loaded it; load the run again"
                 )
@@ -827,7 +832,7 @@ class EffectLog:
         except EffectPersistenceError as e:
             raise translate(f"cannot recover run {self._run_id}", e) from e
         if exclusive is None and not force:
-            raise EffectPersistenceError(
+            raise RunHeldError(
                 f"cannot recover run {self._run_id}: another live process has it loaded, "
                 "and recovering it would break that process; close it there, or stop it"
             )
@@ -929,7 +934,7 @@ class _RecoveryCheck:
         _records.set_writer(cursor, self.run_id, Writer.current(), self.now)
         durable = _records.durable_seq(cursor, self.run_id)
         if durable != self.base:
-            raise EffectPersistenceError(
+            raise RunHeldError(
                 f"run {self.run_id} holds records up to seq {durable} where this log "
                 f"knows {self.base}: another writer touched it; load it again"
             )
@@ -940,7 +945,7 @@ def _renumber(record: _Record, seq: int) -> _Record:
     return record if record.seq == seq else dataclasses.replace(record, seq=seq)
 
 
-def _degraded_error(run_id: str) -> EffectPersistenceError:
-    return EffectPersistenceError(
+def _degraded_error(run_id: str) -> LogDegradedError:
+    return LogDegradedError(
         f"run {run_id} is degraded: an earlier record was not persisted, so no new effect may start"
     )

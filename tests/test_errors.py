@@ -12,9 +12,9 @@ import sqlalchemy.exc
 from alembic import command
 from alembic.util import CommandError
 
-from ledger.errors import EffectPersistenceError
 from ledger._store import Store, alembic_config, storage_errors
 from ledger.effect_log import EffectPersistenceError as PublicError
+from ledger.errors import EffectPersistenceError
 
 
 def _subclasses(root: type[BaseException]) -> list[type[BaseException]]:
