@@ -17,7 +17,8 @@ row) and :meth:`EffectLog.recover_interrupted` marks every claim that never got
 an outcome as INTERRUPTED with POSSIBLE impact.
 
 Errors: ``ValueError`` / ``TypeError`` for the caller's mistakes, raised before
-anything is written; :class:`EffectPersistenceError` for storage trouble.
+anything is written; :class:`EffectPersistenceError` for storage trouble (its leaves,
+which say what kind, are in :mod:`ledger.errors`).
 """
 
 from __future__ import annotations
@@ -776,7 +777,7 @@ class EffectLog:
         returns ``()``. Finds the claims through the log's index, not by reading
         the run again.
 
-        Refused with :class:`EffectPersistenceError` while another live process has the
+        Refused with :class:`~ledger.errors.RunHeldError` while another live process has the
         run loaded (its lock is held; see docs/storage.md, "Liveness"): recovering
         under a worker would break it. Logs of this process do not count.
         """
