@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from sqlite3 import Connection, Cursor
 from typing import Any
 
-from ledger._errors import EffectPersistenceError, StoreTamperedError
+from ledger.errors import EffectPersistenceError, StoreTamperedError
 
 # One statement and the rows to run it with, in order.
 Step = tuple[str, list[tuple[Any, ...]]]

@@ -1,36 +1,31 @@
-"""The library's errors.
+"""The library's errors, under the private name they were first imported by.
 
-Two kinds of trouble, two roots::
-
-    ValueError / TypeError      the caller's mistake, raised before anything is written
-    EffectPersistenceError      the store could not do what was asked: it is missing,
-                                refused, corrupt, full, locked too long, or it holds a
-                                record that does not validate
-        StoreTamperedError      its schema is not the library's, or a row it was given
-                                did not land
-
-Every SQLAlchemy, sqlite3, Alembic and OS error met while touching a store is
-translated into :class:`EffectPersistenceError` in one place
-(:func:`ledger._store.storage_errors`), chained with ``from`` so the cause stays
-visible.
+They live in :mod:`ledger.errors`, where the tree is drawn; this module only re-exports
+them so that code importing ``ledger._errors`` keeps working.
 """
 
 from __future__ import annotations
 
-__all__ = ["EffectPersistenceError", "StoreTamperedError"]
+from ledger.errors import (
+    EffectPersistenceError,
+    LogDegradedError,
+    RunExistsError,
+    RunHeldError,
+    SchemaTooNewError,
+    StoreCorruptError,
+    StoreFileRefusedError,
+    StoreTamperedError,
+    StoreUnavailableError,
+)
 
-
-class EffectPersistenceError(Exception):
-    """The store could not persist or load records; nothing half-done is believed."""
-
-
-class StoreTamperedError(EffectPersistenceError):
-    """The store does not behave as its schema promises: it was tampered with.
-
-    A row that an insert did not write (a trigger that is not the library's dropped it),
-    or a schema holding objects the library did not install. A log that meets it
-    degrades: nothing more is written to a store that may be lying.
-    """
-
-
-EffectPersistenceError.__module__ = "ledger.effect_log"
+__all__ = [
+    "EffectPersistenceError",
+    "LogDegradedError",
+    "RunExistsError",
+    "RunHeldError",
+    "SchemaTooNewError",
+    "StoreCorruptError",
+    "StoreFileRefusedError",
+    "StoreTamperedError",
+    "StoreUnavailableError",
+]

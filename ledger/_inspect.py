@@ -19,12 +19,12 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from ledger import _liveness, _records, _schema_check
-from ledger._errors import EffectPersistenceError
 from ledger._owner import Writer
 from ledger._schema import with_views
 from ledger._store import head_revision, known_revisions, read
 from ledger.effect_log import EffectLog
 from ledger.effects import Assessment, EffectOutcome, History, assess
+from ledger.errors import EffectPersistenceError
 
 _HEX = re.compile(r"[0-9a-f]{1,32}")
 VERDICTS = ("pending", "unverified", "contradicted", "verified", "failed")

@@ -35,8 +35,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from ledger._errors import EffectPersistenceError
-from ledger._store import check_directory
+from ledger._store import check_directory, classify
+from ledger.errors import StoreFileRefusedError
 
 LOCK_NAME = "ledger.lock"
 
@@ -182,9 +182,7 @@ def _key(directory: Path) -> tuple[int, int]:
     try:
         st = directory.stat()
     except OSError as e:
-        raise EffectPersistenceError(
-            f"cannot lock runs of the store {directory}: {e.strerror or e}"
-        ) from e
+        raise classify(e)(f"cannot lock runs of the store {directory}: {e.strerror or e}") from e
     return st.st_dev, st.st_ino
 
 
@@ -246,15 +244,15 @@ def _lock(lock_file: _LockFile, offset: int, command: int) -> bool:
     except OSError as e:
         if e.errno in (errno.EAGAIN, errno.EACCES):
             return False  # another process holds it
-        raise EffectPersistenceError(f"cannot lock {lock_file.path}: {e.strerror or e}") from e
+        raise classify(e)(f"cannot lock {lock_file.path}: {e.strerror or e}") from e
     return True
 
 
 # --------------------------------------------------------------------------- the file
 
 
-def _refuse(path: Path, problem: str) -> EffectPersistenceError:
-    return EffectPersistenceError(
+def _refuse(path: Path, problem: str) -> StoreFileRefusedError:
+    return StoreFileRefusedError(
         f"lock file {path} {problem}; remove it while no worker uses the store "
         "(the library creates it again)"
     )
@@ -274,7 +272,7 @@ def _open(directory: Path) -> _LockFile:
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise _refuse(path, "is a symlink") from e
-        raise EffectPersistenceError(f"cannot open the lock file {path}: {e.strerror or e}") from e
+        raise classify(e)(f"cannot open the lock file {path}: {e.strerror or e}") from e
     try:
         _check(path, os.fstat(fd), owner)
     except BaseException:
@@ -338,7 +336,7 @@ def refuse_network_fs(directory: Path, mountinfo: str | None = None) -> None:
     """Refuse a store on a network file system, where locks do not prove a process lives."""
     kind = file_system(directory, mountinfo)
     if kind is not None and (kind in NETWORK_FS or kind.split(".")[0] in NETWORK_FS):
-        raise EffectPersistenceError(
+        raise StoreFileRefusedError(
             f"store directory {directory} is on a {kind} file system, whose locks cannot "
             "tell whether a worker lives (nor does SQLite's WAL work there): "
             "keep the store on a local disk"

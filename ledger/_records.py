@@ -30,7 +30,6 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 from ledger import _chain
 from ledger._commit import Step, landed
-from ledger._errors import EffectPersistenceError
 from ledger._owner import Writer
 from ledger._schema import (
     claims,
@@ -56,6 +55,7 @@ from ledger.effects import (
     ResourceRef,
     check_history,
 )
+from ledger.errors import RunExistsError, StoreCorruptError
 
 # What new_run_id makes and the runs table's CHECK accepts: every run id taken from a
 # caller or a file name is held to it before it reaches the store.
@@ -262,7 +262,7 @@ def start_run(cursor: sqlite3.Cursor, run_id: str, now: str, *, continuing: bool
         cursor.execute(_INSERT_RUN.sql, _INSERT_RUN.params({"run_id": run_id, "created_at": now}))
         landed(cursor.rowcount, 1, _INSERT_RUN.sql)
     elif not continuing:
-        raise EffectPersistenceError(
+        raise RunExistsError(
             f"run {run_id} already exists in the store; use EffectLog.load to continue it"
         )
 
@@ -451,7 +451,7 @@ def load_run(conn: Connection, run_id: str) -> tuple[History, str]:
         if history.records() and not run_exists(conn, run_id):
             raise _InvalidRowError("the run has records but no row in runs")  # noqa: TRY301 - reported below with the others
     except (ValueError, TypeError, _InvalidRowError) as e:
-        raise EffectPersistenceError(
+        raise StoreCorruptError(
             f"run {run_id} does not validate ({where}): {e}; refusing to load it"
         ) from e
     return history, head_hash

@@ -29,8 +29,8 @@ from sqlalchemy import Column, MetaData, PrimaryKeyConstraint, String, Table
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from ledger._errors import EffectPersistenceError, StoreTamperedError
 from ledger._schema import SQLITE_TRIGGERS, VIEWS, metadata
+from ledger.errors import StoreCorruptError, StoreTamperedError
 
 Kind = Literal["table", "index", "trigger", "view"]
 What = Literal["missing", "changed", "foreign"]
@@ -311,7 +311,7 @@ def guard(cursor: Cursor, store: str) -> list[Problem]:
     """Check the schema inside a write transaction: restore what may be, refuse the rest.
 
     Returns the problems it restored (for the caller to log); raises
-    :class:`EffectPersistenceError` naming every object it will not write past.
+    :class:`StoreTamperedError` naming every object it will not write past.
     """
     problems = compare(cursor.execute(MASTER_SQL).fetchall())
     bad = [p for p in problems if refused(p)]
@@ -323,7 +323,7 @@ def guard(cursor: Cursor, store: str) -> list[Problem]:
             for statement in restore_sql(problem):
                 cursor.execute(statement)
         except sqlite3.IntegrityError as e:
-            raise EffectPersistenceError(
+            raise StoreCorruptError(
                 f"the store {store} lacks {problem.name} and its rows forbid restoring them: "
                 "it was forged or damaged (see ledger verify)"
             ) from e

@@ -1,8 +1,9 @@
 """One store on disk: its files, its engine, its transactions, its migrations.
 
 Everything that can fail because of the store passes through
-:func:`storage_errors`, the one place where SQLAlchemy, sqlite3, Alembic and OS
-errors become :class:`EffectPersistenceError`.
+:func:`storage_errors` (or :func:`translate`), where SQLAlchemy, sqlite3, Alembic and
+OS errors become :class:`EffectPersistenceError`; :func:`classify` is the one place
+that chooses which of its leaves (see :mod:`ledger.errors`).
 
 Durability is not assumed: every connection is put in WAL mode with
 ``synchronous=FULL`` and foreign keys on, and the pragmas are read back; a
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import functools
 import logging
 import os
@@ -40,7 +42,13 @@ from sqlalchemy.pool import ConnectionPoolEntry, NullPool
 from ledger import _paths, _schema_check, _trust
 from ledger._chain import sha3
 from ledger._commit import GroupCommit, Job, Step
-from ledger._errors import EffectPersistenceError
+from ledger.errors import (
+    EffectPersistenceError,
+    SchemaTooNewError,
+    StoreCorruptError,
+    StoreFileRefusedError,
+    StoreUnavailableError,
+)
 
 log = logging.getLogger("ledger")
 
@@ -63,10 +71,63 @@ def storage_errors(action: str) -> Iterator[None]:
     except EffectPersistenceError:
         raise
     except _STORAGE_ERRORS as e:
-        raise EffectPersistenceError(f"{action}: {_describe(e)}") from e
+        raise classify(e)(f"{action}: {_describe(e)}") from e
 
 
 _STORAGE_ERRORS = (sqlalchemy.exc.SQLAlchemyError, sqlite3.Error, CommandError, OSError)
+
+# SQLite's primary result codes (the low byte of an extended one) by the leaf they mean.
+_SQLITE_CORRUPT = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
+# SQLITE_BUSY, SQLITE_LOCKED (the busy timeout ran out), SQLITE_NOMEM, SQLITE_READONLY,
+# SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_PROTOCOL: the store may work later.
+_SQLITE_UNAVAILABLE = {5, 6, 7, 8, 10, 13, 14, 15}
+# For an error raised without its code (older drivers, errors built by hand).
+_SQLITE_MESSAGES = (
+    ("file is not a database", StoreCorruptError),
+    ("database disk image is malformed", StoreCorruptError),
+    ("database or disk is full", StoreUnavailableError),
+    ("database is locked", StoreUnavailableError),
+    ("database table is locked", StoreUnavailableError),
+    ("disk i/o error", StoreUnavailableError),
+    ("unable to open database file", StoreUnavailableError),
+)
+# Alembic's words for a revision its scripts do not hold: the store's is newer than ours.
+_UNKNOWN_REVISION = "can't locate revision"
+
+
+def classify(error: BaseException) -> type[EffectPersistenceError]:
+    """The leaf of :mod:`ledger.errors` that a driver, Alembic or OS ``error`` means.
+
+    :class:`EffectPersistenceError` itself when no leaf fits (a constraint the store
+    refused, a programming error inside the driver): it is still storage trouble.
+    """
+    if isinstance(error, EffectPersistenceError):
+        return type(error)
+    orig = getattr(error, "orig", None)
+    if isinstance(orig, BaseException):  # SQLAlchemy wraps the driver's error
+        return classify(orig)
+    if isinstance(error, sqlalchemy.exc.TimeoutError):  # no pooled connection came free
+        return StoreUnavailableError
+    if isinstance(error, sqlite3.Error):
+        code = getattr(error, "sqlite_errorcode", None)
+        if isinstance(code, int):
+            if code & 0xFF in _SQLITE_CORRUPT:
+                return StoreCorruptError
+            if code & 0xFF in _SQLITE_UNAVAILABLE:
+                return StoreUnavailableError
+            return EffectPersistenceError
+        text = str(error).lower()
+        return next(
+            (leaf for words, leaf in _SQLITE_MESSAGES if words in text), EffectPersistenceError
+        )
+    if isinstance(error, CommandError):
+        return (
+            SchemaTooNewError if _UNKNOWN_REVISION in str(error).lower() else EffectPersistenceError
+        )
+    if isinstance(error, OSError):
+        # O_NOFOLLOW met a symlink: the trust checks refuse those.
+        return StoreFileRefusedError if error.errno == errno.ELOOP else StoreUnavailableError
+    return EffectPersistenceError
 
 
 def translate(action: str, error: BaseException) -> BaseException:
@@ -74,7 +135,7 @@ def translate(action: str, error: BaseException) -> BaseException:
     if isinstance(error, EffectPersistenceError):
         translated = type(error)(f"{action}: {error}")  # the same kind of trouble
     elif isinstance(error, _STORAGE_ERRORS):
-        translated = EffectPersistenceError(f"{action}: {_describe(error)}")
+        translated = classify(error)(f"{action}: {_describe(error)}")
     else:
         return error  # not the store's trouble: a bug, raised as it is
     translated.__cause__ = error
@@ -91,10 +152,6 @@ def _describe(error: BaseException) -> str:
 
 
 # --------------------------------------------------------------------------- files
-
-
-def _refuse(message: str) -> EffectPersistenceError:
-    return EffectPersistenceError(message)
 
 
 def check_directory(directory: Path) -> None:
@@ -249,7 +306,7 @@ def _on_connect(
     for pragma, (actual, wanted) in readings.items():
         if actual != wanted:
             dbapi_connection.close()
-            raise EffectPersistenceError(
+            raise StoreFileRefusedError(
                 f"PRAGMA {pragma} is {actual!r} where {wanted!r} is required; refusing to write"
             )
 
@@ -308,7 +365,7 @@ def _foreign_keys_off(conn: Connection) -> Iterator[None]:
     """
     raw = conn.connection.driver_connection
     if raw is None:  # pragma: no cover - a checked-out connection always has one
-        raise EffectPersistenceError("the database connection is closed")
+        raise StoreUnavailableError("the database connection is closed")
     raw.execute("PRAGMA foreign_keys = OFF")
     try:
         yield
@@ -412,13 +469,13 @@ class Store:
                 command.upgrade(alembic_config(conn), "head")
                 broken = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
                 if broken:
-                    raise EffectPersistenceError(
+                    raise StoreCorruptError(
                         f"migrating {self.path} to {head} would break {len(broken)} foreign "
                         f"key(s), first in {broken[0][0]}; nothing was changed"
                     )
             raw = conn.connection.driver_connection
             if raw is None:  # pragma: no cover - a checked-out connection always has one
-                raise EffectPersistenceError("the database connection is closed")
+                raise StoreUnavailableError("the database connection is closed")
             self._guard_schema(raw.cursor())
             self._schema_version = _schema_version(conn)
 
@@ -449,7 +506,7 @@ class Store:
             self._held = self._engine().raw_connection()
         connection = self._held.driver_connection
         if connection is None:  # pragma: no cover - a checked-out connection has one
-            raise EffectPersistenceError("the database connection is closed")
+            raise StoreUnavailableError("the database connection is closed")
         return connection  # type: ignore[no-any-return]
 
     def _check(self) -> None:
@@ -508,7 +565,7 @@ class Store:
             with self._engine().begin() as conn:
                 raw = conn.connection.driver_connection
                 if raw is None:  # pragma: no cover - a checked-out connection has one
-                    raise EffectPersistenceError("the database connection is closed")
+                    raise StoreUnavailableError("the database connection is closed")
                 self._check_schema(raw.cursor())
                 yield conn
 
@@ -572,7 +629,7 @@ def check_readable(directory: Path) -> _trust.Checked:
     """The reader's checks on a store (see :mod:`ledger._trust`): refuse, or say what was seen."""
     db = directory / _paths.DB_NAME
     if not os.path.lexists(db):
-        raise EffectPersistenceError(f"there is no store at {directory}")
+        raise StoreUnavailableError(f"there is no store at {directory}")
     return _trust.check_store(directory, db, writer=False)
 
 

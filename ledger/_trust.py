@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from ledger._errors import EffectPersistenceError
+from ledger.errors import StoreFileRefusedError, StoreUnavailableError
 
 # The files of a store beside its database, by suffix. SQLite opens all of them.
 SIDECARS = ("-wal", "-shm")
@@ -62,19 +62,19 @@ def check_directory(directory: Path, *, writer: bool) -> os.stat_result:
 
 def _check_directory_stat(directory: Path, st: os.stat_result, *, writer: bool) -> os.stat_result:
     if stat.S_ISLNK(st.st_mode):
-        raise EffectPersistenceError(
+        raise StoreFileRefusedError(
             f"store directory {directory} is a symlink; refusing it: give the real directory"
         )
     if not stat.S_ISDIR(st.st_mode):
-        raise EffectPersistenceError(f"store directory {directory} is not a directory")
+        raise StoreFileRefusedError(f"store directory {directory} is not a directory")
     if st.st_mode & _UNSAFE_BITS:
-        raise EffectPersistenceError(
+        raise StoreFileRefusedError(
             f"store directory {directory} is writable by group or others "
             f"(mode {stat.S_IMODE(st.st_mode):04o}), so others could plant files in it; "
             f"check its files, then run: chmod go-w {directory}"
         )
     if writer and st.st_uid != os.geteuid():
-        raise EffectPersistenceError(
+        raise StoreFileRefusedError(
             f"store directory {directory} is owned by uid {st.st_uid}, not by this user "
             f"(uid {os.geteuid()}); write to it as its owner"
         )
@@ -85,21 +85,21 @@ def check_file_stat(path: Path, st: os.stat_result, *, owner: int) -> None:
     """Refuse a store file (as ``lstat`` or ``fstat`` saw it) that SQLite must not be given."""
     what = _name(path)
     if stat.S_ISLNK(st.st_mode):
-        raise EffectPersistenceError(f"{what} {path} is a symlink; refusing it")
+        raise StoreFileRefusedError(f"{what} {path} is a symlink; refusing it")
     if not stat.S_ISREG(st.st_mode):
-        raise EffectPersistenceError(f"{what} {path} is not a regular file; refusing it")
+        raise StoreFileRefusedError(f"{what} {path} is not a regular file; refusing it")
     if st.st_nlink != 1:
-        raise EffectPersistenceError(
+        raise StoreFileRefusedError(
             f"{what} {path} has {st.st_nlink} hard links; a store file must have one: "
             "remove the other links"
         )
     if st.st_mode & _UNSAFE_BITS:
-        raise EffectPersistenceError(
+        raise StoreFileRefusedError(
             f"{what} {path} is writable by group or others "
             f"(mode {stat.S_IMODE(st.st_mode):04o}); run: chmod go-w {path}"
         )
     if st.st_uid != owner:
-        raise EffectPersistenceError(
+        raise StoreFileRefusedError(
             f"{what} {path} is owned by uid {st.st_uid}, not by uid {owner} "
             "(the store's owner); refusing it"
         )
@@ -111,7 +111,7 @@ def check_file(path: Path, *, owner: int, required: bool = True) -> os.stat_resu
         st = os.lstat(path)
     except FileNotFoundError:
         if required:
-            raise EffectPersistenceError(f"database file {path} is missing") from None
+            raise StoreUnavailableError(f"database file {path} is missing") from None
         return None
     check_file_stat(path, st, owner=owner)
     return st
@@ -154,7 +154,7 @@ def _open_checked(dir_fd: int, path: Path, *, owner: int) -> int | None:
         return None
     except OSError as e:
         if path.is_symlink():
-            raise EffectPersistenceError(f"{_name(path)} {path} is a symlink; refusing it") from e
+            raise StoreFileRefusedError(f"{_name(path)} {path} is a symlink; refusing it") from e
         raise
     try:
         check_file_stat(path, os.fstat(fd), owner=owner)
@@ -211,7 +211,7 @@ def _copy_once(dir_fd: int, checked: Checked, target: Path) -> bool:
     salt_before = _wal_salt(dir_fd, wal.name)
     db_fd = _open_checked(dir_fd, db, owner=checked.owner)
     if db_fd is None:
-        raise EffectPersistenceError(f"database file {db} is missing")
+        raise StoreUnavailableError(f"database file {db} is missing")
     try:
         before = os.fstat(db_fd)
         _copy_fd(db_fd, target)
@@ -259,7 +259,7 @@ def private_copy(checked: Checked) -> Iterator[Path]:
                     with contextlib.suppress(FileNotFoundError):
                         path.unlink()
             else:
-                raise EffectPersistenceError(
+                raise StoreUnavailableError(
                     f"the store {checked.directory} kept changing while it was copied "
                     f"({_COPY_ATTEMPTS} attempts); try again"
                 )

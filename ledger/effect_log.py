@@ -17,7 +17,8 @@ row) and :meth:`EffectLog.recover_interrupted` marks every claim that never got
 an outcome as INTERRUPTED with POSSIBLE impact.
 
 Errors: ``ValueError`` / ``TypeError`` for the caller's mistakes, raised before
-anything is written; :class:`EffectPersistenceError` for storage trouble.
+anything is written; :class:`EffectPersistenceError` for storage trouble (its leaves,
+which say what kind, are in :mod:`ledger.errors`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ from typing import Self
 from ledger import _liveness, _paths, _records
 from ledger._chain import GENESIS
 from ledger._commit import acquire_uninterrupted, wait_for_gate
-from ledger._errors import EffectPersistenceError, StoreTamperedError
 from ledger._index import RunIndex
 from ledger._owner import Writer
 from ledger._paths import effects_dir
@@ -61,6 +61,12 @@ from ledger.effects import (
     assess,
     check_identifier,
     utc_now,
+)
+from ledger.errors import (
+    EffectPersistenceError,
+    LogDegradedError,
+    RunHeldError,
+    StoreTamperedError,
 )
 
 __all__ = [
@@ -259,7 +265,7 @@ class EffectLog:
         if self._lease is not None and self._lease.held:
             return None
         if self._lease_missed:
-            return EffectPersistenceError(
+            return RunHeldError(
                 f"{action}: another process was recovering run {self._run_id} when this log "
                 "loaded it, so what it loaded may be stale; load the run again"
             )
@@ -272,7 +278,7 @@ class EffectLog:
         except EffectPersistenceError as e:
             return translate(action, e)
         if lease is None:
-            return EffectPersistenceError(
+            return RunHeldError(
                 f"{action}: another process is recovering run {self._run_id}; "
                 "nothing was written: load the run again once it is done"
             )
@@ -769,7 +775,7 @@ class EffectLog:
         returns ``()``. Finds the claims through the log's index, not by reading
         the run again.
 
-        Refused with :class:`EffectPersistenceError` while another live process has the
+        Refused with :class:`~ledger.errors.RunHeldError` while another live process has the
         run loaded (its lock is held; see docs/storage.md, "Liveness"): recovering
         under a worker would break it. Logs of this process do not count.
         """
@@ -780,7 +786,7 @@ class EffectLog:
         with self._cond:
             self._check_open()
             if self._degraded:
-                raise EffectPersistenceError(
+                raise LogDegradedError(
                     f"run {self._run_id} is degraded: recovery would write past a lost record"
                 )
             while self._leading or self._queue:  # let records in flight land first
@@ -805,7 +811,7 @@ class EffectLog:
                 for i, claim in enumerate(unanswered, start=1)
             )
             if self._lease_missed:
-                raise EffectPersistenceError(
+                raise RunHeldError(
                     f"cannot recover run {self._run_id}: another process was recovering it "
                     "when this log loaded it; load the run again"
                 )
@@ -825,7 +831,7 @@ class EffectLog:
         except EffectPersistenceError as e:
             raise translate(f"cannot recover run {self._run_id}", e) from e
         if exclusive is None and not force:
-            raise EffectPersistenceError(
+            raise RunHeldError(
                 f"cannot recover run {self._run_id}: another live process has it loaded, "
                 "and recovering it would break that process; close it there, or stop it"
             )
@@ -927,7 +933,7 @@ class _RecoveryCheck:
         _records.set_writer(cursor, self.run_id, Writer.current(), self.now)
         durable = _records.durable_seq(cursor, self.run_id)
         if durable != self.base:
-            raise EffectPersistenceError(
+            raise RunHeldError(
                 f"run {self.run_id} holds records up to seq {durable} where this log "
                 f"knows {self.base}: another writer touched it; load it again"
             )
@@ -938,7 +944,7 @@ def _renumber(record: _Record, seq: int) -> _Record:
     return record if record.seq == seq else dataclasses.replace(record, seq=seq)
 
 
-def _degraded_error(run_id: str) -> EffectPersistenceError:
-    return EffectPersistenceError(
+def _degraded_error(run_id: str) -> LogDegradedError:
+    return LogDegradedError(
         f"run {run_id} is degraded: an earlier record was not persisted, so no new effect may start"
     )

@@ -13,11 +13,11 @@ from alembic import command
 from ledger import _chain, _schema_check
 from ledger import effects as fx
 from ledger._commit import GroupCommit, Job
-from ledger._errors import StoreTamperedError
 from ledger._records import prepare
 from ledger._schema import SQLITE_TRIGGERS, VIEWS
 from ledger._store import _foreign_keys_off, _on_begin, _on_connect, alembic_config, translate
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
+from ledger.errors import StoreTamperedError
 
 from .conftest import fs_ref, op
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.effect_log import EffectPersistenceError
+from ledger.errors import StoreFileRefusedError
 from tests.reliability.figures import report
 from tests.trust_helpers import (
     DB,
@@ -117,7 +117,7 @@ def test_root_refuses_a_store_another_user_could_plant_files_in(
         _figures["reads_refused"] += 1
     written = _write_as_root(directory)
     assert written.returncode != 0
-    assert EffectPersistenceError.__name__ in written.stderr, written.stderr
+    assert StoreFileRefusedError.__name__ in written.stderr, written.stderr
     assert "chmod go-w" in written.stderr, written.stderr
     _figures["writes_refused"] += 1
     after = fingerprint(public_dir)

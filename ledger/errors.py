@@ -1,0 +1,116 @@
+"""The library's errors.
+
+Two kinds of trouble, two roots::
+
+    ValueError / TypeError          the caller's mistake, raised before anything is written
+    EffectPersistenceError          the store could not do what was asked
+    ├── RunExistsError              a new log's run is already in the store
+    ├── RunHeldError                another process holds the run (it is recovering it,
+    │                               or, for recovery, a live process has it loaded)
+    ├── LogDegradedError            a claim or recovery on a log that lost a record
+    ├── StoreUnavailableError       the store cannot be reached now: missing, locked too
+    │                               long, disk full, an I/O error
+    ├── StoreFileRefusedError       a file or directory fails the trust checks: a symlink,
+    │                               shared write bits, another owner, extra hard links, a
+    │                               network file system, pragmas that do not take
+    ├── StoreCorruptError           not a database, a damaged one, or a record or hash
+    │                               chain that does not validate
+    ├── StoreTamperedError          the schema is not the library's, or a row it was
+    │                               given did not land
+    └── SchemaTooNewError           the store is at a schema revision this library does
+                                    not know: a newer version wrote it
+
+Every SQLAlchemy, sqlite3, Alembic and OS error met while touching a store is
+translated into one of these at one boundary, chained with ``from`` so the cause stays
+visible. A few failures fit no leaf (an interrupted transaction, a broken install) and
+are raised as :class:`EffectPersistenceError` itself: ``except EffectPersistenceError``
+catches every kind of storage trouble.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "EffectPersistenceError",
+    "LogDegradedError",
+    "RunExistsError",
+    "RunHeldError",
+    "SchemaTooNewError",
+    "StoreCorruptError",
+    "StoreFileRefusedError",
+    "StoreTamperedError",
+    "StoreUnavailableError",
+]
+
+
+class EffectPersistenceError(Exception):
+    """The store could not persist or load records; nothing half-done is believed."""
+
+
+class RunExistsError(EffectPersistenceError):
+    """A new :class:`~ledger.effect_log.EffectLog` met its run already in the store.
+
+    Nothing was written. ``EffectLog.load`` is how a run is continued.
+    """
+
+
+class RunHeldError(EffectPersistenceError):
+    """Another process holds the run, so this one must not write to it now.
+
+    Another process is recovering the run (or was, when this log loaded it: what was
+    loaded may be stale), or recovery met a live process that has the run loaded, or
+    another writer appended to the run meanwhile. Nothing was written; load the run again
+    once the other process is done.
+    """
+
+
+class LogDegradedError(EffectPersistenceError):
+    """A claim or recovery on a degraded log: an earlier record was not persisted.
+
+    The log writes nothing more, so that the durable rows stay a gap-free prefix; a worker
+    must not start an effect it could not account for.
+    """
+
+
+class StoreUnavailableError(EffectPersistenceError):
+    """The store cannot be used now: it is missing, locked too long, full, or failing I/O.
+
+    The store itself is not known to be bad; the same call may succeed later.
+    """
+
+
+class StoreFileRefusedError(EffectPersistenceError):
+    """A file or directory of the store fails the checks made before SQLite may open it.
+
+    A symlink, a file that is not regular or has more than one hard link, group or other
+    write bits, another owner, a store on a network file system, or a connection where
+    ``journal_mode=wal``, ``synchronous=FULL`` or ``foreign_keys=ON`` did not take. The
+    message says what is wrong and how to put it right.
+    """
+
+
+class StoreCorruptError(EffectPersistenceError):
+    """The database is not one, is damaged, or holds records that do not validate.
+
+    A record that does not validate or a broken hash chain names the first record
+    affected; ``ledger verify`` lists everything it finds.
+    """
+
+
+class StoreTamperedError(EffectPersistenceError):
+    """The store does not behave as its schema promises: it was tampered with.
+
+    A row that an insert did not write (a trigger that is not the library's dropped it),
+    or a schema holding objects the library did not install. A log that meets it
+    degrades: nothing more is written to a store that may be lying.
+    """
+
+
+class SchemaTooNewError(EffectPersistenceError):
+    """The store is at a schema revision this library does not ship.
+
+    A newer version of the library wrote it; nothing was changed. Use that version.
+    """
+
+
+# Documented (and long imported) as ledger.effect_log.EffectPersistenceError: shown there.
+EffectPersistenceError.__module__ = "ledger.effect_log"
