@@ -185,6 +185,7 @@ def _verify(store: list[str], anchor: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.program
 def test_head_and_anchor_detect_a_recomputed_chain(store_dir: Path, run_id: str) -> None:
     """A forger who changes a record and recomputes every later hash passes load, but not the anchor."""
     with EffectLog(run_id, store_dir) as log:
@@ -220,6 +221,7 @@ def test_head_and_anchor_detect_a_recomputed_chain(store_dir: Path, run_id: str)
     assert "anchor at seq 5: the hash differs" in result.stdout
 
 
+@pytest.mark.program
 def test_anchor_detects_a_truncated_run(store_dir: Path, run_id: str) -> None:
     """Removing a run's last record leaves a consistent chain, and the anchor still catches it."""
     with EffectLog(run_id, store_dir) as log:

@@ -61,6 +61,7 @@ def store(tmp_path: Path) -> tuple[Path, str]:
     ("name", "mode"),
     [(".", 0o777), (".", 0o720), (DB, 0o666), (DB, 0o620), (WAL, 0o646), (SHM, 0o662)],
 )
+@pytest.mark.program
 def test_a_file_or_directory_writable_by_others_is_refused_by_readers_and_writers(
     store: tuple[Path, str], name: str, mode: int
 ) -> None:
@@ -78,6 +79,7 @@ def test_a_file_or_directory_writable_by_others_is_refused_by_readers_and_writer
     assert fingerprint(directory) == before
 
 
+@pytest.mark.program
 def test_new_store_files_get_owner_only_modes_whatever_the_umask(tmp_path: Path) -> None:
     """With umask 000 a new store is 0700 and its database, -wal and -shm 0600 (SQLite copies the database's mode)."""
     directory = tmp_path / "store"
@@ -100,6 +102,7 @@ def test_new_store_files_get_owner_only_modes_whatever_the_umask(tmp_path: Path)
 # --------------------------------------------------------------------------- links
 
 
+@pytest.mark.program
 @pytest.mark.parametrize("name", [DB, WAL, SHM])
 def test_a_symlinked_store_file_is_refused_by_readers_and_its_target_untouched(
     store: tuple[Path, str], tmp_path: Path, name: str
@@ -120,6 +123,7 @@ def test_a_symlinked_store_file_is_refused_by_readers_and_its_target_untouched(
     assert fingerprint(directory, target) == before
 
 
+@pytest.mark.program
 @pytest.mark.parametrize("name", [DB, WAL, SHM])
 def test_a_hard_linked_store_file_is_refused_and_the_other_name_untouched(
     store: tuple[Path, str], tmp_path: Path, name: str
@@ -140,6 +144,7 @@ def test_a_hard_linked_store_file_is_refused_and_the_other_name_untouched(
     assert fingerprint(directory, outside) == before
 
 
+@pytest.mark.program
 @pytest.mark.parametrize("kind", ["fifo", "directory"])
 @pytest.mark.parametrize("name", [WAL, SHM])
 def test_a_fifo_or_directory_in_place_of_a_sidecar_is_refused_without_hanging(
@@ -154,6 +159,7 @@ def test_a_fifo_or_directory_in_place_of_a_sidecar_is_refused_without_hanging(
     assert_refused(ledger("verify", "--store", str(directory)), "not a regular file")
 
 
+@pytest.mark.program
 def test_a_symlinked_store_directory_is_refused_by_readers(store: tuple[Path, str]) -> None:
     """A store directory given through a symlink is refused by a read command."""
     directory, _run_id = store
@@ -165,6 +171,7 @@ def test_a_symlinked_store_directory_is_refused_by_readers(store: tuple[Path, st
 # --------------------------------------------------------------------------- paths
 
 
+@pytest.mark.program
 def test_a_store_path_that_is_not_utf8_works_for_every_read_command(tmp_path: Path) -> None:
     """A store directory whose name is not UTF-8 is read by runs, show, status, verify, export, path and sql."""
     directory = os.fsencode(tmp_path) + b"/st\xff\xfeore"
@@ -189,6 +196,7 @@ def test_a_store_path_that_is_not_utf8_works_for_every_read_command(tmp_path: Pa
 FORGED = "/sandbox/x\n99   2020-01-01T00:00:00+00:00  claim  forged  \x1b[2J\x9b31m\u202eevil\x7f"
 
 
+@pytest.mark.program
 @pytest.mark.parametrize("command", [["show", "{run}"], ["status"], ["show", "{run}", "--json"]])
 def test_control_characters_in_a_locator_neither_forge_rows_nor_reach_the_terminal(
     tmp_path: Path, command: list[str]
@@ -219,6 +227,7 @@ def test_control_characters_in_a_locator_neither_forge_rows_nor_reach_the_termin
     "statement",
     [".open {dir}/other.db", "ATTACH '{dir}/other.db' AS o", ".shell touch {dir}/other.db"],
 )
+@pytest.mark.program
 def test_sql_runs_the_shell_in_safe_mode(
     store: tuple[Path, str], tmp_path: Path, statement: str
 ) -> None:
@@ -233,6 +242,7 @@ def test_sql_runs_the_shell_in_safe_mode(
 # --------------------------------------------------------------------------- verify
 
 
+@pytest.mark.program
 def test_verify_anchor_of_a_run_that_is_gone_is_a_verify_problem(store: tuple[Path, str]) -> None:
     """An anchor whose run is no longer in the store is reported (exit 1, in the report and --json), not a usage error."""
     directory, _run_id = store
@@ -251,6 +261,7 @@ def test_verify_anchor_of_a_run_that_is_gone_is_a_verify_problem(store: tuple[Pa
 # --------------------------------------------------------------------------- other users
 
 
+@pytest.mark.program
 def test_a_read_only_user_reads_a_crashed_store_without_its_shm(public_dir: Path) -> None:
     """Uid nobody reads root's crashed store (its claim only in the -wal, the -shm gone) from a private copy: it sees the claim and no file of the store changes or appears."""
     directory = public_dir / "store"
@@ -267,6 +278,7 @@ def test_a_read_only_user_reads_a_crashed_store_without_its_shm(public_dir: Path
     assert fingerprint(public_dir) == before
 
 
+@pytest.mark.program
 def test_root_reading_another_users_store_changes_no_file_of_it(public_dir: Path) -> None:
     """Root reads a crashed store of uid nobody from a copy: every file keeps owner, mode, bytes and mtime, and no -shm or -wal is created or rebuilt in place."""
     directory = public_dir / "store"
