@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint env clean docs tools
+.PHONY: demo test lint env clean docs tools mutants
 
 # Programs the tests run (program:package). Missing ones are installed from the
 # distribution when possible; otherwise make test stops here, saying which.
@@ -46,5 +46,38 @@ tools:
 test: lint tools
 	$(BIN)/pytest
 
+# Mutation testing, on demand (docs/reliability.md, "Mutation testing"). Its own venv
+# holds the dependencies but not the ledger package: mutmut runs the tests on its
+# mutated copy in mutants/, which an installed ledger would shadow.
+MUT_VENV  := .venv-mutants
+MUT_STAMP := $(MUT_VENV)/.installed
+# What is mutated: the verdict rules, the hash chain, the file checks, recovery.
+MUT_NAMES := 'ledger.effects.x_current*' 'ledger.effects.x_settled_clean*' \
+	'ledger.effects.x_decide*' 'ledger.effects.x_in_flight*' 'ledger.effects.x_is_stale*' \
+	'ledger.effects.x_assess*' 'ledger._chain.*' 'ledger._trust.*' \
+	'ledger.effect_log.x*_recover*' 'ledger.effect_log.x*_hold_exclusive*' \
+	'ledger.effect_log.x*_RecoveryCheck*'
+MUT_JOBS  ?= 2
+
+$(MUT_STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(MUT_VENV)
+	$(MUT_VENV)/bin/python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+	  print(*p["dependencies"], *p["optional-dependencies"]["mutants"], "pytest", "hypothesis", sep="\n")' \
+	  > $(MUT_VENV)/requirements.txt
+	$(MUT_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt \
+	  -r $(MUT_VENV)/requirements.txt
+	touch $(MUT_STAMP)
+
+mutants: $(MUT_STAMP)
+	rm -rf mutants && mkdir mutants
+	@start=$$(date +%s); \
+	$(MUT_VENV)/bin/mutmut run --max-children $(MUT_JOBS) $(MUT_NAMES) > mutants/run.log 2>&1 || \
+	  { tail -n 40 mutants/run.log; exit 1; }; \
+	echo "mutmut run took $$(( $$(date +%s) - start ))s (log: mutants/run.log)"
+	@$(MUT_VENV)/bin/mutmut results --all true | grep -v ': not checked$$' > mutants/results.txt
+	@grep -v ': killed$$' mutants/results.txt || true
+	@awk -F': ' '{n[$$NF]++; t++} END {for (s in n) printf "%s: %d\n", s, n[s]; printf "mutants: %d\n", t}' \
+	  mutants/results.txt
+
 clean:
-	rm -rf $(VENV) .demo dist build .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(MUT_VENV) mutants .demo dist build .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
+from hypothesis import settings
 
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, new_run_id
@@ -18,6 +19,11 @@ from ledger.resources import FilesystemResource, FilesystemRoot
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
+
+# `make mutants` runs the property tests once per mutant: the same examples each time
+# (derandomized, no example database, 25 where a test sets no number), so a mutant's
+# verdict does not depend on luck.
+settings.register_profile("mutants", max_examples=25, derandomize=True, database=None)
 
 
 def sha(data: bytes) -> str:

@@ -995,3 +995,11 @@ def test_assess_matches_the_written_rules(h: fx.History) -> None:
     """For every claim of any valid history, assess agrees with a literal transcription of its rules."""
     for c in h.claims:
         assert fx.assess(c, h) == _model(c, h)
+
+
+def test_assess_refuses_arguments_of_the_wrong_type_naming_the_type_given() -> None:
+    """A claim or history of another type is an InvalidTypeError saying what was given."""
+    with pytest.raises(fx.InvalidTypeError, match=r"^claim must be an EffectClaim, not dict$"):
+        fx.assess({}, fx.History())  # type: ignore[arg-type]
+    with pytest.raises(fx.InvalidTypeError, match=r"^history must be a History, not list$"):
+        fx.assess(claim("e1", 1), [])  # type: ignore[arg-type]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -185,6 +186,7 @@ def _verify(store: list[str], anchor: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.program
 def test_head_and_anchor_detect_a_recomputed_chain(store_dir: Path, run_id: str) -> None:
     """A forger who changes a record and recomputes every later hash passes load, but not the anchor."""
     with EffectLog(run_id, store_dir) as log:
@@ -220,6 +222,7 @@ def test_head_and_anchor_detect_a_recomputed_chain(store_dir: Path, run_id: str)
     assert "anchor at seq 5: the hash differs" in result.stdout
 
 
+@pytest.mark.program
 def test_anchor_detects_a_truncated_run(store_dir: Path, run_id: str) -> None:
     """Removing a run's last record leaves a consistent chain, and the anchor still catches it."""
     with EffectLog(run_id, store_dir) as log:
@@ -293,3 +296,33 @@ def test_a_store_made_before_the_chain_is_chained_when_opened(tmp_path: Path) ->
         assert strict["claims"] == strict["outcomes"] == strict["observations"] == 1
     finally:
         conn.close()
+
+
+def test_a_boolean_field_encodes_as_the_integer_the_store_holds() -> None:
+    """True and False encode as 1 and 0, the text SQLite's CAST gives the stored integers."""
+    row = {
+        "seq": 3,
+        "effect_id": "e1",
+        "execution": "succeeded",
+        "impact": "applied",
+        "execution_id": None,
+        "replayed": True,
+        "recorded_at": "2026-01-01T00:00:00.000000Z",
+    }
+    as_bool = _chain.encode("outcome", "r1", row)
+    assert as_bool == _chain.encode("outcome", "r1", {**row, "replayed": 1})
+    assert (
+        as_bool
+        == "ledger-v17:outcome2:r11:32:e19:succeeded7:applied~1:127:2026-01-01T00:00:00.000000Z"
+    )
+    assert _chain.encode("outcome", "r1", {**row, "replayed": False}) == as_bool.replace(
+        "~1:1", "~1:0"
+    )
+
+
+def test_sha3_is_the_shells_sha3_with_256_bits_only() -> None:
+    """sha3 digests text as UTF-8 and bytes as they are, passes NULL through, refuses other sizes."""
+    assert _chain.sha3("é") == _chain.sha3("é".encode()) == hashlib.sha3_256("é".encode()).digest()
+    assert _chain.sha3(None) is None
+    with pytest.raises(ValueError, match=r"^the ledger's chain uses sha3 with 256 bits only$"):
+        _chain.sha3("x", 512)

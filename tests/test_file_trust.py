@@ -7,14 +7,18 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import stat
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from ledger import _trust
 from ledger import effects as fx
-from ledger.effect_log import EffectLog, EffectPersistenceError
+from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 
 from .trust_helpers import (
     DB,
@@ -61,6 +65,7 @@ def store(tmp_path: Path) -> tuple[Path, str]:
     ("name", "mode"),
     [(".", 0o777), (".", 0o720), (DB, 0o666), (DB, 0o620), (WAL, 0o646), (SHM, 0o662)],
 )
+@pytest.mark.program
 def test_a_file_or_directory_writable_by_others_is_refused_by_readers_and_writers(
     store: tuple[Path, str], name: str, mode: int
 ) -> None:
@@ -78,6 +83,7 @@ def test_a_file_or_directory_writable_by_others_is_refused_by_readers_and_writer
     assert fingerprint(directory) == before
 
 
+@pytest.mark.program
 def test_new_store_files_get_owner_only_modes_whatever_the_umask(tmp_path: Path) -> None:
     """With umask 000 a new store is 0700; its database, -wal, -shm and lock file 0600 (SQLite copies the database's mode)."""
     directory = tmp_path / "store"
@@ -101,6 +107,7 @@ def test_new_store_files_get_owner_only_modes_whatever_the_umask(tmp_path: Path)
 # --------------------------------------------------------------------------- links
 
 
+@pytest.mark.program
 @pytest.mark.parametrize("name", [DB, WAL, SHM])
 def test_a_symlinked_store_file_is_refused_by_readers_and_its_target_untouched(
     store: tuple[Path, str], tmp_path: Path, name: str
@@ -121,6 +128,7 @@ def test_a_symlinked_store_file_is_refused_by_readers_and_its_target_untouched(
     assert fingerprint(directory, target) == before
 
 
+@pytest.mark.program
 @pytest.mark.parametrize("name", [DB, WAL, SHM])
 def test_a_hard_linked_store_file_is_refused_and_the_other_name_untouched(
     store: tuple[Path, str], tmp_path: Path, name: str
@@ -141,6 +149,7 @@ def test_a_hard_linked_store_file_is_refused_and_the_other_name_untouched(
     assert fingerprint(directory, outside) == before
 
 
+@pytest.mark.program
 @pytest.mark.parametrize("kind", ["fifo", "directory"])
 @pytest.mark.parametrize("name", [WAL, SHM])
 def test_a_fifo_or_directory_in_place_of_a_sidecar_is_refused_without_hanging(
@@ -155,6 +164,7 @@ def test_a_fifo_or_directory_in_place_of_a_sidecar_is_refused_without_hanging(
     assert_refused(ledger("verify", "--store", str(directory)), "not a regular file")
 
 
+@pytest.mark.program
 def test_a_symlinked_store_directory_is_refused_by_readers(store: tuple[Path, str]) -> None:
     """A store directory given through a symlink is refused by a read command."""
     directory, _run_id = store
@@ -166,6 +176,7 @@ def test_a_symlinked_store_directory_is_refused_by_readers(store: tuple[Path, st
 # --------------------------------------------------------------------------- paths
 
 
+@pytest.mark.program
 def test_a_store_path_that_is_not_utf8_works_for_every_read_command(tmp_path: Path) -> None:
     """A store directory whose name is not UTF-8 is read by runs, show, status, verify, export, path and sql."""
     directory = os.fsencode(tmp_path) + b"/st\xff\xfeore"
@@ -190,6 +201,7 @@ def test_a_store_path_that_is_not_utf8_works_for_every_read_command(tmp_path: Pa
 FORGED = "/sandbox/x\n99   2020-01-01T00:00:00+00:00  claim  forged  \x1b[2J\x9b31m\u202eevil\x7f"
 
 
+@pytest.mark.program
 @pytest.mark.parametrize("command", [["show", "{run}"], ["status"], ["show", "{run}", "--json"]])
 def test_control_characters_in_a_locator_neither_forge_rows_nor_reach_the_terminal(
     tmp_path: Path, command: list[str]
@@ -220,6 +232,7 @@ def test_control_characters_in_a_locator_neither_forge_rows_nor_reach_the_termin
     "statement",
     [".open {dir}/other.db", "ATTACH '{dir}/other.db' AS o", ".shell touch {dir}/other.db"],
 )
+@pytest.mark.program
 def test_sql_runs_the_shell_in_safe_mode(
     store: tuple[Path, str], tmp_path: Path, statement: str
 ) -> None:
@@ -234,6 +247,7 @@ def test_sql_runs_the_shell_in_safe_mode(
 # --------------------------------------------------------------------------- verify
 
 
+@pytest.mark.program
 def test_verify_anchor_of_a_run_that_is_gone_is_a_verify_problem(store: tuple[Path, str]) -> None:
     """An anchor whose run is no longer in the store is reported (exit 1, in the report and --json), not a usage error."""
     directory, _run_id = store
@@ -252,6 +266,7 @@ def test_verify_anchor_of_a_run_that_is_gone_is_a_verify_problem(store: tuple[Pa
 # --------------------------------------------------------------------------- other users
 
 
+@pytest.mark.program
 def test_a_read_only_user_reads_a_crashed_store_without_its_shm(public_dir: Path) -> None:
     """Uid nobody reads root's crashed store (its claim only in the -wal, the -shm gone) from a private copy: it sees the claim and no file of the store changes or appears."""
     directory = public_dir / "store"
@@ -268,6 +283,7 @@ def test_a_read_only_user_reads_a_crashed_store_without_its_shm(public_dir: Path
     assert fingerprint(public_dir) == before
 
 
+@pytest.mark.program
 def test_root_reading_another_users_store_changes_no_file_of_it(public_dir: Path) -> None:
     """Root reads a crashed store of uid nobody from a copy: every file keeps owner, mode, bytes and mtime, and no -shm or -wal is created or rebuilt in place."""
     directory = public_dir / "store"
@@ -297,3 +313,194 @@ log.claim(effect_id="e", action_id="a",
 print(run_id, flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 """
+
+
+# --------------------------------------------------------------------------- the checks, in-process
+# The same checks called directly on real files, so that `make mutants` sees them.
+
+
+@pytest.fixture
+def open_store(tmp_path: Path) -> Iterator[tuple[Path, EffectLog]]:
+    """A store whose writer is still open: database, -wal and -shm all present."""
+    directory = tmp_path / "store"
+    with EffectLog(new_run_id(), directory) as log:
+        log.claim(
+            effect_id="open",
+            action_id="a1",
+            operation=fx.OperationRef("write_file", "test/1", hashlib.sha256(b"{}").hexdigest()),
+            impact_scope=(fx.ResourceRef("fs", "/sandbox/a.txt", "target"),),
+        )
+        yield directory, log
+
+
+def _refusal(directory: Path, *, writer: bool = False) -> str:
+    with pytest.raises(EffectPersistenceError) as refused:
+        _trust.check_store(directory, directory / DB, writer=writer)
+    return str(refused.value)
+
+
+def test_check_store_says_what_it_saw_of_a_store_in_use_and_of_a_closed_one(
+    open_store: tuple[Path, EffectLog],
+) -> None:
+    """An open store has its -wal (with its size) and -shm seen; a closed one has neither."""
+    directory, log = open_store
+    db = directory / DB
+    for writer in (False, True):
+        checked = _trust.check_store(directory, db, writer=writer)
+        wal_size = (directory / WAL).stat().st_size
+        assert wal_size > 0
+        assert checked == _trust.Checked(directory, db, os.geteuid(), wal_size, has_shm=True)
+        assert checked.ours
+    log.close()
+    assert _trust.check_store(directory, db, writer=True) == _trust.Checked(
+        directory, db, os.geteuid(), -1, has_shm=False
+    )
+    assert _trust.store_files(db) == (db, directory / WAL, directory / SHM)
+
+
+def test_each_refused_directory_is_named_with_the_reason(tmp_path: Path) -> None:
+    """A symlinked, non-directory or group/other-writable store directory: each its own message."""
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    assert _refusal(link) == (
+        f"store directory {link} is a symlink; refusing it: give the real directory"
+    )
+    plain = tmp_path / "plain"
+    plain.write_text("x")
+    assert _refusal(plain) == f"store directory {plain} is not a directory"
+    for mode in (0o720, 0o702):
+        real.chmod(mode)
+        assert _refusal(real, writer=True) == (
+            f"store directory {real} is writable by group or others (mode {mode:04o}), so "
+            f"others could plant files in it; check its files, then run: chmod go-w {real}"
+        )
+
+
+@pytest.mark.parametrize("name", [DB, WAL, SHM])
+def test_each_refused_store_file_is_named_with_the_reason(
+    open_store: tuple[Path, EffectLog], tmp_path: Path, name: str
+) -> None:
+    """A symlink, a fifo, a second link, a group or other write bit: refused, saying which."""
+    directory, _ = open_store
+    path = directory / name
+    saved = tmp_path / "saved"
+    shutil.copy2(path, saved)
+    path.unlink()
+    path.symlink_to(saved)
+    assert _refusal(directory) == f"database file {path} is a symlink; refusing it"
+    path.unlink()
+    os.mkfifo(path, 0o600)
+    assert _refusal(directory) == f"database file {path} is not a regular file; refusing it"
+    path.unlink()
+    shutil.copy2(saved, path)
+    os.link(path, tmp_path / "second")
+    assert _refusal(directory) == (
+        f"database file {path} has 2 hard links; a store file must have one: remove the other links"
+    )
+    (tmp_path / "second").unlink()
+    for mode in (0o620, 0o602):
+        path.chmod(mode)
+        assert _refusal(directory, writer=True) == (
+            f"database file {path} is writable by group or others (mode {mode:04o}); "
+            f"run: chmod go-w {path}"
+        )
+    path.chmod(0o600)
+    _trust.check_store(directory, directory / DB, writer=True)
+
+
+def test_a_missing_database_is_refused_and_missing_sidecars_are_not(tmp_path: Path) -> None:
+    """The database file must exist; its -wal and -shm may be absent."""
+    directory = tmp_path / "store"
+    directory.mkdir(mode=0o700)
+    assert _refusal(directory) == f"database file {directory / DB} is missing"
+    assert _trust.check_file(directory / WAL, owner=os.geteuid(), required=False) is None
+
+
+@pytest.mark.usefixtures("root")
+def test_files_or_a_directory_of_another_owner_are_refused_naming_both_uids(
+    open_store: tuple[Path, EffectLog],
+) -> None:
+    """A writer needs the directory to be its own; everyone needs the files to be the owner's."""
+    directory, _ = open_store
+    uid = other_uid()
+    os.chown(directory / SHM, uid, -1)
+    assert _refusal(directory) == (
+        f"database file {directory / SHM} is owned by uid {uid}, not by uid {os.geteuid()} "
+        "(the store's owner); refusing it"
+    )
+    os.chown(directory, uid, -1)
+    assert _refusal(directory, writer=True) == (
+        f"store directory {directory} is owned by uid {uid}, not by this user "
+        f"(uid {os.geteuid()}); write to it as its owner"
+    )
+    for name in (DB, WAL):
+        os.chown(directory / name, uid, -1)
+    checked = _trust.check_store(directory, directory / DB, writer=False)
+    assert checked.owner == uid
+    assert not checked.ours
+
+
+def _records_in(db: Path) -> int:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return int(conn.execute("SELECT count(*) FROM claims").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_a_private_copy_holds_the_committed_records_and_is_removed_afterwards(
+    open_store: tuple[Path, EffectLog],
+) -> None:
+    """The copy of a store in use (records still in its -wal) reads them; the store is untouched."""
+    directory, log = open_store
+    before = fingerprint(directory)
+    checked = _trust.check_store(directory, directory / DB, writer=False)
+    with _trust.private_copy(checked) as copy:
+        assert copy.name == DB
+        assert stat.S_IMODE(copy.parent.stat().st_mode) == 0o700
+        assert (copy.parent / WAL).read_bytes() == (directory / WAL).read_bytes()
+        assert copy.read_bytes() == (directory / DB).read_bytes()
+        assert _records_in(copy) == 1
+    assert not copy.parent.exists()
+    assert fingerprint(directory) == before
+    log.close()
+    checked = _trust.check_store(directory, directory / DB, writer=False)
+    with _trust.private_copy(checked) as copy:
+        assert not (copy.parent / WAL).exists()
+        assert _records_in(copy) == 1
+
+
+def test_a_private_copy_refuses_files_swapped_after_the_check(
+    open_store: tuple[Path, EffectLog], tmp_path: Path
+) -> None:
+    """Files are checked again on the descriptor that is copied: a swap after the check is refused."""
+    directory, _ = open_store
+    checked = _trust.check_store(directory, directory / DB, writer=False)
+    db, wal = directory / DB, directory / WAL
+    saved = tmp_path / "saved"
+    db.rename(saved)
+    db.symlink_to(saved)
+    with pytest.raises(EffectPersistenceError) as refused, _trust.private_copy(checked):
+        pass
+    assert str(refused.value) == f"database file {db} is a symlink; refusing it"
+    db.unlink()
+    saved.rename(db)
+    os.link(wal, tmp_path / "second")
+    with (
+        pytest.raises(EffectPersistenceError, match="has 2 hard links"),
+        _trust.private_copy(checked),
+    ):
+        pass
+    (tmp_path / "second").unlink()
+    directory.chmod(0o777)
+    mode_0777 = r"writable by group or others \(mode 0777\)"
+    with pytest.raises(EffectPersistenceError, match=mode_0777), _trust.private_copy(checked):
+        pass
+    directory.chmod(0o700)
+    (directory / DB).rename(tmp_path / "moved")
+    with pytest.raises(EffectPersistenceError) as missing_db, _trust.private_copy(checked):
+        pass
+    assert str(missing_db.value) == f"database file {directory / DB} is missing"
+    assert not list(Path(tempfile.gettempdir()).glob("ledger-read-*"))

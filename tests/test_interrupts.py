@@ -558,7 +558,10 @@ def test_storage_errors_name_the_action_and_the_run(
             succeed(other, "o1")  # not raised: the log degrades
     finally:
         link.unlink()
-    cause = f"database file {log.path} has 2 hard links; a store file must have one: remove the other links"
+    cause = (
+        f"database file {log.path} has 2 hard links; a store file must have one: "
+        "remove the other links"
+    )
     assert str(claimed.value) == f"cannot record claim 'e1' in run {log.run_id}: {cause}"
     assert str(claimed_many.value) == f"cannot record 2 claims in run {log.run_id}: {cause}"
     assert str(recovered.value) == f"cannot recover run {log.run_id}: {cause}"
