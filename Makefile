@@ -43,8 +43,9 @@ tools:
 	    { echo "make test needs $${t%%:*} (package $${t#*:}): install it and run make test again" >&2; exit 1; }; done; \
 	fi
 
+# The suite is mostly child processes and fsyncs: one worker per CPU (pytest-xdist).
 test: lint tools
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto
 
 # Mutation testing, on demand (docs/reliability.md, "Mutation testing"). Its own venv
 # holds the dependencies but not the ledger package: mutmut runs the tests on its
