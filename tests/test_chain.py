@@ -326,3 +326,41 @@ def test_sha3_is_the_shells_sha3_with_256_bits_only() -> None:
     assert _chain.sha3(None) is None
     with pytest.raises(ValueError, match=r"^the ledger's chain uses sha3 with 256 bits only$"):
         _chain.sha3("x", 512)
+
+
+def test_the_sql_encoding_and_hash_equal_the_python_ones_for_every_record(
+    store_dir: Path,
+) -> None:
+    """The SQL the guards and the shell recipe run gives each record's encoding and hash.
+
+    Built and evaluated here, in-process (sha3 registered as the shell has it), for a run
+    that sets every column: a changed SQL builder breaks it at once.
+    """
+    from .test_field_tamper import _write  # a run in which every column is set somewhere
+
+    run_id = new_run_id()
+    _write(store_dir, run_id)
+    with EffectLog.load(run_id, store_dir) as log:
+        records = {r.seq: r for r in log.history().records()}
+    conn = sqlite3.connect(f"file:{store_dir / 'ledger.sqlite3'}?mode=ro", uri=True)
+    conn.create_function("sha3", 2, _chain.sha3)
+    try:
+        seen = 0
+        for kind, table in (
+            ("claim", "claims"),
+            ("outcome", "outcomes"),
+            ("observation", "observations"),
+        ):
+            rows = conn.execute(
+                f"SELECT t.seq, t.prev_hash, t.hash, {_chain.sql_encoding(kind, 't')},"
+                f" {_chain.sql_hash(kind, 't')} FROM {table} AS t WHERE t.run_id = ?",
+                (run_id,),
+            ).fetchall()
+            for seq, prev, stored, encoding, digest in rows:
+                row, scope, duties = rows_of(run_id, records[seq])
+                assert encoding == _chain.encode(kind, run_id, row | {"seq": seq}, scope, duties)
+                assert digest == stored == chain_hash(run_id, records[seq], prev)
+                seen += 1
+        assert seen == len(records) >= 7
+    finally:
+        conn.close()
