@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, effects_dir, new_run_id
+from ledger.errors import LogDegradedError, RunHeldError
 from ledger.resources import FilesystemRoot
 
 from .conftest import file_ref, fs_ref, op, sha
@@ -984,3 +985,68 @@ def test_path_and_run_id(
     with EffectLog(run_id, "relative") as relative:
         assert relative.path.is_absolute()
         assert relative.path == tmp_path / "relative" / "ledger.sqlite3"
+
+
+# --------------------------------------------------------------------------- recovery refusals
+
+
+def _interrupted_run(store: Path) -> str:
+    """A run whose claim e1 never got an outcome, as after a crash."""
+    run_id = new_run_id()
+    with EffectLog(run_id, store) as log:
+        log.claim(effect_id="e1", action_id="a1", operation=op(), impact_scope=[fs_ref("/w/a")])
+    return run_id
+
+
+def _rows(store: Path, table: str) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(f"file:{store / 'ledger.sqlite3'}?mode=ro", uri=True)
+    try:
+        return conn.execute(f"SELECT * FROM {table} ORDER BY run_id, seq").fetchall()
+    finally:
+        conn.close()
+
+
+def test_recovery_refuses_a_run_another_log_moved_on(store_dir: Path) -> None:
+    """A log whose run got records it has not seen writes no recovery over them."""
+    run_id = _interrupted_run(store_dir)
+    stale = EffectLog.load(run_id, store_dir)
+    with EffectLog.load(run_id, store_dir) as other:
+        other.claim(effect_id="e2", action_id="a2", operation=op(), impact_scope=[])
+    outcomes = _rows(store_dir, "outcomes")
+    with pytest.raises(RunHeldError) as refused:
+        stale.recover_interrupted()
+    assert str(refused.value) == (
+        f"cannot recover run {run_id}: run {run_id} holds records up to seq 2 where this "
+        "log knows 1: another writer touched it; load it again"
+    )
+    assert _rows(store_dir, "outcomes") == outcomes == []
+    assert stale.history().outcomes == ()  # nothing remembered that is not in the store
+    assert not stale.degraded
+    stale.close()
+    with EffectLog.load(run_id, store_dir) as fresh:  # a fresh load recovers both claims
+        recovered = fresh.recover_interrupted()
+    assert [(o.effect_id, o.seq, o.replayed) for o in recovered] == [
+        ("e1", 3, True),
+        ("e2", 4, True),
+    ]
+
+
+def test_recovery_of_a_degraded_log_is_refused_and_writes_nothing(store_dir: Path) -> None:
+    run_id = _interrupted_run(store_dir)
+    with EffectLog.load(run_id, store_dir) as log:
+        log.claim(effect_id="e2", action_id="a2", operation=op(), impact_scope=[])
+        aside = store_dir.with_name("aside")
+        store_dir.rename(aside)
+        store_dir.write_bytes(b"not a directory\n")
+        try:
+            log.outcome(effect_id="e2", execution=fx.ExecutionOutcome.FAILED, impact=fx.Impact.NONE)
+        finally:
+            store_dir.unlink()
+            aside.rename(store_dir)
+        assert log.degraded
+        with pytest.raises(LogDegradedError) as refused:
+            log.recover_interrupted()
+        assert str(refused.value) == (
+            f"run {run_id} is degraded: recovery would write past a lost record"
+        )
+    assert _rows(store_dir, "outcomes") == []
