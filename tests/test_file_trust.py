@@ -460,6 +460,8 @@ def test_a_private_copy_holds_the_committed_records_and_is_removed_afterwards(
     with _trust.private_copy(checked) as copy:
         assert copy.name == DB
         assert stat.S_IMODE(copy.parent.stat().st_mode) == 0o700
+        for name in (DB, WAL):  # private whatever the umask: only the reader may read it
+            assert stat.S_IMODE((copy.parent / name).stat().st_mode) == 0o600
         assert (copy.parent / WAL).read_bytes() == (directory / WAL).read_bytes()
         assert copy.read_bytes() == (directory / DB).read_bytes()
         assert _records_in(copy) == 1
