@@ -506,3 +506,12 @@ def test_a_private_copy_refuses_files_swapped_after_the_check(
         pass
     assert str(missing_db.value) == f"database file {directory / DB} is missing"
     assert not list(Path(tempfile.gettempdir()).glob("ledger-read-*"))
+
+
+def test_the_wal_salt_is_read_from_a_whole_header_only() -> None:
+    """The salts that tell one WAL generation from the next: bytes 16-23 of its 32-byte header."""
+    header = bytes(range(32))
+    assert _trust._salt(header) == bytes(range(16, 24))
+    assert _trust._salt(header + b"frames") == bytes(range(16, 24))
+    assert _trust._salt(header[:31]) is None  # a WAL cut short has no generation yet
+    assert _trust._salt(b"") is None
