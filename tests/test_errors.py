@@ -20,7 +20,6 @@ import sqlalchemy.exc
 from alembic import command
 from alembic.util import CommandError
 
-import ledger._errors
 import ledger.errors
 from ledger import effects as fx
 from ledger._store import Store, alembic_config, classify, storage_errors
@@ -153,12 +152,10 @@ def test_every_leaf_is_an_effect_persistence_error() -> None:
 
 
 def test_the_tree_is_importable_from_ledger_errors_and_its_old_homes() -> None:
-    """ledger.errors exports the whole tree; ledger.effect_log and ledger._errors still work."""
+    """ledger.errors exports the whole tree; ledger.effect_log still exports the root."""
     assert sorted(ledger.errors.__all__) == sorted(
         ["EffectPersistenceError", *(leaf.__name__ for leaf in LEAVES)]
     )
-    for name in ledger.errors.__all__:
-        assert getattr(ledger._errors, name) is getattr(ledger.errors, name)
     assert PublicError is ledger.errors.EffectPersistenceError
 
 
