@@ -111,8 +111,8 @@ def _connect(directory: Path) -> sqlite3.Connection:
     return conn
 
 
-def _columns(conn: sqlite3.Connection, table: str) -> list[tuple[str, str]]:
-    return [(row[1], row[2].upper()) for row in conn.execute(f"PRAGMA table_info({table})")]
+def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    return [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,7 +162,7 @@ def _edits(base: Base) -> Iterator[Edit]:
                 f"SELECT t.rowid AS _rowid, {seq} AS _seq, t.* FROM {table} AS t WHERE run_id = ?",
                 (base.run_id,),
             ).fetchall()
-            for column, _ in _columns(conn, table):
+            for column in _columns(conn, table):
                 for row in rows:
                     if row[column] is not None:
                         yield Edit(
@@ -181,7 +181,7 @@ def test_every_column_is_set_in_some_row(base: Base) -> None:
         unset = [
             f"{table}.{column}"
             for table in TABLES
-            for column, _ in _columns(conn, table)
+            for column in _columns(conn, table)
             if conn.execute(
                 f"SELECT count(*) FROM {table} WHERE run_id = ? AND {column} IS NOT NULL",
                 (base.run_id,),
