@@ -27,6 +27,7 @@ named by ``LEDGER_RELIABILITY_REPORT`` when it is set.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -167,13 +168,23 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Base:
             check=False,
         )
         assert died.returncode == 0, died.stderr
-    with sqlite3.connect(f"file:{directory / DB}?mode=ro", uri=True) as conn:
+    with _read_only(directory) as conn:
         master = {
             (str(t), str(n)): str(s)
             for t, n, s in conn.execute("SELECT type, name, sql FROM sqlite_master")
             if s is not None
         }
     return Base(directory, settled, dead, master)
+
+
+@contextlib.contextmanager
+def _read_only(directory: Path) -> Iterator[sqlite3.Connection]:
+    """A plain read-only connection to the store's database, closed afterwards."""
+    conn = sqlite3.connect(f"file:{directory / DB}?mode=ro", uri=True)
+    try:
+        yield conn
+    finally:
+        conn.close()
 
 
 def _copy(base: Base, directory: Path) -> Path:
@@ -198,7 +209,7 @@ def _plant(directory: Path, script: str) -> None:
 
 
 def _rows(directory: Path) -> dict[str, list[tuple[Any, ...]]]:
-    with sqlite3.connect(f"file:{directory / DB}?mode=ro", uri=True) as conn:
+    with _read_only(directory) as conn:
         return {
             table: sorted(conn.execute(f"SELECT * FROM {table}").fetchall(), key=repr)
             for table in RECORD_TABLES
@@ -382,7 +393,7 @@ def test_a_trigger_planted_while_a_log_is_open_fails_its_next_write(
         outcome.check(_rows(directory) == before, "the refused write changed the records")
         with pytest.raises(EffectPersistenceError):  # degraded: no new effect may start
             _claim(log, "c-after")
-    with sqlite3.connect(f"file:{directory / DB}?mode=ro", uri=True) as conn:
+    with _read_only(directory) as conn:
         stored = {
             (kind, key)
             for kind, sql in (
@@ -410,7 +421,7 @@ def _lying_view(base: Base, view: str, lie: str) -> str:
     query = _schema.VIEW_QUERIES[view]
     if lie == "empty":
         return f"CREATE VIEW {view} AS SELECT * FROM ({query}) WHERE 0"
-    with sqlite3.connect(f"file:{base.directory / DB}?mode=ro", uri=True) as conn:
+    with _read_only(base.directory) as conn:
         columns = [row[1] for row in conn.execute(f"PRAGMA table_info({view})")]
     assert "verdict" in columns
     chosen = ", ".join("'verified' AS verdict" if c == "verdict" else c for c in columns)
@@ -457,7 +468,7 @@ def test_a_lying_view_is_named_ignored_by_reports_and_put_back_by_a_writer(
     FIGURES["reports_truthful"] += all(truthful)
 
     # Recovery wrote through the library: the view is the library's again.
-    with sqlite3.connect(f"file:{directory / DB}?mode=ro", uri=True) as conn:
+    with _read_only(directory) as conn:
         (sql,) = conn.execute(
             "SELECT sql FROM sqlite_master WHERE type = 'view' AND name = ?", (view,)
         ).fetchone()
@@ -588,7 +599,7 @@ def test_every_check_of_every_table_has_a_case(base: Base) -> None:
 
 def _append_observation(base: Base, directory: Path, hash_sql: str) -> str:
     """SQL appending a copy of the settled run's observation after its head, new id."""
-    with sqlite3.connect(f"file:{directory / DB}?mode=ro", uri=True) as conn:
+    with _read_only(directory) as conn:
         columns = [row[1] for row in conn.execute("PRAGMA table_info(observations)")]
         head_seq, head_hash = conn.execute(
             "SELECT seq, hash FROM (SELECT seq, hash FROM claims WHERE run_id = :r"
