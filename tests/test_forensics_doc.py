@@ -701,16 +701,7 @@ def test_recipes_leave_the_store_unchanged(tmp_path: Path, monkeypatch: pytest.M
     assert len(rows[0]) == len(first[0]) + 1
 
 
-def test_backup_copy_reads_the_same(tmp_path: Path, scenario: Scenario) -> None:
-    """The guide's `.backup` from a read-only shell makes a copy that answers every recipe the same."""
-    assert '".backup /tmp/incident.sqlite3"' in DOC
-    # A store of its own: no log of this process (or its garbage collection) may
-    # checkpoint it while the files are compared.
-    gc.collect()
-    store = shutil.copytree(scenario.db.parent, tmp_path / "store")
-    db = store / scenario.db.name
-    before = _files(store)
-    copy = tmp_path / "incident.sqlite3"
+def _backup(db: Path, copy: Path) -> None:
     result = subprocess.run(
         ["sqlite3", "-init", os.devnull, "-readonly", str(db), f".backup {copy}"],
         capture_output=True,
@@ -719,8 +710,51 @@ def test_backup_copy_reads_the_same(tmp_path: Path, scenario: Scenario) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert _files(store) == before
+
+
+def test_backup_copy_reads_the_same(tmp_path: Path, scenario: Scenario) -> None:
+    """The guide's `.backup` from a read-only shell copies every record, closed store or live,
+    and leaves the database and its WAL as they were."""
+    assert '".backup /tmp/incident.sqlite3"' in DOC
+    # A store of its own, closed: no log of this process may write or checkpoint it meanwhile.
+    gc.collect()
+    store = shutil.copytree(scenario.db.parent, tmp_path / "store")
+    db = store / scenario.db.name
+    wal, shm = (scenario.db.name + suffix for suffix in ("-wal", "-shm"))
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()  # the last connection closed: SQLite removes the -wal and -shm
+    closed = _files(store)
+    assert set(closed) == {db.name}
+
+    copy = tmp_path / "closed.sqlite3"
+    _backup(db, copy)
+    after = _files(store)
+    # As for every reader (the guide says so): the database keeps its bytes, and an empty
+    # -wal and the -shm index appear.
+    assert after[db.name] == closed[db.name]
+    assert set(after) == {db.name, wal, shm}
+    assert after[wal] == hashlib.sha256(b"").hexdigest()
     assert _run_all(copy, scenario, uri=False) == _run_all(db, scenario, uri=False)
+
+    # A live writer whose last claim is only in the WAL: the copy has it, the files keep theirs.
+    with EffectLog(new_run_id(), store) as log:
+        log.claim(
+            effect_id="live",
+            action_id="step-live",
+            operation=op("write_file"),
+            impact_scope=[fx.ResourceRef("fs", scenario.data + "/live.txt", "target")],
+        )
+        live = _files(store)
+        assert live[db.name] == closed[db.name]
+        assert live[wal] != after[wal]
+        copy = tmp_path / "live.sqlite3"
+        _backup(db, copy)
+        now = _files(store)
+        assert (now[db.name], now[wal]) == (live[db.name], live[wal])
+        copied = _run_all(copy, scenario, uri=False)
+        assert copied == _run_all(db, scenario, uri=False)
+    assert "live" in {r["effect_id"] for r in copied[0]}
 
 
 # --------------------------------------------------------------------------- the reference
