@@ -8,8 +8,9 @@ its own savepoint, so a job that fails (its run already exists, say) is rolled b
 alone and reported to its own caller; a failure of the transaction itself (the disk
 is full at ``COMMIT``) is reported to every caller in it, because it hit all their
 records. No caller returns before the transaction that holds its job is committed.
-While a leader commits, new jobs queue up for the next leader, so under load every
-fsync acknowledges many writes, and without load a write pays no wait at all.
+The queue is the one every batched write uses (ledger._combiner): while a leader
+commits, new jobs queue up for the next leader, so under load every fsync acknowledges
+many writes, and without load a write pays no wait at all.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Callable, Sequence
 from sqlite3 import Connection, Cursor
 from typing import Any
 
+from ledger._combiner import Combiner, Entry, acquire_uninterrupted
 from ledger.errors import EffectPersistenceError, StoreTamperedError
 
 # One statement and the rows to run it with, in order.
@@ -29,7 +31,7 @@ Step = tuple[str, list[tuple[Any, ...]]]
 MAX_BATCH = 64
 
 
-class Job:
+class Job(Entry):
     """One caller's writes, prepared: checks to run first, then statements; how it ended.
 
     The rows are built (and hashed) by the caller's thread before the job is queued, so
@@ -37,7 +39,7 @@ class Job:
     hold Python's GIL, and every statement the leader runs is a wait to get it back.
     """
 
-    __slots__ = ("action", "before", "done", "error", "gate", "interrupt", "lead", "steps")
+    __slots__ = ("action", "before", "error", "interrupt", "steps")
 
     def __init__(
         self,
@@ -45,64 +47,18 @@ class Job:
         steps: Sequence[Step],
         before: Callable[[Cursor], None] | None = None,
     ) -> None:
+        super().__init__()
         self.action = action
         self.steps = steps
         self.before = before
         self.error: BaseException | None = None
-        self.done = False
-        self.lead = False  # handed the leadership while it waited
-        # Released once, by the leader: when the job is done, or to make its thread lead.
-        self.gate = threading.Lock()
         # A signal handler's exception (Ctrl-C) met while the job was in flight, kept
         # until its fate is known so that the caller can record that fate first.
         self.interrupt: BaseException | None = None
 
 
-def acquire_uninterrupted(lock: Any) -> BaseException | None:
-    """Hold ``lock`` (an RLock, or a Condition on one) even if a signal handler raises.
-
-    Return what the handler raised, for the caller to raise once it is safe to. The
-    exception may come just after the lock was taken, before anything could note it:
-    the lock's record of its owner says whether to take it again, so the thread neither
-    blocks on a lock it holds nor goes on without it.
-    """
-    interrupt = None
-    while True:
-        try:
-            if not lock._is_owned():  # noqa: SLF001 - what Condition itself relies on
-                lock.acquire()
-        except BaseException as e:  # held back, see above
-            interrupt = interrupt or e
-        else:
-            return interrupt
-
-
-def wait_for_gate(gate: Any, ready: Callable[[], bool]) -> BaseException | None:
-    """Sleep on a one-shot gate until ``ready()``, even if a signal handler raises.
-
-    Whoever opens the gate first sets what ``ready`` reads, so after an interrupt the
-    flag, not the lock, says whether the wake-up already came. An interrupt never cancels
-    a write in flight: it is returned, to be raised once the write has settled.
-    """
-    interrupt = None
-    while True:
-        try:
-            if not ready():
-                gate.acquire()
-        except BaseException as e:  # held back, see above
-            interrupt = interrupt or e
-        else:
-            if ready():
-                return interrupt
-
-
 class GroupCommit:
-    """The queue of one store's writers in this process, and the leader that commits them.
-
-    Every waiting thread sleeps on a gate of its own and is woken exactly once: when its
-    job is done, or when the leader hands it the leadership. No crowd of threads wakes up
-    to find it has nothing to do, which would cost more than the fsync saves.
-    """
+    """The queue of one store's writers in this process, and the leader that commits them."""
 
     def __init__(
         self,
@@ -122,9 +78,10 @@ class GroupCommit:
         self._lock = lock
         self._translate = translate
         self._check = check
-        self._mutex = threading.RLock()  # an RLock knows its owner: see acquire_uninterrupted
-        self._queue: list[Job] = []
-        self._leading = False
+        self._mutex = threading.Condition(threading.RLock())
+        self._queue: Combiner[Job] = Combiner(
+            self._mutex, self._write, self._interrupted, limit=MAX_BATCH
+        )
 
     def submit(self, job: Job) -> Job:
         """Run ``job`` in a committed transaction and return it, its fate settled.
@@ -133,51 +90,27 @@ class GroupCommit:
         signal handler's exception met meanwhile) are for the caller to act on, in that
         order.
         """
-        job.gate.acquire()  # a new lock: never blocks
         interrupt = acquire_uninterrupted(self._mutex)
-        self._queue.append(job)
-        lead = not self._leading
-        self._leading = True
-        self._mutex.release()
-        if not lead:
-            interrupt = self._wait(job) or interrupt
-        if not job.done:  # this thread leads until its own job is done
-            interrupt = self._lead(job) or interrupt
+        try:
+            interrupt = self._queue.submit(job) or interrupt
+        finally:
+            self._mutex.release()
         job.interrupt = interrupt
         return job
 
-    def _wait(self, job: Job) -> BaseException | None:
-        """Sleep until the job is done or handed the leadership; return any interrupt."""
-        return wait_for_gate(job.gate, lambda: job.done or job.lead)
-
-    def _hand_over(self) -> None:
-        """Make the oldest waiting job's thread the leader, or let the next caller lead."""
-        if self._queue:
-            self._queue[0].lead = True
-            self._queue[0].gate.release()
-        else:
-            self._leading = False
-
-    def _lead(self, job: Job) -> BaseException | None:
-        interrupt = None
-        while not job.done:
-            interrupt = acquire_uninterrupted(self._mutex) or interrupt
-            batch = self._queue[:MAX_BATCH]
-            del self._queue[:MAX_BATCH]
-            self._mutex.release()
-            try:
-                self._commit(batch)
-            except BaseException as e:  # every job is settled below, then it is raised
-                interrupt = interrupt or e
-            if not all(other.done for other in batch):  # a transaction cut short
-                self._fail(batch, EffectPersistenceError("the transaction was interrupted"))
-            for other in batch:
-                if other is not job:
-                    other.gate.release()
-        interrupt = acquire_uninterrupted(self._mutex) or interrupt
-        self._hand_over()
+    def _write(self, batch: list[Job]) -> BaseException | None:
+        """Commit a batch, the queue's lock released meanwhile; return what interrupted it."""
         self._mutex.release()
-        return interrupt
+        interrupt = None
+        try:
+            self._commit(batch)
+        except BaseException as e:  # every job is settled by the queue, then it is raised
+            interrupt = e
+        held_back = acquire_uninterrupted(self._mutex)
+        return interrupt or held_back
+
+    def _interrupted(self, jobs: list[Job], _error: BaseException | None) -> None:
+        self._fail(jobs, EffectPersistenceError("the transaction was interrupted"))
 
     def _fail(self, jobs: list[Job], error: BaseException) -> None:
         for job in jobs:

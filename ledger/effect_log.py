@@ -38,7 +38,7 @@ from typing import Self
 
 from ledger import _liveness, _paths, _records
 from ledger._chain import GENESIS
-from ledger._commit import acquire_uninterrupted, wait_for_gate
+from ledger._combiner import Combiner, Entry, acquire_uninterrupted
 from ledger._index import RunIndex
 from ledger._owner import Writer
 from ledger._paths import effects_dir
@@ -161,10 +161,8 @@ class EffectLog:
         self._store: Store | None = None
         # Threads that write at once queue here; one of them (the leader) writes every
         # queued record in one transaction, while the others wait for its outcome.
-        # On an RLock, which knows its owner (see ledger._commit.acquire_uninterrupted).
         self._cond = threading.Condition(threading.RLock())
-        self._queue: list[_Request] = []
-        self._leading = False
+        self._writes: Combiner[_Request] = Combiner(self._cond, self._write, self._abandon)
         self._queued = 0  # records queued or being written
         self._queued_claims: set[str] = set()
         self._queued_settles: set[str] = set()
@@ -301,7 +299,7 @@ class EffectLog:
             if self._closed:
                 return
             self._closed = True
-            while self._leading or self._queue:
+            while self._writes.busy:
                 self._cond.wait()
             if self._store is not None:
                 release(self._store)
@@ -359,24 +357,11 @@ class EffectLog:
     def _submit(self, request: _Request) -> None:
         """Queue a checked request and return once it is written (or failed); lock held.
 
-        The first caller leads: it writes whatever is queued, then hands the leadership
-        to the oldest waiting caller. Every waiting caller sleeps on a gate of its own
-        and is woken once, when its records are written or failed, or to lead. A signal
-        handler that raises meanwhile (Ctrl-C) is held back until the log's memory
-        matches the store, then raised: check :meth:`history` after it.
+        A signal handler that raises meanwhile (Ctrl-C) is held back until the log's
+        memory matches the store, then raised: check :meth:`history` after it.
         """
-        self._queue.append(request)
         self._queued += len(request.records)
-        request.gate.acquire()  # a new lock: never blocks
-        interrupt = None
-        if self._leading:
-            self._cond.release()
-            interrupt = wait_for_gate(request.gate, lambda: request.done or request.lead)
-            interrupt = acquire_uninterrupted(self._cond) or interrupt
-        else:
-            self._leading = True
-        if not request.done:
-            self._lead(request)
+        interrupt = self._writes.submit(request)
         if interrupt is not None:
             raise interrupt
 
@@ -386,41 +371,20 @@ class EffectLog:
         self._queued_settles.difference_update(request.settles)
         self._queued_observations.difference_update(request.observation_ids)
 
-    def _hand_over(self) -> None:
-        """Wake the oldest waiting caller to lead, or mark the log idle; lock held."""
-        if self._queue:
-            self._queue[0].lead = True
-            self._queue[0].gate.release()
-        else:
-            self._leading = False
-            self._cond.notify_all()  # close and recovery wait for an idle log
-
-    def _lead(self, request: _Request) -> None:
-        """Write everything queued until ``request`` is written (lock held, released to write)."""
-        interrupt: BaseException | None = None
+    def _write(self, batch: list[_Request]) -> BaseException | None:
+        """The queue's writer (see ledger._combiner): lock held, released to write."""
         try:
-            while not request.done:
-                batch, self._queue = self._queue, []
-                try:
-                    interrupt = self._write_batch(batch) or interrupt
-                except BaseException as e:
-                    # Not the store's answer (that is handled inside): a failure of this
-                    # code itself. Settle every request as unwritten, then raise it.
-                    lost = EffectPersistenceError(
-                        f"cannot record records in run {self._run_id}: {type(e).__name__}: {e}"
-                    )
-                    lost.__cause__ = e
-                    self._fail([r for r in batch if not r.done], lost)
-                    raise
-                finally:
-                    for other in batch:
-                        self._forget(other)
-                        if other is not request:
-                            other.gate.release()
+            return self._write_batch(batch)
         finally:
-            self._hand_over()
-        if interrupt is not None:
-            raise interrupt
+            for request in batch:
+                self._forget(request)
+
+    def _abandon(self, batch: list[_Request], error: BaseException | None) -> None:
+        """Settle as unwritten the requests a failure of this code itself left behind."""
+        cause = f"{type(error).__name__}: {error}" if error is not None else "interrupted"
+        lost = EffectPersistenceError(f"cannot record records in run {self._run_id}: {cause}")
+        lost.__cause__ = error
+        self._fail(batch, lost)
 
     def _write_batch(self, batch: list[_Request]) -> BaseException | None:
         """Write a batch and settle its requests; return an interrupt held back meanwhile."""
@@ -789,7 +753,7 @@ class EffectLog:
                 raise LogDegradedError(
                     f"run {self._run_id} is degraded: recovery would write past a lost record"
                 )
-            while self._leading or self._queue:  # let records in flight land first
+            while self._writes.busy:  # let records in flight land first
                 self._cond.wait()
             self._check_open()  # closed while it waited
             if self._degraded:
@@ -846,7 +810,7 @@ class EffectLog:
         settling = {o.effect_id for o in appended}
         # Nobody else writes this run until recovery is done, and no outcome of these
         # effects is accepted meanwhile: they are being settled.
-        self._leading = True
+        self._writes.hold()
         self._queued_settles.update(settling)
         self._cond.release()
         try:
@@ -854,7 +818,7 @@ class EffectLog:
         finally:
             held_back = acquire_uninterrupted(self._cond)
             self._queued_settles.difference_update(settling)
-            self._hand_over()
+            self._writes.hand_over()
         if job.error is None:
             self._head = head
             self._writer_pid = os.getpid()
@@ -871,23 +835,21 @@ class EffectLog:
         return appended
 
 
-class _Request:
+class _Request(Entry):
     """Records one caller asked to write, waiting in the log's queue."""
 
     __slots__ = (
         "action",
         "claims",
-        "done",
         "effect_ids",
         "error",
-        "gate",
-        "lead",
         "observation_ids",
         "records",
         "settles",
     )
 
     def __init__(self, action: str, records: Sequence[_Record], *, claims: bool) -> None:
+        super().__init__()
         self.action = action
         self.records = list(records)
         self.claims = claims  # claims raise when they cannot be written; others degrade
@@ -895,9 +857,6 @@ class _Request:
         self.settles: set[str] = set()
         self.observation_ids: set[str] = set()
         self.error: BaseException | None = None
-        self.done = False
-        self.lead = False  # handed the leadership while it waited
-        self.gate = threading.Lock()  # released once: when done, or to lead
 
 
 class _RunStart:

@@ -106,8 +106,13 @@ def waiting_in(thread: threading.Thread, function: str) -> bool:
 def blocked_retaking_the_log_lock(ident: int) -> bool:
     """Whether the thread, queued on a log, is past its gate and blocked taking the log's lock."""
     frames = stack(ident)
-    submit = [line for function, line in frames if function == "_submit"]
-    return bool(submit) and "_cond" in submit[0] and ".acquire(" in frames[0][1]
+    # The log's queue (ledger._combiner), called from the log's _submit, retaking its lock.
+    waking = [
+        i
+        for i, (function, line) in enumerate(frames[:-1])
+        if function == "submit" and "acquire_uninterrupted(self.lock)" in line
+    ]
+    return bool(waking) and frames[waking[0] + 1][0] == "_submit" and ".acquire(" in frames[0][1]
 
 
 class Call:
@@ -300,11 +305,11 @@ def test_ctrl_c_in_the_leader_mid_transaction_rolls_back_and_settles_every_calle
     first.wait_entered()  # main, then the outcome, then the claim queue behind it
 
     def outcome_after_main() -> fx.EffectOutcome:
-        wait_for(lambda: len(log._queue) == 1, "main's claim is queued")
+        wait_for(lambda: log._writes.waiting == 1, "main's claim is queued")
         return succeed(log, "e0")
 
     def claim_after_outcome() -> fx.EffectClaim:
-        wait_for(lambda: len(log._queue) == 2, "the outcome is queued")
+        wait_for(lambda: log._writes.waiting == 2, "the outcome is queued")
         return claim(log, "c1")
 
     def ctrl_c() -> None:  # in the transaction holding main's batch, which main leads
@@ -312,7 +317,9 @@ def test_ctrl_c_in_the_leader_mid_transaction_rolls_back_and_settles_every_calle
 
     def release_when_queued() -> None:
         try:
-            wait_for(lambda: len(log._queue) == 3, "main's claim, the outcome and c1 are queued")
+            wait_for(
+                lambda: log._writes.waiting == 3, "main's claim, the outcome and c1 are queued"
+            )
             rig.after_jobs(log.run_id, ctrl_c)
         finally:
             first.release()
@@ -365,15 +372,15 @@ def test_ctrl_c_while_another_leader_commits_the_claim_keeps_memory_equal_to_the
     store_leader = rig.start("store leader", claim, other, "z1")
     first.wait_entered()
     next_leader = rig.start("next store leader", claim, third, "w1")
-    wait_for(lambda: len(group._queue) == 1, "the next leader's job is queued")
+    wait_for(lambda: group._queue.waiting == 1, "the next leader's job is queued")
     second = rig.hold(third.run_id)
 
     def interrupt_while_held() -> None:
         try:
-            wait_for(lambda: len(group._queue) == 2, "main's job is queued behind it")
+            wait_for(lambda: group._queue.waiting == 2, "main's job is queued behind it")
             first.release()
             second.wait_entered()  # the next leader's transaction holds main's job
-            assert group._queue == []
+            assert group._queue.waiting == 0
             assert sigint().wait(TIMEOUT), "the SIGINT handler did not run"
         finally:
             first.release()
@@ -423,7 +430,7 @@ def test_ctrl_c_right_after_being_handed_the_leadership_strands_nothing(
 
     def interrupt_once_handed_over() -> None:
         try:
-            wait_for(lambda: len(log._queue) == 1, "main's claim is queued behind recovery")
+            wait_for(lambda: log._writes.waiting == 1, "main's claim is queued behind recovery")
             recovering.release()
             indexing.wait_entered()  # recovery has handed the log over to main
             wait_for(
@@ -469,7 +476,7 @@ def test_an_outcome_racing_the_recovery_of_its_effect_is_refused(
     try:
         outcome = rig.start("outcome of e1", succeed, log, "e1")
         wait_for(
-            lambda: not outcome.thread.is_alive() or len(log._queue) == 1,
+            lambda: not outcome.thread.is_alive() or log._writes.waiting == 1,
             "the outcome is refused or queued behind recovery",
         )
         innocent = rig.start("claim e3", claim, log, "e3")

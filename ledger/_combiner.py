@@ -1,0 +1,174 @@
+"""One leader/follower queue: the first waiting caller writes for everyone queued behind it.
+
+Wherever writes are batched (a log's records, a store's transactions) callers queue an
+*entry*; the caller that finds nobody writing becomes the *leader*: it takes the queue
+(or its first ``limit`` entries), runs the batch, wakes each caller of the batch once,
+and goes on until its own entry is settled; then it hands the leadership to the oldest
+waiting caller. While a leader writes, new callers queue up for the next batch, so under
+load one write serves many callers, and without load a caller pays no wait at all.
+
+Every waiting caller sleeps on a gate of its own and is woken exactly once: when its
+entry is settled, or to lead. No crowd of threads wakes up to find it has nothing to do,
+which would cost more than the batching saves.
+
+A signal handler's exception (Ctrl-C) never cuts a write in flight short: it is held
+back and returned, to be raised once the caller has recorded its entry's fate.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+
+def acquire_uninterrupted(lock: Any) -> BaseException | None:
+    """Hold ``lock`` (an RLock, or a Condition on one) even if a signal handler raises.
+
+    Return what the handler raised, for the caller to raise once it is safe to. The
+    exception may come just after the lock was taken, before anything could note it:
+    the lock's record of its owner says whether to take it again, so the thread neither
+    blocks on a lock it holds nor goes on without it.
+    """
+    interrupt = None
+    while True:
+        try:
+            if not lock._is_owned():  # noqa: SLF001 - what Condition itself relies on
+                lock.acquire()
+        except BaseException as e:  # held back, see above
+            interrupt = interrupt or e
+        else:
+            return interrupt
+
+
+def wait_for_gate(gate: Any, ready: Callable[[], bool]) -> BaseException | None:
+    """Sleep on a one-shot gate until ``ready()``, even if a signal handler raises.
+
+    Whoever opens the gate first sets what ``ready`` reads, so after an interrupt the
+    flag, not the lock, says whether the wake-up already came.
+    """
+    interrupt = None
+    while True:
+        try:
+            if not ready():
+                gate.acquire()
+        except BaseException as e:  # held back, see above
+            interrupt = interrupt or e
+        else:
+            if ready():
+                return interrupt
+
+
+class Entry:
+    """One caller's place in a queue: settled (``done``) or handed the leadership (``lead``)."""
+
+    __slots__ = ("done", "gate", "lead")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.lead = False
+        self.gate = threading.Lock()  # released once: when done, or to lead
+
+
+E = TypeVar("E", bound=Entry)
+
+
+class Combiner(Generic[E]):
+    """The queue, and the leadership over it.
+
+    ``lock`` is a Condition on an RLock (an RLock knows its owner: see
+    :func:`acquire_uninterrupted`); it guards the queue and whatever the caller keeps
+    beside it, and is notified whenever the queue falls idle.
+    """
+
+    def __init__(
+        self,
+        lock: threading.Condition,
+        run: Callable[[list[E]], BaseException | None],
+        abandon: Callable[[list[E], BaseException | None], None],
+        *,
+        limit: int | None = None,
+    ) -> None:
+        """``run(batch)`` writes a batch, lock held (it may release it while it writes).
+
+        It settles each entry (``done``) and returns an interrupt it held back, if any.
+        ``abandon(entries, error)`` settles the entries ``run`` left unsettled: because it
+        raised ``error``, or (``None``) because it was cut short.
+        """
+        self.lock = lock
+        self._run = run
+        self._abandon = abandon
+        self._limit = limit
+        self._queue: list[E] = []
+        self._leading = False
+
+    @property
+    def waiting(self) -> int:
+        """How many entries wait for a leader to take them."""
+        return len(self._queue)
+
+    @property
+    def busy(self) -> bool:
+        """Whether anyone writes or waits to (lock held)."""
+        return self._leading or bool(self._queue)
+
+    def submit(self, entry: E) -> BaseException | None:
+        """Queue ``entry`` and return once it is settled; lock held on entry and return.
+
+        Returns a signal handler's exception met meanwhile, for the caller to raise
+        once it has acted on the entry's fate. ``run`` raising is raised here, by the
+        leader, after every entry of its batch was abandoned and woken.
+        """
+        entry.gate.acquire()  # a new lock: never blocks
+        self._queue.append(entry)
+        interrupt = None
+        if self._leading:
+            self.lock.release()
+            interrupt = wait_for_gate(entry.gate, lambda: entry.done or entry.lead)
+            interrupt = acquire_uninterrupted(self.lock) or interrupt
+        else:
+            self._leading = True
+        if not entry.done:  # this caller leads until its own entry is settled
+            interrupt = self._lead(entry) or interrupt
+        return interrupt
+
+    def _lead(self, entry: E) -> BaseException | None:
+        interrupt: BaseException | None = None
+        try:
+            while not entry.done:
+                batch = self._queue[: self._limit]
+                del self._queue[: self._limit]
+                try:
+                    interrupt = self._run(batch) or interrupt
+                except BaseException as e:  # settle the batch, wake it, then raise
+                    self._abandon([e2 for e2 in batch if not e2.done], e)
+                    raise
+                else:
+                    unsettled = [e2 for e2 in batch if not e2.done]
+                    if unsettled:
+                        self._abandon(unsettled, None)
+                finally:
+                    for other in batch:
+                        if other is not entry:
+                            other.gate.release()
+        finally:
+            self.hand_over()
+        return interrupt
+
+    def hold(self) -> None:
+        """Wait until the queue is idle, then keep every caller queued (lock held).
+
+        For a write that must run alone (recovery): release with :meth:`hand_over`.
+        """
+        while self.busy:
+            self.lock.wait()
+        self._leading = True
+
+    def hand_over(self) -> None:
+        """Make the oldest waiting caller the leader, or mark the queue idle (lock held)."""
+        if self._queue:
+            self._queue[0].lead = True
+            self._queue[0].gate.release()
+        else:
+            self._leading = False
+            self.lock.notify_all()  # whoever waits for an idle queue (close, recovery)
