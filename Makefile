@@ -55,7 +55,7 @@ MUT_STAMP := $(MUT_VENV)/.installed
 # What is mutated: the verdict rules, the hash chain, the file checks, recovery.
 MUT_NAMES := 'ledger.effects.x_current*' 'ledger.effects.x_settled_clean*' \
 	'ledger.effects.x_decide*' 'ledger.effects.x_in_flight*' 'ledger.effects.x_is_stale*' \
-	'ledger.effects.x_assess*' 'ledger._chain.*' 'ledger._trust.*' \
+	'ledger.effects.x_assess*' 'ledger._chain.*' 'ledger.sqlite.trust.*' \
 	'ledger.effect_log.x*_recover*' 'ledger.effect_log.x*_hold_exclusive*' \
 	'ledger.effect_log.x*_RecoveryCheck*'
 MUT_JOBS  ?= 2

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from ledger import effects as fx
-from ledger._store import unsynchronised
 from ledger.effect_log import (
     ClaimRequest,
     EffectLog,
@@ -34,6 +33,7 @@ from ledger.effect_log import (
     OutcomeRequest,
     new_run_id,
 )
+from ledger.sqlite.store import unsynchronised
 
 __all__ = [
     "SMALL_RUN",

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ledger import effects as fx
-from ledger._store import acquire, read_only_uri, release
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.resources import FilesystemResource, FilesystemRoot
+from ledger.sqlite.store import acquire, read_only_uri, release
 
 IN_FLIGHT = "IN-FLIGHT"
 WORKER_TIMEOUT_S = 60

@@ -1,6 +1,6 @@
 """What the ``ledger`` command asks of a store: summaries, timelines, verdicts, checks.
 
-Reads go through :func:`ledger._store.read`, which never writes or creates a file;
+Reads go through :func:`ledger.sqlite.store.read`, which never writes or creates a file;
 only recovery writes, through :class:`ledger.effect_log.EffectLog` like any worker.
 No report is computed from the store's own views (they may have been replaced): the
 library's view queries are put in front of every query that uses them, and each run
@@ -18,13 +18,15 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from ledger import _liveness, _records, _schema_check
 from ledger._owner import Writer
-from ledger._schema import with_views
-from ledger._store import head_revision, known_revisions, read
 from ledger.effect_log import EffectLog
 from ledger.effects import Assessment, EffectOutcome, History, assess
 from ledger.errors import EffectPersistenceError
+from ledger.sqlite import liveness as _liveness
+from ledger.sqlite import rows as _records
+from ledger.sqlite import schema_check as _schema_check
+from ledger.sqlite.schema import with_views
+from ledger.sqlite.store import head_revision, known_revisions, read
 
 _HEX = re.compile(r"[0-9a-f]{1,32}")
 VERDICTS = ("pending", "unverified", "contradicted", "verified", "failed")
@@ -331,7 +333,7 @@ def recover_run(directory: Path, prefix: str, *, force: bool = False) -> Recover
 def recover_dead(directory: Path) -> list[Recovery]:
     """Recover every run with unsettled claims that no live process has loaded.
 
-    A run is taken for dead when its lock can be taken (see ``ledger._liveness``),
+    A run is taken for dead when its lock can be taken (see ``ledger.sqlite.liveness``),
     whatever process, pid namespace or host wrote it. A run a live process has loaded,
     or that another process is recovering, is left alone, and said so.
     """

@@ -25,11 +25,8 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from ledger import _records
 from ledger._chain import GENESIS
 from ledger._inspect import resolve_run
-from ledger._records import RUN_ID as _RUN_ID
-from ledger._store import acquire, read, release
 from ledger.effects import (
     EffectClaim,
     EffectOutcome,
@@ -38,6 +35,9 @@ from ledger.effects import (
     check_history,
     utc_now,
 )
+from ledger.sqlite import rows as _records
+from ledger.sqlite.rows import RUN_ID as _RUN_ID
+from ledger.sqlite.store import acquire, read, release
 
 FORMAT_VERSION = 1
 _TYPES: dict[str, type[EffectClaim | EffectOutcome | Observation]] = {

@@ -3,7 +3,7 @@
 Recorded for people (``ledger runs``, ``ledger show``): host name, boot id and pid plus
 the process's start time, which tell one process from another that reused its pid.
 Whether a run's writer still lives is never decided from it (a process in another pid
-namespace has pids this one cannot see): see :mod:`ledger._liveness`.
+namespace has pids this one cannot see): see :mod:`ledger.sqlite.liveness`.
 """
 
 from __future__ import annotations

@@ -23,11 +23,12 @@ from typing import Any, TypeVar
 
 import click
 
-from ledger import _bench, _demo, _inspect, _jsonl, _trust
+from ledger import _bench, _demo, _inspect, _jsonl
 from ledger._paths import DB_NAME
-from ledger._store import check_readable, needs_copy, read_only_uri
 from ledger.effect_log import EffectPersistenceError, effects_dir
 from ledger.effects import EffectClaim, EffectOutcome, Observation
+from ledger.sqlite import trust as _trust
+from ledger.sqlite.store import check_readable, needs_copy, read_only_uri
 
 __all__ = ["main"]
 

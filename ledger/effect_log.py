@@ -36,14 +36,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from ledger import _liveness, _paths, _records
+from ledger import _paths
 from ledger._chain import GENESIS
 from ledger._combiner import Combiner, Entry, acquire_uninterrupted
 from ledger._index import RunIndex
 from ledger._owner import Writer
 from ledger._paths import effects_dir
-from ledger._records import RUN_ID as _RUN_ID
-from ledger._store import Store, acquire, release, translate
 from ledger.effects import (
     Assessment,
     Coverage,
@@ -68,6 +66,10 @@ from ledger.errors import (
     RunHeldError,
     StoreTamperedError,
 )
+from ledger.sqlite import liveness as _liveness
+from ledger.sqlite import rows as _records
+from ledger.sqlite.rows import RUN_ID as _RUN_ID
+from ledger.sqlite.store import Store, acquire, release, translate
 
 __all__ = [
     "ClaimRequest",
@@ -180,7 +182,7 @@ class EffectLog:
         self._started = False  # whether the run's row is in the store
         self._continuing = False  # loaded: the run may already exist
         self._writer_pid = 0  # the process recorded as the run's writer, once it wrote
-        # The run's shared lock (see ledger._liveness): while this log is open, recovery
+        # The run's shared lock (see ledger.sqlite.liveness): while this log is open, recovery
         # by another process cannot take the run. Taken at load, or before a new run's
         # first write (until then the run has no row to recover, and no file is created).
         self._lease: _liveness.Lease | None = None

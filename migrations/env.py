@@ -3,7 +3,7 @@
 The library passes its own connection in ``config.attributes["connection"]``, already
 inside a ``BEGIN IMMEDIATE`` transaction, so migrations run under the write lock and
 commit or roll back as one. After any revision is applied, every trigger and view is
-re-created from ``ledger._schema``: a batch migration on SQLite rebuilds tables and
+re-created from ``ledger.sqlite.schema``: a batch migration on SQLite rebuilds tables and
 drops their triggers silently, and this keeps the store guarded whatever a migration
 does.
 """
@@ -11,7 +11,7 @@ does.
 from alembic import context
 from sqlalchemy import Connection, create_engine
 
-from ledger._schema import install_derived, metadata
+from ledger.sqlite.schema import install_derived, metadata
 
 config = context.config
 
@@ -31,7 +31,7 @@ def _run(connection: Connection) -> None:
     )
     # A batch migration rebuilds a table and renames it into place; with the modern
     # ALTER TABLE that rename re-parses the triggers and views of *other* tables that
-    # name it, which fails mid-rebuild. They are re-created from ledger._schema
+    # name it, which fails mid-rebuild. They are re-created from ledger.sqlite.schema
     # afterwards anyway. (The library turns foreign keys off around the migration and
     # runs PRAGMA foreign_key_check before it commits, as SQLite prescribes.)
     connection.exec_driver_sql("PRAGMA legacy_alter_table = ON")

@@ -28,7 +28,6 @@ from typing import Any
 
 import pytest
 
-from ledger import _store
 from ledger import effects as fx
 from ledger.effect_log import (
     ClaimRequest,
@@ -37,6 +36,7 @@ from ledger.effect_log import (
     OutcomeRequest,
     new_run_id,
 )
+from ledger.sqlite import store as _store
 
 from .conftest import PYTHON, REPO, fs_ref, op, sha, subprocess_env
 

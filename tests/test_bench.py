@@ -16,9 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 from ledger import _bench, _bench_cases
-from ledger._store import unsynchronised
 from ledger.cli import main
 from ledger.effect_log import EffectLog, new_run_id
+from ledger.sqlite.store import unsynchronised
 
 from .conftest import PYTHON, op, subprocess_env
 

@@ -34,9 +34,9 @@ from pathlib import Path
 import pytest
 
 from ledger import effects as fx
-from ledger._store import acquire, release
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.resources import FilesystemRoot
+from ledger.sqlite.store import acquire, release
 
 from .conftest import PYTHON, file_ref, op, sha, subprocess_env
 

@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from ledger import effects as fx
-from ledger._schema import SQLITE_TRIGGERS, VIEWS
-from ledger._store import head_revision
 from ledger.effect_log import EffectLog, new_run_id
+from ledger.sqlite.schema import SQLITE_TRIGGERS, VIEWS
+from ledger.sqlite.store import head_revision
 
 from .conftest import PYTHON, REPO, fs_ref, op, subprocess_env
 
@@ -485,7 +485,9 @@ def _wait_until_inside_sqlite(thread: threading.Thread) -> None:
         frame = sys._current_frames().get(thread.ident or 0)
         while frame is not None:
             code = frame.f_code
-            if code.co_name == "_commit" and code.co_filename.endswith("_commit.py"):
+            if code.co_name == "_commit" and code.co_filename.endswith(
+                os.path.join("sqlite", "commit.py")
+            ):
                 return  # it leads the process's write queue, waiting for SQLite's lock
             frame = frame.f_back
         time.sleep(0.01)

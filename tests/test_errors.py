@@ -22,7 +22,6 @@ from alembic.util import CommandError
 
 import ledger.errors
 from ledger import effects as fx
-from ledger._store import Store, alembic_config, classify, storage_errors
 from ledger.effect_log import EffectLog
 from ledger.effect_log import EffectPersistenceError as PublicError
 from ledger.errors import (
@@ -36,6 +35,7 @@ from ledger.errors import (
     StoreTamperedError,
     StoreUnavailableError,
 )
+from ledger.sqlite.store import Store, alembic_config, classify, storage_errors
 
 from .conftest import PYTHON, op, subprocess_env
 

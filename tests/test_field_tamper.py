@@ -26,9 +26,10 @@ from typing import Any
 
 import pytest
 
-from ledger import _inspect, _records
+from ledger import _inspect
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
+from ledger.sqlite import rows as _records
 
 from .conftest import fs_ref, op, sha
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from ledger import _trust
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
+from ledger.sqlite import trust as _trust
 
 from .trust_helpers import (
     DB,

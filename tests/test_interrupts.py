@@ -30,11 +30,11 @@ from typing import Any
 
 import pytest
 
-from ledger import _store
 from ledger import effects as fx
-from ledger._commit import GroupCommit, Job
 from ledger._index import RunIndex
 from ledger.effect_log import ClaimRequest, EffectLog, EffectPersistenceError, new_run_id
+from ledger.sqlite import store as _store
+from ledger.sqlite.commit import GroupCommit, Job
 
 from .conftest import fs_ref, op
 

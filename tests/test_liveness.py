@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from ledger import _liveness
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
+from ledger.sqlite import liveness as _liveness
 
 from .conftest import PYTHON, op, subprocess_env
 
@@ -31,7 +31,7 @@ CHILD = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    from ledger import _liveness
+    from ledger.sqlite import liveness as _liveness
     from ledger import effects as fx
     from ledger.effect_log import EffectLog, EffectPersistenceError
 
@@ -288,7 +288,7 @@ def test_recovering_tells_another_recoverer_from_a_user(
         """
         import sys
         from pathlib import Path
-        from ledger import _liveness
+        from ledger.sqlite import liveness as _liveness
         with _liveness.recovering(Path(sys.argv[1]), sys.argv[2]) as claim:
             print(claim.name, flush=True)
             sys.stdin.read()

@@ -10,14 +10,15 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 
-from ledger import _chain, _schema_check
+from ledger import _chain
 from ledger import effects as fx
-from ledger._commit import GroupCommit, Job
-from ledger._records import prepare
-from ledger._schema import SQLITE_TRIGGERS, VIEWS
-from ledger._store import _foreign_keys_off, _on_begin, _on_connect, alembic_config, translate
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.errors import StoreTamperedError
+from ledger.sqlite import schema_check as _schema_check
+from ledger.sqlite.commit import GroupCommit, Job
+from ledger.sqlite.rows import prepare
+from ledger.sqlite.schema import SQLITE_TRIGGERS, VIEWS
+from ledger.sqlite.store import _foreign_keys_off, _on_begin, _on_connect, alembic_config, translate
 
 from .conftest import fs_ref, op
 

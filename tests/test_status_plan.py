@@ -16,10 +16,10 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 
-from ledger import _schema
 from ledger import effects as fx
-from ledger._store import _on_begin, _on_connect, alembic_config, head_revision
 from ledger.effect_log import EffectLog, new_run_id
+from ledger.sqlite import schema as _schema
+from ledger.sqlite.store import _on_begin, _on_connect, alembic_config, head_revision
 
 from .conftest import fs_ref, op
 

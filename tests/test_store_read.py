@@ -8,8 +8,8 @@ from pathlib import Path
 
 from sqlalchemy import Connection
 
-from ledger._store import read
 from ledger.effect_log import EffectLog, new_run_id
+from ledger.sqlite.store import read
 
 from .conftest import PYTHON, op, subprocess_env
 

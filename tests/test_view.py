@@ -18,9 +18,9 @@ from sqlalchemy import BindParameter, bindparam, text
 
 from ledger import effects as fx
 from ledger._chain import GENESIS
-from ledger._records import insert_records, insert_run
-from ledger._store import Store, acquire, release
 from ledger.effect_log import new_run_id
+from ledger.sqlite.rows import insert_records, insert_run
+from ledger.sqlite.store import Store, acquire, release
 
 from .conftest import op, sha
 

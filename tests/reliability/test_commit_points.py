@@ -3,7 +3,7 @@
 A child Python process sets up the write (continuing a run the test prepared, with
 ``EffectLog.load``), then makes it with a fault injected in the child itself: SQLAlchemy's
 wrapper around the connection that records are written on kills it when ``COMMIT`` is
-about to be sent (*before* the commit), and a wrapper around ``ledger._store.Store.commit``
+about to be sent (*before* the commit), and a wrapper around ``ledger.sqlite.store.Store.commit``
 kills it right *after* the transaction has committed, before the call returns. A new
 store's schema is created through SQLAlchemy: its ``commit`` event marks that point. Only the record
 transaction is armed: the migrations that create a new store commit normally.
@@ -43,7 +43,8 @@ CHILD = textwrap.dedent(
     import contextlib, json, os, signal, sys
     from pathlib import Path
     from sqlalchemy import event
-    from ledger import _store, effects as fx
+    from ledger import effects as fx
+    from ledger.sqlite import store as _store
     from ledger.effect_log import EffectLog
 
     store, run_id, kind, side = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]

@@ -42,8 +42,8 @@ from ledger import _jsonl
 from ledger import effects as fx
 from ledger._chain import GENESIS
 from ledger._jsonl import ImportRefusedError
-from ledger._records import chain_hash
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
+from ledger.sqlite.rows import chain_hash
 from tests.conftest import sha
 
 LONG = os.environ.get("LEDGER_RELIABILITY") == "long"

@@ -18,7 +18,7 @@ untouched run) and by ``EffectLog.load`` of its run (:class:`EffectPersistenceEr
 An edit that changes no record would be exempt: none is expected, and every case
 checks that its edit changed the tables.
 
-A chain recomputed after a change (``ledger._records.chain_hash``), and a run
+A chain recomputed after a change (``ledger.sqlite.rows.chain_hash``), and a run
 truncated at its end, stay consistent: load accepts them, and only an anchor taken
 before (``ledger head``) catches them. docs/forensics.md recipe 9, run by the shell,
 names the first broken seq of every changed-field case.
@@ -47,8 +47,8 @@ import pytest
 
 from ledger import _chain
 from ledger import effects as fx
-from ledger._records import chain_hash
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
+from ledger.sqlite.rows import chain_hash
 from tests.conftest import PYTHON, REPO, fs_ref, op, require_tool, sha, subprocess_env
 from tests.reliability.figures import report
 

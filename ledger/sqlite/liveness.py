@@ -35,8 +35,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from ledger._store import check_directory, classify
 from ledger.errors import StoreFileRefusedError
+from ledger.sqlite.store import check_directory, classify
 
 LOCK_NAME = "ledger.lock"
 

@@ -5,7 +5,7 @@ from the ``sqlite3`` shell (``BEFORE INSERT ... RAISE(IGNORE)`` drops every clai
 silently), a view replaced by a same-named one that calls every effect verified, or a
 CHECK rewritten through ``PRAGMA writable_schema`` would otherwise pass unnoticed. So
 the definition of every object in ``sqlite_master`` is compared, after normalising its
-SQL, with the definition the library's schema gives it (``ledger._schema``): anything
+SQL, with the definition the library's schema gives it (``ledger.sqlite.schema``): anything
 missing, changed or not the library's is a :class:`Problem`.
 
 Normalising makes the comparison about meaning rather than spelling: comments and
@@ -29,8 +29,8 @@ from sqlalchemy import Column, MetaData, PrimaryKeyConstraint, String, Table
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from ledger._schema import SQLITE_TRIGGERS, VIEWS, metadata
 from ledger.errors import StoreCorruptError, StoreTamperedError
+from ledger.sqlite.schema import SQLITE_TRIGGERS, VIEWS, metadata
 
 Kind = Literal["table", "index", "trigger", "view"]
 What = Literal["missing", "changed", "foreign"]

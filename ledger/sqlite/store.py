@@ -39,9 +39,8 @@ from alembic.util import CommandError
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.pool import ConnectionPoolEntry, NullPool
 
-from ledger import _paths, _schema_check, _trust
+from ledger import _paths
 from ledger._chain import sha3
-from ledger._commit import GroupCommit, Job, Step
 from ledger.errors import (
     EffectPersistenceError,
     SchemaTooNewError,
@@ -49,6 +48,9 @@ from ledger.errors import (
     StoreFileRefusedError,
     StoreUnavailableError,
 )
+from ledger.sqlite import schema_check as _schema_check
+from ledger.sqlite import trust as _trust
+from ledger.sqlite.commit import GroupCommit, Job, Step
 
 log = logging.getLogger("ledger")
 
@@ -155,16 +157,16 @@ def _describe(error: BaseException) -> str:
 
 
 def check_directory(directory: Path) -> None:
-    """Refuse a store directory a writer must not use (see :mod:`ledger._trust`)."""
+    """Refuse a store directory a writer must not use (see :mod:`ledger.sqlite.trust`)."""
     _trust.check_directory(directory, writer=True)
 
 
 def check_file(path: Path, *, required: bool = True) -> None:
-    """Refuse a database (or -wal/-shm) file a writer must not use (see :mod:`ledger._trust`)."""
+    """Refuse a database (or -wal/-shm) file a writer must not use (see ledger.sqlite.trust)."""
     _trust.check_file(path, owner=os.geteuid(), required=required)
 
 
-_SHARED = stat.S_IWGRP | stat.S_IWOTH  # a write bit for group or others: see ledger._trust
+_SHARED = stat.S_IWGRP | stat.S_IWOTH  # a write bit for group or others: see ledger.sqlite.trust
 
 
 def check_files(directory: Path, db_path: Path) -> None:
@@ -317,7 +319,7 @@ def _on_begin(conn: Connection) -> None:
 
 
 def _migrations_dir() -> Path:
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parent.parent  # ledger/
     for candidate in (package / "_migrations", package.parent / "migrations"):
         if (candidate / "env.py").is_file():
             return candidate
@@ -445,7 +447,7 @@ class Store:
 
         Racing openers wait rather than fail. Whatever is missing of the library's guards,
         views and indexes is put back; a schema that holds a trigger or view that is not
-        the library's, or a changed guard or table, is refused (see ledger._schema_check).
+        the library's, or a changed guard or table, is refused (see ledger.sqlite.schema_check).
         """
         head = head_revision()
         engine = self._engine()
@@ -548,7 +550,7 @@ class Store:
         try:
             self.open_for_writing()
             # The files are checked by each writer in its own thread, just before it
-            # queues: the leader's transaction holds only SQL (see ledger._commit).
+            # queues: the leader's transaction holds only SQL (see ledger.sqlite.commit).
             self._check()
         except (EffectPersistenceError, OSError) as e:
             job.error = translate(action, e)
@@ -626,7 +628,7 @@ def _fingerprint(db: Path) -> tuple[int, int, int, int, int]:
 
 
 def check_readable(directory: Path) -> _trust.Checked:
-    """The reader's checks on a store (see :mod:`ledger._trust`): refuse, or say what was seen."""
+    """The reader's checks on a store (see ledger.sqlite.trust): refuse, or say what was seen."""
     db = directory / _paths.DB_NAME
     if not os.path.lexists(db):
         raise StoreUnavailableError(f"there is no store at {directory}")
@@ -653,7 +655,7 @@ def read(directory: Path, query: Callable[[Connection], T]) -> T:
 
     It never writes, and creates no file when it can avoid it. The store's files are
     checked first, as a writer's are, except that the store may be another user's.
-    Another user's store is read from a private copy (see :mod:`ledger._trust`), so that
+    Another user's store is read from a private copy (see :mod:`ledger.sqlite.trust`), so that
     no file of it is opened by SQLite. With no ``-wal`` no connection has the store open
     and every commit is in the database file: it is read ``immutable`` (no lock, no file
     created; works for a user who may read the store but not write its directory), and

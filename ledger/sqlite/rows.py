@@ -29,17 +29,7 @@ from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from ledger import _chain
-from ledger._commit import Step, landed
 from ledger._owner import Writer
-from ledger._schema import (
-    claims,
-    impact_scope,
-    obligations,
-    observations,
-    outcomes,
-    run_writers,
-    runs,
-)
 from ledger.effects import (
     Coverage,
     EffectClaim,
@@ -56,6 +46,16 @@ from ledger.effects import (
     check_history,
 )
 from ledger.errors import RunExistsError, StoreCorruptError
+from ledger.sqlite.commit import Step, landed
+from ledger.sqlite.schema import (
+    claims,
+    impact_scope,
+    obligations,
+    observations,
+    outcomes,
+    run_writers,
+    runs,
+)
 
 # What new_run_id makes and the runs table's CHECK accepts: every run id taken from a
 # caller or a file name is held to it before it reaches the store.

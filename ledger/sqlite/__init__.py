@@ -1,0 +1,1 @@
+"""The SQLite backend: one WAL-mode database file per store directory, behind ledger.storage."""
