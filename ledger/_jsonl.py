@@ -36,8 +36,8 @@ from ledger.effects import (
     utc_now,
 )
 from ledger.sqlite import rows as _records
-from ledger.sqlite.rows import RUN_ID as _RUN_ID
 from ledger.sqlite.store import acquire, read, release
+from ledger.storage import RUN_ID as _RUN_ID
 
 FORMAT_VERSION = 1
 _TYPES: dict[str, type[EffectClaim | EffectOutcome | Observation]] = {

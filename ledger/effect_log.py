@@ -27,7 +27,6 @@ import dataclasses
 import logging
 import os
 import secrets
-import sqlite3
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
@@ -36,7 +35,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from ledger import _paths
+from ledger import _paths, storage
 from ledger._chain import GENESIS
 from ledger._combiner import Combiner, Entry, acquire_uninterrupted
 from ledger._index import RunIndex
@@ -66,10 +65,8 @@ from ledger.errors import (
     RunHeldError,
     StoreTamperedError,
 )
-from ledger.sqlite import liveness as _liveness
-from ledger.sqlite import rows as _records
-from ledger.sqlite.rows import RUN_ID as _RUN_ID
-from ledger.sqlite.store import Store, acquire, release, translate
+from ledger.storage import RUN_ID as _RUN_ID
+from ledger.storage import Batch, Lease, Mode, Store, relabel
 
 __all__ = [
     "ClaimRequest",
@@ -160,6 +157,7 @@ class EffectLog:
         self._directory = _directory(directory)
         # Agent tools must never reach a store a log points at, even before it exists.
         _paths.remember_store(self._directory)
+        self._backend = storage.backend(self._directory)
         self._store: Store | None = None
         # Threads that write at once queue here; one of them (the leader) writes every
         # queued record in one transaction, while the others wait for its outcome.
@@ -182,10 +180,10 @@ class EffectLog:
         self._started = False  # whether the run's row is in the store
         self._continuing = False  # loaded: the run may already exist
         self._writer_pid = 0  # the process recorded as the run's writer, once it wrote
-        # The run's shared lock (see ledger.sqlite.liveness): while this log is open, recovery
+        # The run's shared lock (a storage.Lease): while this log is open, recovery
         # by another process cannot take the run. Taken at load, or before a new run's
         # first write (until then the run has no row to recover, and no file is created).
-        self._lease: _liveness.Lease | None = None
+        self._lease: Lease | None = None
         self._release_lease: weakref.finalize[[], EffectLog] | None = None
         self._lease_missed = False  # loaded while another process was recovering the run
         self._degraded = False
@@ -230,27 +228,26 @@ class EffectLog:
         """
         self = cls(run_id, directory)
         self._continuing = True
-        store = acquire(self._directory)
+        store = self._backend.acquire(self._directory)
         try:
             if store.open_existing():
                 # Before reading: what is read then stays the run's state until this log
                 # writes, since no other process can recover the run meanwhile.
-                lease = _liveness.hold(self._directory, run_id, _liveness.Mode.SHARED)
+                lease = store.hold(run_id, Mode.SHARED)
                 if lease is None:
                     self._lease_missed = True  # readable; writing is refused (see _hold_run)
                 else:
                     self._keep(lease)
-                with store.read(f"cannot load run {run_id}") as conn:
-                    history, self._head = _records.load_run(conn, run_id)
+                history, self._head = store.load_run(run_id, f"cannot load run {run_id}")
                 self._adopt(history)
         except BaseException:
             self._drop_lease()
-            release(store)
+            self._backend.release(store)
             raise
         self._store = store
         return self
 
-    def _keep(self, lease: _liveness.Lease) -> None:
+    def _keep(self, lease: Lease) -> None:
         self._lease = lease
         # A log dropped without close() must not keep its run from being recovered.
         self._release_lease = weakref.finalize(self, lease.release)
@@ -272,11 +269,11 @@ class EffectLog:
         try:
             store.open_for_writing()  # the lock file lives in the store's directory
         except EffectPersistenceError as e:
-            return translate(action, e)
+            return relabel(action, e)
         try:
-            lease = _liveness.hold(self._directory, self._run_id, _liveness.Mode.SHARED)
+            lease = store.hold(self._run_id, Mode.SHARED)
         except EffectPersistenceError as e:
-            return translate(action, e)
+            return relabel(action, e)
         if lease is None:
             return RunHeldError(
                 f"{action}: another process is recovering run {self._run_id}; "
@@ -304,7 +301,7 @@ class EffectLog:
             while self._writes.busy:
                 self._cond.wait()
             if self._store is not None:
-                release(self._store)
+                self._backend.release(self._store)
                 self._store = None
             self._drop_lease()
             if self._unwritten:
@@ -337,7 +334,7 @@ class EffectLog:
 
     def _store_for_write(self) -> Store:
         if self._store is None:
-            self._store = acquire(self._directory)
+            self._store = self._backend.acquire(self._directory)
         return self._store
 
     def _remember(self, record: _Record) -> None:
@@ -409,33 +406,30 @@ class EffectLog:
             return None
         action = batch[0].action if len(batch) == 1 else f"{len(records)} records"
         written = [*self._unwritten, *records] if not self._started else records
-        head = self._head
-        writer = None if self._writer_pid == os.getpid() else Writer.current()
-        before = None
-        if writer is not None or not self._started:
-            before = _RunStart(
-                self._run_id,
-                utc_now(),
-                start=not self._started,
-                continuing=self._continuing,
-                writer=writer,
-            )
+        durable = Batch(
+            action=f"cannot record {action} in run {self._run_id}",
+            run_id=self._run_id,
+            records=written,
+            head=self._head,
+            now=utc_now(),
+            start=not self._started,
+            continuing=self._continuing,
+            writer=None if self._writer_pid == os.getpid() else Writer.current(),
+        )
         store = self._store_for_write()
-        failed = self._hold_run(store, f"cannot record {action} in run {self._run_id}")
+        failed = self._hold_run(store, durable.action)
         if failed is not None:
             self._fail(batch, failed)
             return None
         self._cond.release()  # other threads queue up for the next transaction meanwhile
         try:
-            # Rows and hashes are built here, not in the store's shared transaction.
-            steps, head = _records.prepare(self._run_id, written, head)
-            job = store.commit(f"cannot record {action} in run {self._run_id}", steps, before)
+            job = store.append(durable)
         finally:
             held_back = acquire_uninterrupted(self._cond)
         if job.error is not None:
             self._fail(batch, job.error)
         else:
-            self._head = head
+            self._head = job.head
             self._started = True
             self._writer_pid = os.getpid()
             self._unwritten.clear()
@@ -789,13 +783,13 @@ class EffectLog:
                 if exclusive is not None:
                     exclusive.release()
 
-    def _hold_exclusive(self, store: Store, *, force: bool) -> _liveness.Lease | None:
+    def _hold_exclusive(self, store: Store, *, force: bool) -> Lease | None:
         """Hold the run exclusive for recovery (lock held), or refuse: a live process has it."""
         try:
             store.open_for_writing()  # the lock file lives in the store's directory
-            exclusive = _liveness.hold(self._directory, self._run_id, _liveness.Mode.EXCLUSIVE)
+            exclusive = store.hold(self._run_id, Mode.EXCLUSIVE)
         except EffectPersistenceError as e:
-            raise translate(f"cannot recover run {self._run_id}", e) from e
+            raise relabel(f"cannot recover run {self._run_id}", e) from e
         if exclusive is None and not force:
             raise RunHeldError(
                 f"cannot recover run {self._run_id}: another live process has it loaded, "
@@ -807,8 +801,15 @@ class EffectLog:
         self, store: Store, base: int, now: str, appended: tuple[EffectOutcome, ...]
     ) -> tuple[EffectOutcome, ...]:
         """Write recovery's outcomes (lock held, released while the store commits)."""
-        check = _RecoveryCheck(run_id=self._run_id, base=base, now=now)
-        steps, head = _records.prepare(self._run_id, appended, self._head)
+        request = Batch(
+            action=f"cannot recover run {self._run_id}",
+            run_id=self._run_id,
+            records=appended,
+            head=self._head,
+            now=now,
+            writer=Writer.current(),
+            ends_at=base,  # or another writer touched the run: refused
+        )
         settling = {o.effect_id for o in appended}
         # Nobody else writes this run until recovery is done, and no outcome of these
         # effects is accepted meanwhile: they are being settled.
@@ -816,13 +817,13 @@ class EffectLog:
         self._queued_settles.update(settling)
         self._cond.release()
         try:
-            job = store.commit(f"cannot recover run {self._run_id}", steps, check)
+            job = store.append(request)
         finally:
             held_back = acquire_uninterrupted(self._cond)
             self._queued_settles.difference_update(settling)
             self._writes.hand_over()
         if job.error is None:
-            self._head = head
+            self._head = job.head
             self._writer_pid = os.getpid()
             for record in appended:
                 self._remember(record)
@@ -859,45 +860,6 @@ class _Request(Entry):
         self.settles: set[str] = set()
         self.observation_ids: set[str] = set()
         self.error: BaseException | None = None
-
-
-class _RunStart:
-    """What a run's first write (or a new writer's) does before its records, in the transaction."""
-
-    __slots__ = ("continuing", "now", "run_id", "start", "writer")
-
-    def __init__(
-        self, run_id: str, now: str, *, start: bool, continuing: bool, writer: Writer | None
-    ) -> None:
-        self.run_id = run_id
-        self.now = now
-        self.start = start
-        self.continuing = continuing
-        self.writer = writer
-
-    def __call__(self, cursor: sqlite3.Cursor) -> None:
-        if self.start:
-            _records.start_run(cursor, self.run_id, self.now, continuing=self.continuing)
-        if self.writer is not None:
-            _records.set_writer(cursor, self.run_id, self.writer, self.now)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class _RecoveryCheck:
-    """Recovery's outcomes are appended only if the run still ends where the log thinks."""
-
-    run_id: str
-    base: int
-    now: str
-
-    def __call__(self, cursor: sqlite3.Cursor) -> None:
-        _records.set_writer(cursor, self.run_id, Writer.current(), self.now)
-        durable = _records.durable_seq(cursor, self.run_id)
-        if durable != self.base:
-            raise RunHeldError(
-                f"run {self.run_id} holds records up to seq {durable} where this log "
-                f"knows {self.base}: another writer touched it; load it again"
-            )
 
 
 def _renumber(record: _Record, seq: int) -> _Record:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import importlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,10 +24,15 @@ from typing import Protocol
 
 from ledger._owner import Writer
 from ledger.effects import EffectClaim, EffectOutcome, History, Observation
+from ledger.errors import EffectPersistenceError
 
-__all__ = ["Backend", "Batch", "Lease", "Mode", "Store", "Written", "backend"]
+__all__ = ["RUN_ID", "Backend", "Batch", "Lease", "Mode", "Store", "Written", "backend", "relabel"]
 
 Record = EffectClaim | EffectOutcome | Observation
+
+# What new_run_id makes and every backend's schema accepts: a run id taken from a caller
+# or a file name is held to it before it reaches a store.
+RUN_ID = re.compile(r"[0-9a-f]{32}")
 
 
 class Mode(enum.Enum):
@@ -119,6 +125,13 @@ class Backend(Protocol):
     def release(self, store: Store) -> None:
         """One user fewer; the last one closes the store's connections."""
         ...
+
+
+def relabel(action: str, error: EffectPersistenceError) -> EffectPersistenceError:
+    """The same kind of storage trouble, told as part of ``action``: a new error per caller."""
+    told = type(error)(f"{action}: {error}")
+    told.__cause__ = error
+    return told
 
 
 # Backends by the kind of location they serve, imported when first needed.

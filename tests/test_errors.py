@@ -35,7 +35,8 @@ from ledger.errors import (
     StoreTamperedError,
     StoreUnavailableError,
 )
-from ledger.sqlite.store import Store, alembic_config, classify, storage_errors
+from ledger.sqlite.errors import classify, storage_errors
+from ledger.sqlite.store import Store, alembic_config
 
 from .conftest import PYTHON, op, subprocess_env
 

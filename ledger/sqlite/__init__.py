@@ -1,1 +1,30 @@
-"""The SQLite backend: one WAL-mode database file per store directory, behind ledger.storage."""
+"""The SQLite backend: one WAL-mode database file per store directory, behind ledger.storage.
+
+``store`` owns the files, the engine and the transactions; ``commit`` groups the
+writers of a process into one transaction and one fsync; ``rows`` turns records into
+rows and back; ``schema`` and ``schema_check`` define the tables, guards and views and
+check them; ``trust`` checks files before SQLite opens them; ``liveness`` holds runs by
+kernel locks; ``errors`` turns driver errors into the caller's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ledger import storage
+from ledger.sqlite import store as _store
+
+
+class _Backend:
+    """Stores are directories; each is shared by every log of the process that uses it."""
+
+    def acquire(self, directory: Path) -> storage.Store:
+        return _store.acquire(directory)
+
+    def release(self, store: storage.Store) -> None:
+        if not isinstance(store, _store.Store):
+            raise TypeError(f"not a store of this backend: {type(store).__name__}")
+        _store.release(store)
+
+
+BACKEND: storage.Backend = _Backend()

@@ -36,7 +36,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ledger.errors import StoreFileRefusedError
-from ledger.sqlite.store import check_directory, classify
+from ledger.sqlite.errors import classify
+from ledger.sqlite.trust import check_directory
+from ledger.storage import Mode
 
 LOCK_NAME = "ledger.lock"
 
@@ -64,13 +66,6 @@ NETWORK_FS = frozenset(
 )
 
 _MOUNTINFO = Path("/proc/self/mountinfo")
-
-
-class Mode(enum.Enum):
-    """How a process holds a run."""
-
-    SHARED = "shared"
-    EXCLUSIVE = "exclusive"
 
 
 def _offset(run_id: str) -> int:
@@ -266,7 +261,7 @@ def _open(directory: Path) -> _LockFile:
         _local.add(directory)
     try:
         # Refused before anything is created in a directory that is not this user's.
-        check_directory(directory)
+        check_directory(directory, writer=True)
         owner = os.geteuid()
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as e:

@@ -7,10 +7,9 @@ triggers dropped) makes loading fail closed instead of being believed.
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -45,7 +44,7 @@ from ledger.effects import (
     ResourceRef,
     check_history,
 )
-from ledger.errors import RunExistsError, StoreCorruptError
+from ledger.errors import RunExistsError, RunHeldError, StoreCorruptError
 from ledger.sqlite.commit import Step, landed
 from ledger.sqlite.schema import (
     claims,
@@ -56,10 +55,7 @@ from ledger.sqlite.schema import (
     run_writers,
     runs,
 )
-
-# What new_run_id makes and the runs table's CHECK accepts: every run id taken from a
-# caller or a file name is held to it before it reaches the store.
-RUN_ID = re.compile(r"[0-9a-f]{32}")
+from ledger.storage import Batch
 
 # --------------------------------------------------------------------------- writes
 
@@ -285,6 +281,27 @@ def durable_seq(cursor: sqlite3.Cursor, run_id: str) -> int:
     """The highest ``seq`` the run holds, 0 for none."""
     row = cursor.execute(_MAX_SEQ.sql, _MAX_SEQ.params({"run_id": run_id})).fetchone()
     return int(row[0])
+
+
+def preconditions(batch: Batch) -> Callable[[sqlite3.Cursor], None] | None:
+    """What must hold, and be done first, in the transaction that writes ``batch``."""
+    if not batch.start and batch.writer is None and batch.ends_at is None:
+        return None
+
+    def check(cursor: sqlite3.Cursor) -> None:
+        if batch.start:
+            start_run(cursor, batch.run_id, batch.now, continuing=batch.continuing)
+        if batch.writer is not None:
+            set_writer(cursor, batch.run_id, batch.writer, batch.now)
+        if batch.ends_at is not None:
+            durable = durable_seq(cursor, batch.run_id)
+            if durable != batch.ends_at:
+                raise RunHeldError(
+                    f"run {batch.run_id} holds records up to seq {durable} where this log "
+                    f"knows {batch.ends_at}: another writer touched it; load it again"
+                )
+
+    return check
 
 
 # --------------------------------------------------------------------------- reads

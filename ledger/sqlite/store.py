@@ -1,9 +1,8 @@
 """One store on disk: its files, its engine, its transactions, its migrations.
 
 Everything that can fail because of the store passes through
-:func:`storage_errors` (or :func:`translate`), where SQLAlchemy, sqlite3, Alembic and
-OS errors become :class:`EffectPersistenceError`; :func:`classify` is the one place
-that chooses which of its leaves (see :mod:`ledger.errors`).
+:func:`~ledger.sqlite.errors.storage_errors` (or ``translate``), where SQLAlchemy,
+sqlite3, Alembic and OS errors become the leaves of :class:`EffectPersistenceError`.
 
 Durability is not assumed: every connection is put in WAL mode with
 ``synchronous=FULL`` and foreign keys on, and the pragmas are read back; a
@@ -17,7 +16,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import errno
 import functools
 import logging
 import os
@@ -35,22 +33,24 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from alembic.util import CommandError
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.pool import ConnectionPoolEntry, NullPool
 
 from ledger import _paths
 from ledger._chain import sha3
+from ledger.effects import History
 from ledger.errors import (
     EffectPersistenceError,
-    SchemaTooNewError,
     StoreCorruptError,
     StoreFileRefusedError,
     StoreUnavailableError,
 )
+from ledger.sqlite import liveness, rows
 from ledger.sqlite import schema_check as _schema_check
 from ledger.sqlite import trust as _trust
 from ledger.sqlite.commit import GroupCommit, Job, Step
+from ledger.sqlite.errors import storage_errors, translate
+from ledger.storage import Batch, Lease, Mode, Written
 
 log = logging.getLogger("ledger")
 
@@ -63,94 +63,6 @@ READ_ONLY = "ledger_read_only"
 # (see unsynchronised), which is the one caller that may take the disk out.
 FULL = 2
 OFF = 0
-
-
-@contextlib.contextmanager
-def storage_errors(action: str) -> Iterator[None]:
-    """Translate every storage failure inside the block into EffectPersistenceError."""
-    try:
-        yield
-    except EffectPersistenceError:
-        raise
-    except _STORAGE_ERRORS as e:
-        raise classify(e)(f"{action}: {_describe(e)}") from e
-
-
-_STORAGE_ERRORS = (sqlalchemy.exc.SQLAlchemyError, sqlite3.Error, CommandError, OSError)
-
-# SQLite's primary result codes (the low byte of an extended one) by the leaf they mean.
-_SQLITE_CORRUPT = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
-# SQLITE_BUSY, SQLITE_LOCKED (the busy timeout ran out), SQLITE_NOMEM, SQLITE_READONLY,
-# SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_PROTOCOL: the store may work later.
-_SQLITE_UNAVAILABLE = {5, 6, 7, 8, 10, 13, 14, 15}
-# For an error raised without its code (older drivers, errors built by hand).
-_SQLITE_MESSAGES = (
-    ("file is not a database", StoreCorruptError),
-    ("database disk image is malformed", StoreCorruptError),
-    ("database or disk is full", StoreUnavailableError),
-    ("database is locked", StoreUnavailableError),
-    ("database table is locked", StoreUnavailableError),
-    ("disk i/o error", StoreUnavailableError),
-    ("unable to open database file", StoreUnavailableError),
-)
-# Alembic's words for a revision its scripts do not hold: the store's is newer than ours.
-_UNKNOWN_REVISION = "can't locate revision"
-
-
-def classify(error: BaseException) -> type[EffectPersistenceError]:
-    """The leaf of :mod:`ledger.errors` that a driver, Alembic or OS ``error`` means.
-
-    :class:`EffectPersistenceError` itself when no leaf fits (a constraint the store
-    refused, a programming error inside the driver): it is still storage trouble.
-    """
-    if isinstance(error, EffectPersistenceError):
-        return type(error)
-    orig = getattr(error, "orig", None)
-    if isinstance(orig, BaseException):  # SQLAlchemy wraps the driver's error
-        return classify(orig)
-    if isinstance(error, sqlalchemy.exc.TimeoutError):  # no pooled connection came free
-        return StoreUnavailableError
-    if isinstance(error, sqlite3.Error):
-        code = getattr(error, "sqlite_errorcode", None)
-        if isinstance(code, int):
-            if code & 0xFF in _SQLITE_CORRUPT:
-                return StoreCorruptError
-            if code & 0xFF in _SQLITE_UNAVAILABLE:
-                return StoreUnavailableError
-            return EffectPersistenceError
-        text = str(error).lower()
-        return next(
-            (leaf for words, leaf in _SQLITE_MESSAGES if words in text), EffectPersistenceError
-        )
-    if isinstance(error, CommandError):
-        return (
-            SchemaTooNewError if _UNKNOWN_REVISION in str(error).lower() else EffectPersistenceError
-        )
-    if isinstance(error, OSError):
-        # O_NOFOLLOW met a symlink: the trust checks refuse those.
-        return StoreFileRefusedError if error.errno == errno.ELOOP else StoreUnavailableError
-    return EffectPersistenceError
-
-
-def translate(action: str, error: BaseException) -> BaseException:
-    """The error a caller sees for ``error`` met while doing ``action``; a new one per caller."""
-    if isinstance(error, EffectPersistenceError):
-        translated = type(error)(f"{action}: {error}")  # the same kind of trouble
-    elif isinstance(error, _STORAGE_ERRORS):
-        translated = classify(error)(f"{action}: {_describe(error)}")
-    else:
-        return error  # not the store's trouble: a bug, raised as it is
-    translated.__cause__ = error
-    return translated
-
-
-def _describe(error: BaseException) -> str:
-    orig = getattr(error, "orig", None)
-    if isinstance(orig, BaseException):
-        return f"{type(orig).__name__}: {orig}"
-    if isinstance(error, OSError) and error.filename:
-        return f"{error.strerror or type(error).__name__}: {error.filename}"
-    return f"{type(error).__name__}: {error}"
 
 
 # --------------------------------------------------------------------------- files
@@ -579,6 +491,25 @@ class Store:
             engine = self._engine().execution_options(**{READ_ONLY: True})
             with engine.begin() as conn:
                 yield conn
+
+    # -- the storage contract (ledger.storage)
+
+    def load_run(self, run_id: str, action: str) -> tuple[History, str]:
+        """The run's validated history and its head hash, from one read transaction."""
+        with self.read(action) as conn:
+            return rows.load_run(conn, run_id)
+
+    def append(self, batch: Batch) -> Written:
+        """Make ``batch`` durable in a transaction grouped with other threads' batches."""
+        # Rows and hashes are built here, in the caller's thread, not in the shared
+        # transaction (see ledger.sqlite.commit).
+        steps, head = rows.prepare(batch.run_id, batch.records, batch.head)
+        job = self.commit(batch.action, steps, rows.preconditions(batch))
+        return Written(head, job.error, job.interrupt)
+
+    def hold(self, run_id: str, mode: Mode) -> Lease | None:
+        """Hold the run by a kernel lock in the store's ``ledger.lock`` (ledger.sqlite.liveness)."""
+        return liveness.hold(self.directory, run_id, mode)
 
     def dispose(self) -> None:
         """Close every pooled connection."""
