@@ -12,6 +12,7 @@ A worker process of the ``processes4`` case runs as
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger import effects as fx
+from ledger import storage
 from ledger.effect_log import (
     ClaimRequest,
     EffectLog,
@@ -33,7 +35,6 @@ from ledger.effect_log import (
     OutcomeRequest,
     new_run_id,
 )
-from ledger.sqlite.store import unsynchronised
 
 __all__ = [
     "SMALL_RUN",
@@ -144,6 +145,11 @@ def _warm_log(log: EffectLog, name: str) -> None:
 # --------------------------------------------------------------------------- latency
 
 
+def _unsynchronised(directory: Path) -> contextlib.AbstractContextManager[None]:
+    """The store opened inside the block skips the disk flush (scratch stores only)."""
+    return storage.backend(directory).unsynchronised(directory)
+
+
 class Raw:
     """The floor: stdlib sqlite3, one claim-shaped row per BEGIN IMMEDIATE ... COMMIT."""
 
@@ -251,7 +257,7 @@ class CpuOff:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.next = 0
-        with unsynchronised(directory), EffectLog(new_run_id(), directory) as log:
+        with _unsynchronised(directory), EffectLog(new_run_id(), directory) as log:
             _warm_log(log, "w")
             # Held open, so that closing the last log neither checkpoints nor deletes the WAL.
             self.keeper = sqlite3.connect(log.path, check_same_thread=False)
@@ -259,7 +265,7 @@ class CpuOff:
 
     def chunk(self, count: int) -> list[int]:
         # A log opened inside unsynchronised is OFF for as long as it is open.
-        with unsynchronised(self.directory), EffectLog(new_run_id(), self.directory) as log:
+        with _unsynchronised(self.directory), EffectLog(new_run_id(), self.directory) as log:
             _claim(log, "first", _ref(0))  # opens the store and records the run
             self.next += count
             refs = {i: _ref(i) for i in range(self.next - count, self.next)}
@@ -423,7 +429,7 @@ def unsettle(log: EffectLog, prefix: str, count: int) -> None:
 def built(builds: list[dict[str, Any]], name: str, directory: Path, make: Callable[[], int]) -> int:
     """Build the store in ``directory`` without fsync, to save time; it is measured FULL."""
     start = time.perf_counter()
-    with unsynchronised(directory):
+    with _unsynchronised(directory):
         records = make()
     os.sync()  # the build's dirty pages must not reach the disk during the measurements
     builds.append(

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ledger import effects as fx
+from ledger import storage
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.resources import FilesystemResource, FilesystemRoot
-from ledger.sqlite.store import acquire, read_only_uri, release
 
 IN_FLIGHT = "IN-FLIGHT"
 WORKER_TIMEOUT_S = 60
@@ -175,11 +175,12 @@ def run(store: Path, echo: Callable[[str], None] = print) -> int:
     run_id = new_run_id()
     # Open (and create or migrate) the store here, so that storage trouble is reported
     # once, by this process, before any worker starts.
-    opened = acquire(store)
+    backend = storage.backend(store)
+    opened = backend.acquire(store)
     try:
         opened.open_for_writing()
     finally:
-        release(opened)
+        backend.release(opened)
     sandbox = Path(tempfile.mkdtemp(prefix="ledger-demo-sandbox-"))
     echo(f"store    {store}")
     echo(f"sandbox  {sandbox}")
@@ -221,7 +222,6 @@ def run(store: Path, echo: Callable[[str], None] = print) -> int:
                     "yes" if a.unresolved_impact else "no",
                 )
             )
-        db = log.path
     echo(
         _table(
             rows, ("effect", "operation", "target", "execution", "impact", "verdict", "unresolved")
@@ -236,7 +236,7 @@ def run(store: Path, echo: Callable[[str], None] = print) -> int:
         "SELECT effect_id, operation, execution, impact, verdict, unresolved_impact "
         f"FROM effect_status WHERE run_id = '{run_id}' ORDER BY seq;"
     )
-    argv = ["sqlite3", "-box", read_only_uri(db, immutable=False), query]
+    argv = storage.backend(store).reader(store).query_command(query)
     echo("\nThe same table from the store, read-only, with the stock sqlite3 shell:\n")
     # The query holds no shell metacharacters, so it reads best in plain double quotes.
     echo(f'  sqlite3 -box {shlex.quote(argv[2])} "{query}"\n')

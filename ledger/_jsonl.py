@@ -23,10 +23,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection
-
+from ledger import storage
 from ledger._chain import GENESIS
-from ledger._inspect import resolve_run
+from ledger._inspect import reader
 from ledger.effects import (
     EffectClaim,
     EffectOutcome,
@@ -35,8 +34,7 @@ from ledger.effects import (
     check_history,
     utc_now,
 )
-from ledger.sqlite import rows as _records
-from ledger.sqlite.store import acquire, read, release
+from ledger.errors import RunExistsError
 from ledger.storage import RUN_ID as _RUN_ID
 
 FORMAT_VERSION = 1
@@ -53,12 +51,7 @@ class ImportRefusedError(ValueError):
 
 def export_lines(directory: Path, prefix: str) -> tuple[str, list[str]]:
     """The run matching ``prefix`` as JSON lines (without newlines), validated first."""
-
-    def query(conn: Connection) -> tuple[str, History]:
-        run_id = resolve_run(conn, prefix)
-        return run_id, _records.load_history(conn, run_id)
-
-    run_id, history = read(directory, query)
+    run_id, history, _writer = reader(directory).run(prefix)
     lines = [
         json.dumps(
             {"v": FORMAT_VERSION, "type": record.kind, "record": record.to_dict()},
@@ -227,13 +220,26 @@ def import_file(directory: Path, path: Path, run_id: str | None = None) -> Impor
     records = history.records()
     if not records:
         raise ImportRefusedError(f"{path}: holds no record")
-    store = acquire(directory)
+    backend = storage.backend(directory)
+    store = backend.acquire(directory)
     try:
-        with store.write(f"cannot import {path}") as conn:
-            if _records.run_exists(conn, chosen):
-                raise ImportRefusedError(f"{path}: run {chosen} is already in the store")
-            _records.insert_run(conn, chosen, utc_now())
-            _records.insert_records(conn, chosen, records, GENESIS)
+        store.open_for_writing()
+        written = store.append(
+            storage.Batch(
+                action=f"cannot import {path}",
+                run_id=chosen,
+                records=records,
+                head=GENESIS,
+                now=utc_now(),
+                start=True,  # a new run: refused if the store holds it already
+            )
+        )
     finally:
-        release(store)
+        backend.release(store)
+    if isinstance(written.error, RunExistsError):
+        raise ImportRefusedError(f"{path}: run {chosen} is already in the store")
+    if written.interrupt is not None:
+        raise written.interrupt
+    if written.error is not None:
+        raise written.error
     return Imported(path, chosen, len(records), torn)

@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -27,8 +26,7 @@ from ledger import _bench, _demo, _inspect, _jsonl
 from ledger._paths import DB_NAME
 from ledger.effect_log import EffectPersistenceError, effects_dir
 from ledger.effects import EffectClaim, EffectOutcome, Observation
-from ledger.sqlite import trust as _trust
-from ledger.sqlite.store import check_readable, needs_copy, read_only_uri
+from ledger.storage import ShellMissingError
 
 __all__ = ["main"]
 
@@ -54,7 +52,7 @@ def _library_errors() -> Iterator[None]:
         yield
     except _inspect.RunNotFoundError as e:
         raise _UsageMistake(_one_line(e)) from None
-    except (EffectPersistenceError, ValueError) as e:
+    except (EffectPersistenceError, ValueError, ShellMissingError) as e:
         raise click.ClickException(_one_line(e)) from None
 
 
@@ -544,13 +542,6 @@ def path(store: Path | None, as_json: bool) -> None:
     sys.stdout.buffer.flush()
 
 
-# -safe: no .open, ATTACH, .shell, file output or writefile() in the session, which
-# also stops a view planted in the store from calling them; -nofollow: never open the
-# database through a symlink. sqlite3 reads options after the database name too, so the
-# user's arguments pass through in order.
-_SHELL_OPTIONS = ("-safe", "-readonly", "-nofollow")
-
-
 @main.command(context_settings={"ignore_unknown_options": True})
 @click.argument("sqlite3_args", nargs=-1, type=click.UNPROCESSED)
 @_store_option
@@ -561,36 +552,12 @@ def sql(sqlite3_args: tuple[str, ...], store: Path | None) -> None:
     A store owned by another user is opened from a private copy.
     """
     directory = _directory(store)
-    db = directory / DB_NAME
-    shell = shutil.which("sqlite3")
-    if shell is None:
-        raise click.ClickException(
-            "the sqlite3 shell is not installed (Debian/Ubuntu: apt install sqlite3); "
-            f"any SQLite client can open {_printable(str(db))} read-only"
-        )
-    with _library_errors():
-        checked = check_readable(directory)
-    if needs_copy(checked):
-        click.echo(
-            f"note: the store belongs to uid {checked.owner}; the shell reads a private copy "
-            "made now, which later writes do not reach",
-            err=True,
-        )
-        with _library_errors(), _trust.private_copy(checked) as copy:
-            uri = read_only_uri(copy, immutable=False)
-            raise SystemExit(_wait_for_shell([shell, *_SHELL_OPTIONS, uri, *sqlite3_args]))
-    # mode=ro keeps the session consistent while workers write (SQLite may create the
-    # -wal/-shm index files for it); a user who cannot write the directory gets an
-    # immutable view instead, which cannot see later writes.
-    immutable = checked.wal_size <= 0 and not os.access(directory, os.W_OK)
-    if immutable:
-        click.echo(
-            "note: you cannot write this store's directory, so it is opened immutable: "
-            "quit before workers write to it again",
-            err=True,
-        )
-    uri = read_only_uri(db, immutable=immutable)
-    os.execv(shell, [shell, *_SHELL_OPTIONS, uri, *sqlite3_args])  # noqa: S606 - the user's own shell
+    with _library_errors(), _inspect.reader(directory).shell(sqlite3_args) as shell:
+        for note in shell.notes:
+            click.echo(_printable(note), err=True)
+        if shell.wait:  # the copy it reads is removed when the shell ends
+            raise SystemExit(_wait_for_shell(shell.argv))
+        os.execv(shell.argv[0], shell.argv)  # noqa: S606 - the user's own shell
 
 
 def _wait_for_shell(argv: list[str]) -> int:

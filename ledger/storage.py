@@ -14,19 +14,41 @@ of that kind is opened: the layers above never import a backend.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import enum
 import importlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from ledger._owner import Writer
 from ledger.effects import EffectClaim, EffectOutcome, History, Observation
 from ledger.errors import EffectPersistenceError
 
-__all__ = ["RUN_ID", "Backend", "Batch", "Lease", "Mode", "Store", "Written", "backend", "relabel"]
+__all__ = [
+    "RUN_ID",
+    "VERDICTS",
+    "Backend",
+    "Batch",
+    "EffectRow",
+    "Head",
+    "Lease",
+    "Mode",
+    "Reader",
+    "RecoveryHold",
+    "RunNotFoundError",
+    "RunSummary",
+    "Shell",
+    "ShellMissingError",
+    "Store",
+    "VerifyReport",
+    "Written",
+    "backend",
+    "relabel",
+]
 
 Record = EffectClaim | EffectOutcome | Observation
 
@@ -115,6 +137,188 @@ class Store(Protocol):
         ...
 
 
+# --------------------------------------------------------------------------- forensic reads
+
+VERDICTS = ("pending", "unverified", "contradicted", "verified", "failed")
+
+
+class RunNotFoundError(ValueError):
+    """No run, or more than one, matches the given run id or prefix."""
+
+
+class RecoveryHold(enum.Enum):
+    """What taking a run for recovery found: taken, or who has it."""
+
+    TAKEN = "taken"
+    RECOVERING = "another process is recovering it"
+    IN_USE = "a live process has it loaded"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunSummary:
+    """One run at a glance."""
+
+    run_id: str
+    first_at: str | None
+    last_at: str | None
+    writer: Writer | None
+    claims: int
+    verdicts: dict[str, int]
+    problem: str | None = None  # why the run does not validate: its verdicts are not to be believed
+
+    def to_dict(self) -> dict[str, Any]:
+        """The documented JSON shape of ``ledger runs --json``."""
+        return {
+            "run_id": self.run_id,
+            "first_at": self.first_at,
+            "last_at": self.last_at,
+            "host": None if self.writer is None else self.writer.host,
+            "pid": None if self.writer is None else self.writer.pid,
+            "claims": self.claims,
+            **self.verdicts,
+            "problem": self.problem,
+        }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EffectRow:
+    """One claimed effect and its verdict, as the ``effect_status`` view gives it."""
+
+    run_id: str
+    seq: int
+    effect_id: str
+    operation: str
+    execution: str | None
+    impact: str | None
+    verdict: str
+    unresolved_impact: bool
+    claimed_at: str
+    run_problem: str | None = None  # why its run does not validate: the verdict is not believed
+
+    def to_dict(self) -> dict[str, Any]:
+        """The documented JSON shape of ``ledger status --json``."""
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class VerifyReport:
+    """The result of checking a whole store."""
+
+    runs: int
+    records: int
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        """Whether the store passed every check."""
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        """The documented JSON shape of ``ledger verify --json``."""
+        return {
+            "ok": self.ok,
+            "runs": self.runs,
+            "records": self.records,
+            "problems": list(self.problems),
+        }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Head:
+    """The last record of a run: what to keep elsewhere to detect a rewritten history."""
+
+    run_id: str
+    seq: int
+    hash: str
+
+    def __str__(self) -> str:
+        return f"{self.run_id}:{self.seq}:{self.hash}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The documented JSON shape of ``ledger head --json``."""
+        return {"run_id": self.run_id, "seq": self.seq, "hash": self.hash, "anchor": str(self)}
+
+    @classmethod
+    def parse(cls, text: str) -> Head:
+        """Read an anchor ``RUN:SEQ:HASH`` (RUN may be a unique prefix)."""
+        parts = text.split(":")
+        if len(parts) != 3 or not parts[1].isdigit() or not re.fullmatch(r"[0-9a-f]{64}", parts[2]):
+            raise RunNotFoundError(
+                f"{text!r} is not an anchor RUN:SEQ:HASH (as ledger head prints)"
+            )
+        return cls(parts[0], int(parts[1]), parts[2])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Shell:
+    """The store's own interactive client, read-only: what to run, and what to tell first."""
+
+    argv: list[str]
+    notes: tuple[str, ...] = ()
+    # Whether the client must be waited for (it reads a private copy removed afterwards)
+    # rather than replace this process.
+    wait: bool = False
+
+
+class ShellMissingError(LookupError):
+    """The store's interactive client is not installed."""
+
+
+class Reader(Protocol):
+    """What the ``ledger`` command reads of a store; it never writes, nor trusts the store.
+
+    Every run shown is validated (rows and hash chain) as ``EffectLog.load`` validates
+    it; reports use the library's own queries, never views found in the store. A run is
+    named by its id or a unique prefix of it (:class:`RunNotFoundError` otherwise).
+    """
+
+    def runs(self) -> list[RunSummary]:
+        """Every run, oldest first, with its writer, verdict counts and any problem."""
+        ...
+
+    def run(self, prefix: str) -> tuple[str, History, Writer | None]:
+        """The matching run: its id, validated history and last writer."""
+        ...
+
+    def effects(self, prefix: str | None, *, unresolved: bool) -> list[EffectRow]:
+        """Effects across runs (or of one), oldest claim first; optionally unresolved only."""
+        ...
+
+    def writer(self, prefix: str) -> tuple[str, Writer | None]:
+        """The matching run's id and last writer."""
+        ...
+
+    def unsettled(self) -> list[str]:
+        """Runs holding a claim with no outcome at all (recovery's candidates)."""
+        ...
+
+    def head(self, prefix: str) -> Head:
+        """The matching run's head, after checking its whole chain."""
+        ...
+
+    def verify(
+        self, progress: Callable[[int], None] | None, anchors: tuple[Head, ...]
+    ) -> VerifyReport:
+        """Check the files, the schema, every row and chain of every run, and anchors."""
+        ...
+
+    def run_count(self) -> int:
+        """How many runs the store holds."""
+        ...
+
+    def recovering(self, run_id: str) -> contextlib.AbstractContextManager[RecoveryHold]:
+        """Take the run for recovery while the block runs, or say who has it."""
+        ...
+
+    def shell(self, args: Sequence[str]) -> contextlib.AbstractContextManager[Shell]:
+        """The store's interactive client, read-only and safe, with ``args`` passed on."""
+        ...
+
+    def query_command(self, query: str) -> list[str]:
+        """The command line that prints ``query``'s rows with the store's own client."""
+        ...
+
+
 class Backend(Protocol):
     """Opens and closes the stores of one kind, each shared within the process."""
 
@@ -124,6 +328,14 @@ class Backend(Protocol):
 
     def release(self, store: Store) -> None:
         """One user fewer; the last one closes the store's connections."""
+        ...
+
+    def reader(self, directory: Path) -> Reader:
+        """The forensic reads of the store at ``directory``."""
+        ...
+
+    def unsynchronised(self, directory: Path) -> contextlib.AbstractContextManager[None]:
+        """For ``ledger bench`` only: the store opened inside the block skips the disk flush."""
         ...
 
 

@@ -19,8 +19,8 @@ from sqlalchemy import BindParameter, bindparam, text
 from ledger import effects as fx
 from ledger._chain import GENESIS
 from ledger.effect_log import new_run_id
-from ledger.sqlite.rows import insert_records, insert_run
 from ledger.sqlite.store import Store, acquire, release
+from ledger.storage import Batch
 
 from .conftest import op, sha
 
@@ -235,12 +235,21 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 
 def write_runs(store: Store, histories: list[fx.History]) -> list[str]:
-    """Write each history as a new run, records in seq order, all in one transaction."""
+    """Write each history as a new run, records in seq order, as an import does."""
     run_ids = [new_run_id() for _ in histories]
-    with store.write("test: write generated runs") as conn:
-        for run_id, history in zip(run_ids, histories, strict=True):
-            insert_run(conn, run_id, NOW)
-            insert_records(conn, run_id, history.records(), GENESIS)
+    store.open_for_writing()
+    for run_id, history in zip(run_ids, histories, strict=True):
+        written = store.append(
+            Batch(
+                action="test: write generated runs",
+                run_id=run_id,
+                records=history.records(),
+                head=GENESIS,
+                now=NOW,
+                start=True,
+            )
+        )
+        assert written.error is None, written.error
     return run_ids
 
 

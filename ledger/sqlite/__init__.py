@@ -3,15 +3,18 @@
 ``store`` owns the files, the engine and the transactions; ``commit`` groups the
 writers of a process into one transaction and one fsync; ``rows`` turns records into
 rows and back; ``schema`` and ``schema_check`` define the tables, guards and views and
-check them; ``trust`` checks files before SQLite opens them; ``liveness`` holds runs by
+check them; ``forensics`` and ``shell`` serve the ``ledger`` command's reads;
+``trust`` checks files before SQLite opens them; ``liveness`` holds runs by
 kernel locks; ``errors`` turns driver errors into the caller's.
 """
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from ledger import storage
+from ledger.sqlite import forensics
 from ledger.sqlite import store as _store
 
 
@@ -25,6 +28,12 @@ class _Backend:
         if not isinstance(store, _store.Store):
             raise TypeError(f"not a store of this backend: {type(store).__name__}")
         _store.release(store)
+
+    def reader(self, directory: Path) -> storage.Reader:
+        return forensics.Reader(directory)
+
+    def unsynchronised(self, directory: Path) -> contextlib.AbstractContextManager[None]:
+        return _store.unsynchronised(directory)
 
 
 BACKEND: storage.Backend = _Backend()

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import enum
 import errno
 import fcntl
 import os
@@ -38,7 +37,7 @@ from pathlib import Path
 from ledger.errors import StoreFileRefusedError
 from ledger.sqlite.errors import classify
 from ledger.sqlite.trust import check_directory
-from ledger.storage import Mode
+from ledger.storage import Mode, RecoveryHold
 
 LOCK_NAME = "ledger.lock"
 
@@ -141,12 +140,7 @@ def hold_recovery(directory: Path, run_id: str) -> Lease | None:
     return _hold(directory.absolute(), _RUN_SPAN + _offset(run_id), Mode.EXCLUSIVE)
 
 
-class Claim(enum.Enum):
-    """What :func:`recovering` could take."""
-
-    TAKEN = "taken"
-    RECOVERING = "another process is recovering it"
-    IN_USE = "a live process has it loaded"
+Claim = RecoveryHold  # what recovering() yields
 
 
 @contextlib.contextmanager

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -63,11 +63,6 @@ from ledger.storage import Batch
 def run_exists(conn: Connection, run_id: str) -> bool:
     """Whether the store holds the run (it has written at least one record)."""
     return conn.execute(select(exists().where(runs.c.run_id == run_id))).scalar_one()
-
-
-def insert_run(conn: Connection, run_id: str, created_at: str) -> None:
-    """Record the run itself, in the transaction of its first record."""
-    conn.execute(insert(runs), {"run_id": run_id, "created_at": created_at})
 
 
 Record = EffectClaim | EffectOutcome | Observation
@@ -155,18 +150,6 @@ def chain_hash(run_id: str, record: Record, prev_hash: str) -> str:
 
 
 _TABLES = {"claim": claims, "outcome": outcomes, "observation": observations}
-
-
-def insert_records(conn: Connection, run_id: str, records: Iterable[Record], head: str) -> str:
-    """Insert records in seq order, each chained to the one before; return the new head hash.
-
-    For writes that do not go through the group commit (an import): the same rows as
-    :func:`prepare` builds, on an SQLAlchemy connection.
-    """
-    steps, head = prepare(run_id, list(records), head)
-    for sql, rows in steps:
-        landed(conn.exec_driver_sql(sql, rows).rowcount, len(rows), sql)
-    return head
 
 
 # --------------------------------------------------------------------------- the hot path

@@ -1,0 +1,340 @@
+"""The forensic reads of a SQLite store (ledger.storage.Reader), one snapshot each.
+
+Reads go through :func:`ledger.sqlite.store.read`, which never writes or creates a file
+it can avoid, and reads another user's store from a private copy. No report is
+computed from the store's own views (they may have been replaced): the library's view
+queries are put in front of every query that uses them, and each run shown is
+validated, rows and hash chain, as ``EffectLog.load`` validates it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from sqlalchemy import Connection
+from sqlalchemy.exc import SQLAlchemyError
+
+from ledger._owner import Writer
+from ledger.effects import History
+from ledger.errors import EffectPersistenceError
+from ledger.sqlite import liveness, rows, schema_check, shell
+from ledger.sqlite.schema import with_views
+from ledger.sqlite.store import head_revision, known_revisions, read
+from ledger.storage import (
+    VERDICTS,
+    EffectRow,
+    Head,
+    RecoveryHold,
+    RunNotFoundError,
+    RunSummary,
+    Shell,
+    VerifyReport,
+)
+
+_HEX = re.compile(r"[0-9a-f]{1,32}")
+
+
+def _has_table(conn: Connection, name: str) -> bool:
+    found = conn.exec_driver_sql(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+    ).first()
+    return found is not None
+
+
+def _blank(conn: Connection) -> bool:
+    """A database with no schema yet: its creator died before its first commit; empty."""
+    return not _has_table(conn, "runs")
+
+
+def _resolve(conn: Connection, prefix: str) -> str:
+    """The one run whose id starts with ``prefix`` (a whole id or a unique prefix, as git does)."""
+    if _blank(conn):
+        raise RunNotFoundError(f"no run matches {prefix!r}: the store holds no run yet")
+    if not _HEX.fullmatch(prefix):
+        raise RunNotFoundError(f"{prefix!r} is not a run id or a prefix of one (lowercase hex)")
+    found = conn.exec_driver_sql(
+        "SELECT run_id FROM runs WHERE substr(run_id, 1, ?) = ? ORDER BY run_id LIMIT 3",
+        (len(prefix), prefix),
+    ).all()
+    if not found:
+        raise RunNotFoundError(f"no run matches {prefix!r}")
+    if len(found) > 1:
+        raise RunNotFoundError(f"{prefix!r} matches more than one run; give more characters")
+    return str(found[0][0])
+
+
+def _writer(conn: Connection, run_id: str) -> Writer | None:
+    if not _has_table(conn, "run_writers"):
+        return None
+    row = conn.exec_driver_sql(
+        "SELECT host, boot_id, pid, process_started FROM run_writers WHERE run_id = ?", (run_id,)
+    ).first()
+    return None if row is None else Writer(row[0], row[1], row[2], row[3])
+
+
+def _run_problem(conn: Connection, run_id: str) -> str | None:
+    """Why a run does not validate as ``EffectLog.load`` would, or None when it does.
+
+    Verdicts are computed from rows in SQL; a row slipped in past the guards (a forged
+    state, a wrong hash) would otherwise be shown as if it were history.
+    """
+    try:
+        rows.load_run(conn, run_id)
+    except EffectPersistenceError as e:
+        return str(e)
+    return None
+
+
+_RUNS_SQL = """
+, records AS (
+    SELECT run_id, recorded_at FROM claims
+    UNION ALL SELECT run_id, recorded_at FROM outcomes
+    UNION ALL SELECT run_id, recorded_at FROM observations
+),
+times AS (
+    SELECT run_id, min(recorded_at) AS first_at, max(recorded_at) AS last_at
+      FROM records GROUP BY run_id
+),
+verdicts AS (
+    SELECT run_id, count(*) AS claims, {counts} FROM effect_status GROUP BY run_id
+)
+SELECT r.run_id, t.first_at, t.last_at, coalesce(v.claims, 0), {columns}
+  FROM runs AS r
+  LEFT JOIN times AS t ON t.run_id = r.run_id
+  LEFT JOIN verdicts AS v ON v.run_id = r.run_id
+ ORDER BY coalesce(t.first_at, r.created_at), r.run_id
+""".format(
+    counts=", ".join(f"sum(verdict = '{v}') AS {v}" for v in VERDICTS),
+    columns=", ".join(f"coalesce(v.{v}, 0)" for v in VERDICTS),
+)
+
+
+class Reader:
+    """The forensic reads of the store at ``directory`` (see ledger.storage.Reader)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def runs(self) -> list[RunSummary]:
+        """Every run, oldest first, with its writer, verdict counts and any problem."""
+
+        def query(conn: Connection) -> list[RunSummary]:
+            if _blank(conn):
+                return []
+            return [
+                RunSummary(
+                    run_id=row[0],
+                    first_at=row[1],
+                    last_at=row[2],
+                    writer=_writer(conn, row[0]),
+                    claims=row[3],
+                    verdicts=dict(zip(VERDICTS, row[4:], strict=True)),
+                    problem=_run_problem(conn, row[0]),
+                )
+                for row in conn.exec_driver_sql(with_views(_RUNS_SQL)).all()
+            ]
+
+        return read(self.directory, query)
+
+    def run(self, prefix: str) -> tuple[str, History, Writer | None]:
+        """The matching run: its id, validated history and last writer."""
+
+        def query(conn: Connection) -> tuple[str, History, Writer | None]:
+            run_id = _resolve(conn, prefix)
+            return run_id, rows.load_history(conn, run_id), _writer(conn, run_id)
+
+        return read(self.directory, query)
+
+    def effects(self, prefix: str | None, *, unresolved: bool) -> list[EffectRow]:
+        """Effects across runs (or of one), oldest claim first; optionally unresolved only."""
+
+        def query(conn: Connection) -> list[EffectRow]:
+            if _blank(conn):
+                return []
+            where, params = [], []
+            if prefix is not None:
+                where.append("run_id = ?")
+                params.append(_resolve(conn, prefix))
+            if unresolved:
+                where.append("unresolved_impact = 1")
+            clause = f"WHERE {' AND '.join(where)}" if where else ""
+            found = conn.exec_driver_sql(
+                with_views(
+                    "SELECT run_id, seq, effect_id, operation, execution, impact, verdict,"
+                    f" unresolved_impact, claimed_at FROM effect_status {clause}"
+                    " ORDER BY claimed_at, run_id, seq"
+                ),
+                tuple(params),
+            ).all()
+            problems = {run_id: _run_problem(conn, run_id) for run_id in {row[0] for row in found}}
+            return [
+                EffectRow(
+                    run_id=row[0],
+                    seq=row[1],
+                    effect_id=row[2],
+                    operation=row[3],
+                    execution=row[4],
+                    impact=row[5],
+                    verdict=row[6],
+                    unresolved_impact=bool(row[7]),
+                    claimed_at=row[8],
+                    run_problem=problems[row[0]],
+                )
+                for row in found
+            ]
+
+        return read(self.directory, query)
+
+    def writer(self, prefix: str) -> tuple[str, Writer | None]:
+        """The matching run's id and last writer."""
+
+        def query(conn: Connection) -> tuple[str, Writer | None]:
+            run_id = _resolve(conn, prefix)
+            return run_id, _writer(conn, run_id)
+
+        return read(self.directory, query)
+
+    def unsettled(self) -> list[str]:
+        """Runs holding a claim with no outcome at all (recovery's candidates)."""
+
+        def query(conn: Connection) -> list[str]:
+            if _blank(conn):
+                return []
+            candidates = conn.exec_driver_sql(
+                with_views(
+                    "SELECT DISTINCT run_id FROM unsettled_claims WHERE running = 0 ORDER BY run_id"
+                )
+            )
+            return [row[0] for row in candidates]
+
+        return read(self.directory, query)
+
+    def head(self, prefix: str) -> Head:
+        """The matching run's head, after checking its whole chain."""
+
+        def query(conn: Connection) -> Head:
+            run_id = _resolve(conn, prefix)
+            history, digest = rows.load_run(conn, run_id)
+            records = history.records()
+            return Head(run_id, records[-1].seq if records else 0, digest)
+
+        return read(self.directory, query)
+
+    def verify(
+        self, progress: Callable[[int], None] | None, anchors: tuple[Head, ...]
+    ) -> VerifyReport:
+        """Check the files, the schema, every row and chain of every run, and anchors."""
+
+        def query(conn: Connection) -> VerifyReport:
+            if _blank(conn):
+                gone = tuple(
+                    f"run {a.run_id}: anchor at seq {a.seq}: the store holds no run"
+                    for a in anchors
+                )
+                return VerifyReport(0, 0, gone)
+            report = _verify(conn, progress)
+            anchored = tuple(p for a in anchors if (p := _check_anchor(conn, a)) is not None)
+            return dataclasses.replace(report, problems=report.problems + anchored)
+
+        return read(self.directory, query)
+
+    def run_count(self) -> int:
+        """How many runs the store holds."""
+        return read(
+            self.directory,
+            lambda conn: (
+                0
+                if _blank(conn)
+                else conn.exec_driver_sql("SELECT count(*) FROM runs").scalar_one()
+            ),
+        )
+
+    @contextlib.contextmanager
+    def recovering(self, run_id: str) -> Iterator[RecoveryHold]:
+        """Take the run for recovery (ledger.sqlite.liveness), or say who has it."""
+        with liveness.recovering(self.directory, run_id) as hold:
+            yield hold
+
+    def shell(self, args: Sequence[str]) -> contextlib.AbstractContextManager[Shell]:
+        """The sqlite3 shell on the store (ledger.sqlite.shell)."""
+        return shell.session(self.directory, args)
+
+    def query_command(self, query: str) -> list[str]:
+        """The sqlite3 command line that prints ``query``'s rows as a box."""
+        return shell.query_command(self.directory, query)
+
+
+def _check_anchor(conn: Connection, anchor: Head) -> str | None:
+    if not _HEX.fullmatch(anchor.run_id):
+        raise RunNotFoundError(f"{anchor.run_id!r} is not a run id or a prefix of one")
+    matches = conn.exec_driver_sql(
+        "SELECT count(*) FROM runs WHERE substr(run_id, 1, ?) = ?",
+        (len(anchor.run_id), anchor.run_id),
+    ).scalar_one()
+    if matches == 0:
+        # The anchor was kept for this very case: a run removed whole is a finding.
+        return f"run {anchor.run_id}: anchor at seq {anchor.seq}: the run is gone"
+    run_id = _resolve(conn, anchor.run_id)
+    found = conn.exec_driver_sql(
+        " UNION ALL ".join(
+            f"SELECT hash FROM {t} WHERE run_id = ? AND seq = ?"
+            for t in ("claims", "outcomes", "observations")
+        ),
+        (run_id, anchor.seq) * 3,
+    ).first()
+    if found is None:
+        return (
+            f"run {run_id}: anchor at seq {anchor.seq}: the record is gone (the run was truncated)"
+        )
+    if found[0] != anchor.hash:
+        return (
+            f"run {run_id}: anchor at seq {anchor.seq}: the hash differs "
+            "(records up to it were changed and the chain recomputed)"
+        )
+    return None
+
+
+def _verify(conn: Connection, progress: Callable[[int], None] | None) -> VerifyReport:
+    problems: list[str] = []
+    records = 0
+    integrity = [row[0] for row in conn.exec_driver_sql("PRAGMA integrity_check")]
+    if integrity != ["ok"]:
+        problems.extend(f"integrity: {line}" for line in integrity)
+    try:
+        revision = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+    except SQLAlchemyError:
+        revision = None
+    schema = schema_problems(conn)
+    if revision != head_revision():
+        problems.append(f"schema: revision {revision} where {head_revision()} is current")
+        if revision in known_revisions():
+            # An older revision differs from this one by design (the next writer migrates
+            # it); what no revision ever installs is reported all the same.
+            schema = [p for p in schema if p.what == "foreign" and p.kind in ("trigger", "view")]
+    problems.extend(f"schema: {p}" for p in schema)
+    run_ids = [row[0] for row in conn.exec_driver_sql("SELECT run_id FROM runs ORDER BY run_id")]
+    orphans = conn.exec_driver_sql(
+        "SELECT DISTINCT run_id FROM (SELECT run_id FROM claims UNION ALL"
+        " SELECT run_id FROM outcomes UNION ALL SELECT run_id FROM observations)"
+        " WHERE run_id NOT IN (SELECT run_id FROM runs) ORDER BY run_id"
+    ).all()
+    problems.extend(f"run {row[0]}: records without a row in runs" for row in orphans)
+    for done, run_id in enumerate(run_ids, start=1):
+        try:
+            history = rows.load_history(conn, run_id)
+        except EffectPersistenceError as e:
+            problems.append(f"run {run_id}: {e}")
+        else:
+            records += len(history.records())
+        if progress is not None:
+            progress(done)
+    return VerifyReport(len(run_ids), records, tuple(problems))
+
+
+def schema_problems(conn: Connection) -> list[schema_check.Problem]:
+    """Every table, index, trigger and view that is missing, changed or not the library's."""
+    return schema_check.compare(conn.exec_driver_sql(schema_check.MASTER_SQL).all())
