@@ -9,9 +9,18 @@ real store directories in ``tmp_path``, and check what is on disk with the stock
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import logging
+import os
 import re
+import signal
 import sqlite3
+import struct
+import sys
 import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,10 +29,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ledger import _inspect
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, effects_dir, new_run_id
-from ledger.errors import LogDegradedError, RunHeldError
+from ledger.errors import (
+    LogDegradedError,
+    RunHeldError,
+    StoreTamperedError,
+    StoreUnavailableError,
+)
 from ledger.resources import FilesystemRoot
+from ledger.sqlite.commit import GroupCommit, Job
 
 from .conftest import file_ref, fs_ref, op, sha
 
@@ -1050,3 +1066,382 @@ def test_recovery_of_a_degraded_log_is_refused_and_writes_nothing(store_dir: Pat
             f"run {run_id} is degraded: recovery would write past a lost record"
         )
     assert _rows(store_dir, "outcomes") == []
+
+
+# --------------------------------------------------------------------------- recovery and the run's lock
+#
+# Another process holding a run is stood in for by an open file description of this one:
+# Linux's OFD locks (F_OFD_SETLK) conflict with the POSIX record locks the log takes even
+# within one process, so these tests hold a run "elsewhere" without a child process,
+# whose work a mutation run could not see.
+
+_FLOCK = "hhqqi4x"  # Linux's struct flock: type, whence, start, length, pid
+
+
+class Elsewhere:
+    """A run's byte of the store's ``ledger.lock``, held or probed as another process would."""
+
+    def __init__(self, store: Path, run_id: str) -> None:
+        self._fd = os.open(store / "ledger.lock", os.O_RDWR | os.O_CLOEXEC)
+        self._offset = int(run_id[:15], 16)  # docs/storage.md, "Liveness"
+
+    def _lock(self, command: int, kind: int) -> int:
+        arg = struct.pack(_FLOCK, kind, os.SEEK_SET, self._offset, 1, 0)
+        kind_found: int = struct.unpack(_FLOCK, fcntl.fcntl(self._fd, command, arg))[0]
+        return kind_found
+
+    def hold(self, kind: int) -> None:
+        """Hold the run (``fcntl.F_RDLCK``: loaded; ``F_WRLCK``: being recovered)."""
+        self._lock(fcntl.F_OFD_SETLK, kind)
+
+    def release(self) -> None:
+        """Let the run go."""
+        self._lock(fcntl.F_OFD_SETLK, fcntl.F_UNLCK)
+
+    def could_hold(self, kind: int) -> bool:
+        """Whether another process could hold the run in ``kind`` now (nothing taken)."""
+        return self._lock(fcntl.F_OFD_GETLK, kind) == fcntl.F_UNLCK
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+@pytest.fixture
+def elsewhere() -> Iterator[Callable[[Path, str], Elsewhere]]:
+    """Make :class:`Elsewhere` holders; closed after the test, once its logs are closed.
+
+    Closing any descriptor of a file drops every POSIX lock this process has on it, the
+    logs' included: so not before.
+    """
+    made: list[Elsewhere] = []
+
+    def make(store: Path, run_id: str) -> Elsewhere:
+        made.append(Elsewhere(store, run_id))
+        return made[-1]
+
+    yield make
+    for holder in made:
+        holder.close()
+
+
+def test_recovery_is_refused_while_another_process_has_the_run_loaded(
+    store_dir: Path, elsewhere: Callable[[Path, str], Elsewhere]
+) -> None:
+    """A run held shared elsewhere is not recovered; once let go, it is, and the exclusive hold is given back."""
+    run_id = _interrupted_run(store_dir)
+    other = elsewhere(store_dir, run_id)
+    other.hold(fcntl.F_RDLCK)
+    with EffectLog.load(run_id, store_dir) as log:
+        with pytest.raises(RunHeldError) as refused:
+            log.recover_interrupted()
+        assert str(refused.value) == (
+            f"cannot recover run {run_id}: another live process has it loaded, and "
+            "recovering it would break that process; close it there, or stop it"
+        )
+        assert log.history().outcomes == ()
+        assert not log.degraded
+        assert _rows(store_dir, "outcomes") == []
+        other.release()
+        (recovered,) = log.recover_interrupted()
+        assert (recovered.effect_id, recovered.seq) == ("e1", 2)
+        # Recovery held the run exclusive only while it wrote: the open log holds it shared.
+        assert other.could_hold(fcntl.F_RDLCK)
+        assert not other.could_hold(fcntl.F_WRLCK)
+    assert other.could_hold(fcntl.F_WRLCK)
+
+
+def test_forced_recovery_settles_a_run_another_process_has_loaded(
+    store_dir: Path, elsewhere: Callable[[Path, str], Elsewhere]
+) -> None:
+    """``ledger recover --force`` recovers under a holder; without --force it is refused."""
+    run_id = _interrupted_run(store_dir)
+    other = elsewhere(store_dir, run_id)
+    other.hold(fcntl.F_RDLCK)
+    with pytest.raises(_inspect.RunInUseError):
+        _inspect.recover_run(store_dir, run_id)
+    recovery = _inspect.recover_run(store_dir, run_id, force=True)
+    assert [(o.effect_id, o.seq, o.replayed) for o in recovery.outcomes] == [("e1", 2, True)]
+    assert recovery.skipped is None
+    assert len(_rows(store_dir, "outcomes")) == 1
+    other.release()
+    assert other.could_hold(fcntl.F_WRLCK)  # this process holds nothing of the run
+
+
+def test_a_log_loaded_while_the_run_was_being_recovered_may_not_recover_it(
+    store_dir: Path, elsewhere: Callable[[Path, str], Elsewhere]
+) -> None:
+    """Loaded while the run was held exclusive elsewhere: its recovery is refused even once that ended."""
+    run_id = _interrupted_run(store_dir)
+    other = elsewhere(store_dir, run_id)
+    other.hold(fcntl.F_WRLCK)
+    with EffectLog.load(run_id, store_dir) as stale:
+        other.release()
+        with pytest.raises(RunHeldError) as refused:
+            stale.recover_interrupted()
+        assert str(refused.value) == (
+            f"cannot recover run {run_id}: another process was recovering it when this log "
+            "loaded it; load the run again"
+        )
+    assert _rows(store_dir, "outcomes") == []
+    with EffectLog.load(run_id, store_dir) as again:
+        assert [o.effect_id for o in again.recover_interrupted()] == ["e1"]
+
+
+def test_recovery_that_cannot_lock_the_run_names_the_run_and_the_cause(store_dir: Path) -> None:
+    """The store directory moved away under a loaded log: recovery fails saying why, writing nothing."""
+    run_id = _interrupted_run(store_dir)
+    with EffectLog.load(run_id, store_dir) as log:
+        aside = store_dir.with_name("aside")
+        store_dir.rename(aside)
+        try:
+            with pytest.raises(StoreUnavailableError) as refused:
+                log.recover_interrupted()
+        finally:
+            aside.rename(store_dir)
+        assert str(refused.value) == (
+            f"cannot recover run {run_id}: cannot lock runs of the store {store_dir}: "
+            "No such file or directory"
+        )
+        assert not log.degraded
+        assert [o.effect_id for o in log.recover_interrupted()] == ["e1"]
+
+
+def _plant(db: Path, sql: str) -> None:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.execute(sql)
+        conn.commit()
+
+
+EAT_OUTCOMES = "CREATE TRIGGER eat BEFORE INSERT ON outcomes BEGIN SELECT RAISE(IGNORE); END"
+
+
+def test_recovery_that_meets_a_tampered_store_degrades_the_log(
+    store_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A trigger planted after load: recovery raises StoreTamperedError, logs why, and the log writes no more."""
+    run_id = _interrupted_run(store_dir)
+    with EffectLog.load(run_id, store_dir) as log:
+        _plant(log.path, EAT_OUTCOMES)
+        with caplog.at_level(logging.ERROR), pytest.raises(StoreTamperedError) as refused:
+            log.recover_interrupted()
+        assert log.degraded
+        assert caplog.messages == [
+            (
+                f"run {run_id} is degraded: recovery could not be persisted ({refused.value}); "
+                "it is kept in memory only and nothing more will be written"
+            )
+        ]
+        assert log.history().outcomes == ()
+        with pytest.raises(LogDegradedError):
+            log.recover_interrupted()
+    assert _rows(store_dir, "outcomes") == []
+
+
+def _writers(store: Path) -> list[tuple[str, int, str]]:
+    """Each run's recorded writer: (run_id, pid, since)."""
+    with contextlib.closing(
+        sqlite3.connect(f"file:{store / 'ledger.sqlite3'}?mode=ro", uri=True)
+    ) as conn:
+        return conn.execute("SELECT run_id, pid, since FROM run_writers").fetchall()
+
+
+def test_recovery_records_this_process_as_the_runs_writer_once(store_dir: Path) -> None:
+    """Recovery records the writer; the same log's next write does not record it again."""
+    run_id = _interrupted_run(store_dir)
+    with EffectLog.load(run_id, store_dir) as log:
+        (recovered,) = log.recover_interrupted()
+        later = log.claim(effect_id="e2", action_id="a2", operation=op(), impact_scope=[])
+    assert later.recorded_at > recovered.recorded_at
+    assert _writers(store_dir) == [(run_id, os.getpid(), recovered.recorded_at)]
+
+
+def test_ctrl_c_in_recoverys_transaction_is_raised_and_writes_nothing(
+    store_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGINT inside recovery's transaction: KeyboardInterrupt reaches the caller, nothing is written, recovery can run again."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.fail("Python runs signal handlers in the main thread only: run the suite there")
+    run_id = _interrupted_run(store_dir)
+    delivered: list[int] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        delivered.append(signum)
+        signal.default_int_handler(signum, frame)
+
+    run = GroupCommit._run
+
+    def run_then_ctrl_c(
+        group: GroupCommit, connection: sqlite3.Connection, cursor: Any, batch: list[Job]
+    ) -> list[Job]:
+        committed: list[Job] = run(group, connection, cursor, batch)
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # the handler raises here
+        return committed
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        with EffectLog.load(run_id, store_dir) as log:
+            with monkeypatch.context() as patched:
+                patched.setattr(GroupCommit, "_run", run_then_ctrl_c)
+                with pytest.raises(KeyboardInterrupt):
+                    log.recover_interrupted()
+            assert delivered == [signal.SIGINT]
+            assert log.history().outcomes == ()
+            assert not log.degraded
+            assert _rows(store_dir, "outcomes") == []
+            assert [(o.effect_id, o.seq) for o in log.recover_interrupted()] == [("e1", 2)]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+# --------------------------------------------------------------------------- recovery and threads
+#
+# Another connection holding SQLite's write lock keeps the log's transaction waiting (the
+# store's busy timeout is a minute), so a write is in flight for as long as a test needs.
+# What a thread is doing is read from the log's queues (under the log's lock, its
+# decisions are made together with them) and from the thread's innermost frame.
+
+TIMEOUT = 10.0  # the longest any one wait may take before the test fails
+
+
+def _wait_for(predicate: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        time.sleep(0.002)
+
+
+@contextlib.contextmanager
+def _write_locked(db: Path) -> Iterator[sqlite3.Connection]:
+    """Another connection holding the store's write lock (rolled back at the end unless committed)."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        yield conn
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        conn.close()
+
+
+class _Call:
+    """``fn()`` running in a thread of its own."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self.thread = threading.Thread(target=self._body, args=(fn,), daemon=True)
+        self.thread.start()
+
+    def _body(self, fn: Callable[[], Any]) -> None:
+        try:
+            self._result = fn()
+        except BaseException as e:  # handed to result()
+            self._error = e
+
+    def waits_for_the_log(self) -> bool:
+        """Whether the thread sleeps in ``Condition.wait`` called from the log's own code."""
+        frame = sys._current_frames().get(self.thread.ident or 0)
+        return (
+            frame is not None
+            and frame.f_code.co_name == "wait"
+            and frame.f_code.co_filename == threading.__file__
+            and frame.f_back is not None
+            and Path(frame.f_back.f_code.co_filename).name == "effect_log.py"
+        )
+
+    def result(self) -> Any:
+        """Join the thread (failing on a timeout); its return value, or raise its error."""
+        self.thread.join(TIMEOUT)
+        assert not self.thread.is_alive(), "the thread did not finish (deadlock?)"
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+@pytest.fixture
+def in_thread() -> Iterator[Callable[[Callable[[], Any]], _Call]]:
+    """Start calls in threads; each is joined after the test, even a failed one."""
+    calls: list[_Call] = []
+
+    def start(fn: Callable[[], Any]) -> _Call:
+        calls.append(_Call(fn))
+        return calls[-1]
+
+    yield start
+    stuck = []
+    for call in calls:
+        call.thread.join(TIMEOUT)
+        if call.thread.is_alive():
+            stuck.append(call)
+    assert not stuck, f"{len(stuck)} thread(s) still running after the test"
+
+
+def test_recovery_waits_for_a_claim_in_flight_and_settles_it_too(
+    store_dir: Path, in_thread: Callable[[Callable[[], Any]], _Call]
+) -> None:
+    """Recovery called while another thread's claim is being written waits for it, then marks both claims."""
+    run_id = _interrupted_run(store_dir)
+    with EffectLog.load(run_id, store_dir) as log:
+        with _write_locked(log.path):
+            claiming = in_thread(
+                lambda: log.claim(effect_id="e2", action_id="a2", operation=op(), impact_scope=[])
+            )
+            _wait_for(lambda: "e2" in log._queued_claims, "the claim is queued")
+            log.history()  # returns once the claim's thread let go of the log: it is writing
+            recovering = in_thread(log.recover_interrupted)
+            _wait_for(recovering.waits_for_the_log, "recovery waits for the claim in flight")
+        assert claiming.result().seq == 2
+        recovered = recovering.result()
+        assert [(o.effect_id, o.seq) for o in recovered] == [("e1", 3), ("e2", 4)]
+        history = log.history()
+    with EffectLog.load(run_id, store_dir) as again:
+        assert again.history() == history
+
+
+def test_recovery_waiting_for_a_write_that_degrades_the_log_refuses(
+    store_dir: Path, in_thread: Callable[[Callable[[], Any]], _Call]
+) -> None:
+    """Recovery waits for an outcome in flight that meets a tampered store: the log degrades and recovery refuses."""
+    run_id = _interrupted_run(store_dir)
+    with EffectLog.load(run_id, store_dir) as log:
+        log.claim(effect_id="e2", action_id="a2", operation=op(), impact_scope=[])
+        with _write_locked(log.path) as other:
+            settling = in_thread(lambda: log.outcome(effect_id="e2", execution=FAILED, impact=NONE))
+            _wait_for(lambda: "e2" in log._queued_settles, "the outcome is queued")
+            log.history()  # the outcome's thread is writing
+            recovering = in_thread(log.recover_interrupted)
+            _wait_for(recovering.waits_for_the_log, "recovery waits for the outcome in flight")
+            other.execute(EAT_OUTCOMES)
+            other.execute("COMMIT")
+        assert settling.result().effect_id == "e2"  # kept in memory
+        assert log.degraded
+        with pytest.raises(LogDegradedError) as refused:
+            recovering.result()
+        assert str(refused.value) == (
+            f"run {run_id} is degraded: an earlier record was not persisted, "
+            "so no new effect may start"
+        )
+    assert _rows(store_dir, "outcomes") == []
+
+
+def test_a_claim_made_while_recovery_commits_is_numbered_after_it(
+    store_dir: Path, in_thread: Callable[[Callable[[], Any]], _Call]
+) -> None:
+    """A claim made while recovery's transaction waits for the store waits behind it and follows its outcomes."""
+    run_id = _interrupted_run(store_dir)
+    with EffectLog.load(run_id, store_dir) as log:
+        with _write_locked(log.path):
+            recovering = in_thread(log.recover_interrupted)
+            _wait_for(lambda: "e1" in log._queued_settles, "recovery is settling e1")
+            log.history()  # recovery let go of the log: it is committing
+            claiming = in_thread(
+                lambda: log.claim(effect_id="e3", action_id="a3", operation=op(), impact_scope=[])
+            )
+            _wait_for(lambda: "e3" in log._queued_claims, "the claim is queued")
+        assert [(o.effect_id, o.seq) for o in recovering.result()] == [("e1", 2)]
+        assert claiming.result().seq == 3
+        assert not log.degraded
+        history = log.history()
+    with EffectLog.load(run_id, store_dir) as again:
+        assert again.history() == history

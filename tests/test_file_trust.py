@@ -11,7 +11,8 @@ import sqlite3
 import stat
 import subprocess
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -41,12 +42,15 @@ SQLITE3 = shutil.which("sqlite3")
 needs_shell = pytest.mark.usefixtures("sqlite3_shell")
 
 
+_OP = fx.OperationRef("write_file", "test/1", hashlib.sha256(b"{}").hexdigest())
+
+
 def _claim(directory: Path, run_id: str) -> None:
     with EffectLog(run_id, directory) as log:
         log.claim(
             effect_id="another",
             action_id="b1",
-            operation=fx.OperationRef("write_file", "test/1", hashlib.sha256(b"{}").hexdigest()),
+            operation=_OP,
             impact_scope=(fx.ResourceRef("fs", "/sandbox/b.txt", "target"),),
         )
 
@@ -490,11 +494,11 @@ def test_a_private_copy_refuses_files_swapped_after_the_check(
     db.unlink()
     saved.rename(db)
     os.link(wal, tmp_path / "second")
-    with (
-        pytest.raises(EffectPersistenceError, match="has 2 hard links"),
-        _trust.private_copy(checked),
-    ):
+    with pytest.raises(EffectPersistenceError) as linked, _trust.private_copy(checked):
         pass
+    assert str(linked.value) == (
+        f"database file {wal} has 2 hard links; a store file must have one: remove the other links"
+    )
     (tmp_path / "second").unlink()
     directory.chmod(0o777)
     mode_0777 = r"writable by group or others \(mode 0777\)"
@@ -515,3 +519,183 @@ def test_the_wal_salt_is_read_from_a_whole_header_only() -> None:
     assert _trust._salt(header + b"frames") == bytes(range(16, 24))
     assert _trust._salt(header[:31]) is None  # a WAL cut short has no generation yet
     assert _trust._salt(b"") is None
+
+
+def test_a_copy_is_never_written_through_a_name_that_exists(tmp_path: Path) -> None:
+    """A copy's file is created new: a link planted at its name is refused, and what it points to is untouched."""
+    source = tmp_path / "source"
+    source.write_bytes(b"records" * 10)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep me")
+    planted = tmp_path / "planted"
+    planted.symlink_to(victim)
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")
+    fd = os.open(source, os.O_RDONLY)
+    try:
+        for name in (planted, dangling, victim):
+            with pytest.raises(FileExistsError):
+                _trust._copy_fd(fd, name)
+    finally:
+        os.close(fd)
+    assert victim.read_bytes() == b"keep me"
+    assert not (tmp_path / "nowhere").exists()
+
+
+# --------------------------------------------------------------------------- copies and swaps
+# A -wal swapped after the check, and a store that changes while it is copied. The files
+# and the writers are real; a change "while it is copied" is made at a chosen step of the
+# copy by wrapping the function that opens each file (it changes when, not what).
+
+TIMEOUT = 10.0
+
+
+@pytest.fixture
+def closed_store(tmp_path: Path) -> tuple[Path, _trust.Checked]:
+    """A store of one claim, written in this process and closed (no -wal), as a reader checked it."""
+    directory = tmp_path / "store"
+    _claim(directory, new_run_id())
+    assert not (directory / WAL).exists()
+    return directory, _trust.check_store(directory, directory / DB, writer=False)
+
+
+def test_a_wal_swapped_for_a_fifo_after_the_check_is_refused_without_hanging(
+    open_store: tuple[Path, EffectLog], tmp_path: Path
+) -> None:
+    """A fifo put in place of the -wal after the check: the copy fails at once instead of waiting for a writer."""
+    directory, _ = open_store
+    checked = _trust.check_store(directory, directory / DB, writer=False)
+    wal = directory / WAL
+    wal.rename(tmp_path / "saved-wal")
+    os.mkfifo(wal, 0o600)
+    errors: list[BaseException] = []
+
+    def copy() -> None:
+        try:
+            with _trust.private_copy(checked):
+                pass
+        except BaseException as e:  # handed to the test
+            errors.append(e)
+
+    copying = threading.Thread(target=copy, daemon=True)
+    copying.start()
+    copying.join(TIMEOUT)
+    try:
+        if copying.is_alive():
+            os.close(os.open(wal, os.O_WRONLY | os.O_NONBLOCK))  # lets the blocked open go
+            copying.join(TIMEOUT)
+            pytest.fail("the copy blocked on a fifo in place of the -wal")
+        (error,) = errors
+        assert isinstance(error, OSError | EffectPersistenceError), error
+    finally:
+        wal.unlink()
+        (tmp_path / "saved-wal").rename(wal)
+
+
+def _reads_leave_a_trace(path: Path) -> int:
+    """Make the next read of ``path`` change its access time (relatime); the access time now."""
+    st = path.stat()
+    os.utime(path, ns=(st.st_mtime_ns - 3600 * 10**9, st.st_mtime_ns))
+    return path.stat().st_atime_ns
+
+
+def test_a_wal_swapped_for_a_symlink_after_the_check_is_refused_without_reading_its_target(
+    open_store: tuple[Path, EffectLog], tmp_path: Path
+) -> None:
+    """A symlink put in place of the -wal after the check is never followed: its target is not read."""
+    directory, _ = open_store
+    checked = _trust.check_store(directory, directory / DB, writer=False)
+    wal = directory / WAL
+    target = tmp_path / "target"
+    target.write_bytes(wal.read_bytes())
+    # Control: on this file system a read shows in the access time, or the test proves nothing.
+    control = tmp_path / "control"
+    control.write_bytes(b"x" * 64)
+    before = _reads_leave_a_trace(control)
+    control.read_bytes()
+    if control.stat().st_atime_ns == before:
+        pytest.fail(f"reads leave no access time on {tmp_path} (noatime?): nothing to observe")
+    before = _reads_leave_a_trace(target)
+    wal.rename(tmp_path / "saved-wal")
+    wal.symlink_to(target)
+    try:
+        with (
+            pytest.raises((OSError, EffectPersistenceError)),
+            _trust.private_copy(checked),
+        ):
+            pass
+    finally:
+        wal.unlink()
+        (tmp_path / "saved-wal").rename(wal)
+    assert target.stat().st_atime_ns == before
+
+
+def _before_opening(
+    monkeypatch: pytest.MonkeyPatch, name: str, change: Callable[[], None]
+) -> list[str]:
+    """Call ``change`` once, just before the copy opens the store file ``name``.
+
+    Returns the names of the files the copy opens, in order, as it opens them.
+    """
+    opened: list[str] = []
+    open_checked = _trust._open_checked
+
+    def opening(dir_fd: int, path: Path, *, owner: int) -> int | None:
+        opened.append(path.name)
+        if path.name == name and opened.count(name) == 1:
+            change()
+        return open_checked(dir_fd, path, owner=owner)
+
+    monkeypatch.setattr(_trust, "_open_checked", opening)
+    return opened
+
+
+def test_a_wal_that_appears_while_the_store_is_copied_makes_it_copy_again(
+    closed_store: tuple[Path, _trust.Checked], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer starts (its -wal appears) after the database was copied: the copy is made again, with its claim."""
+    directory, checked = closed_store
+    writers: list[EffectLog] = []
+
+    def writer_starts() -> None:
+        writer = EffectLog(new_run_id(), directory)
+        writers.append(writer)
+        writer.claim(effect_id="e2", action_id="a2", operation=_OP, impact_scope=())
+
+    opened = _before_opening(monkeypatch, WAL, writer_starts)
+    try:
+        with _trust.private_copy(checked) as copy:
+            assert _records_in(copy) == 2
+        assert opened == [DB, WAL, DB, WAL]  # the first copy was not taken
+    finally:
+        for writer in writers:
+            writer.close()
+
+
+def test_a_store_written_while_it_is_copied_is_copied_again(
+    closed_store: tuple[Path, _trust.Checked], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer comes and goes (no -wal before or after) while the copy is made: the copy holds its claim."""
+    directory, checked = closed_store
+    opened = _before_opening(monkeypatch, WAL, lambda: _claim(directory, new_run_id()))
+    with _trust.private_copy(checked) as copy:
+        assert _records_in(copy) == 2
+    assert opened == [DB, WAL, DB, WAL]
+
+
+def test_a_database_swapped_for_a_symlink_while_it_is_copied_is_refused(
+    closed_store: tuple[Path, _trust.Checked], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database becomes a symlink to itself once copied: the copy is not taken, and the link is refused."""
+    directory, checked = closed_store
+    db = directory / DB
+    moved = tmp_path / "moved"
+
+    def swap() -> None:
+        db.rename(moved)
+        db.symlink_to(moved)
+
+    _before_opening(monkeypatch, WAL, swap)
+    with pytest.raises(EffectPersistenceError) as refused, _trust.private_copy(checked):
+        pass
+    assert str(refused.value) == f"database file {db} is a symlink; refusing it"

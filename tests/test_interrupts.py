@@ -360,6 +360,46 @@ def test_ctrl_c_in_the_leader_mid_transaction_rolls_back_and_settles_every_calle
     assert claim(other, "z1").seq == 1
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="GroupCommit._commit catches only Exception around BEGIN IMMEDIATE and the schema "
+    "check: a KeyboardInterrupt raised there leaves the shared connection in a transaction, "
+    "holding SQLite's write lock, and every later write fails",
+)
+def test_ctrl_c_while_a_write_waits_for_sqlites_write_lock_leaves_no_transaction_open(
+    store_dir: Path, sigint: Callable[[], threading.Event], rig: Rig
+) -> None:
+    """Ctrl-C while a claim waits for another connection's write lock: nothing stays open, the next claim lands.
+
+    Python runs the handler once ``BEGIN IMMEDIATE`` has returned, the write lock taken.
+    """
+    log = rig.log(EffectLog(new_run_id(), store_dir))
+    claim(log, "e0")
+    other = sqlite3.connect(log.path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    main = threading.get_ident()
+
+    def interrupt_then_let_go() -> None:
+        try:
+            wait_for(
+                lambda: stack(main)[:1] == [("_commit", 'cursor.execute("BEGIN IMMEDIATE")')],
+                "main waits for the write lock",
+            )
+            sigint()
+        finally:
+            other.execute("ROLLBACK")
+
+    helper = rig.start("helper", interrupt_then_let_go)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            claim(log, "e1")
+        helper.value()
+    finally:
+        other.close()
+    assert not log._store._connection().in_transaction
+    assert claim(log, "e2").seq == 2
+
+
 def test_ctrl_c_while_another_leader_commits_the_claim_keeps_memory_equal_to_the_store(
     store_dir: Path, sigint: Callable[[], threading.Event], rig: Rig
 ) -> None:
