@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 env: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/ledger demo --store .demo/store
+	$(BIN)/ledger demo --store .demo/store --report .demo/report.html
 
 docs: $(STAMP)
 	$(BIN)/python -m tools.clidoc > docs/cli.md.tmp && mv docs/cli.md.tmp docs/cli.md

@@ -669,11 +669,18 @@ def _wait_for_shell(argv: list[str]) -> int:
 
 
 @main.command(short_help="Kill a worker mid-effect, recover, show every verdict.")
+@click.option(
+    "--report",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="FILE.html",
+    help="Then write the run's page (as ledger report does) to this file.",
+)
 @_store_option
-def demo(store: Path | None) -> None:
+def demo(report: Path | None, store: Path | None) -> None:
     """Kill a scripted agent worker mid-effect, recover, and show every verdict."""
     with _library_errors():
-        code = _demo.run(_directory(store), click.echo)
+        code = _demo.run(_directory(store), click.echo, report)
     raise SystemExit(code)
 
 

@@ -705,8 +705,10 @@ into a temporary sandbox, one claimed effect at a time, kills it with SIGKILL in
 middle of one write, and starts it again on the same run: the worker loads the log,
 recovers the interrupted claim, observes every file and finishes. Then it prints each
 effect's execution, impact and verdict, and the `sqlite3` command that shows the same
-table from the `effect_status` view. Without `--store` the run goes to the default
-store; `make demo` uses `.demo/store`. Exits 0 when the demo went as scripted, else 1.
+table from the `effect_status` view. With `--report FILE.html` it then writes the run's
+page (see [report](#ledger-report)) and prints its path last. Without `--store` the run
+goes to the default store; `make demo` uses `.demo/store` and writes
+`.demo/report.html`. Exits 0 when the demo went as scripted, else 1.
 """,
     "bench": """\
 Writes only in a scratch directory, `ledger-bench-*`, that it creates in DIR and removes
