@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 
 # Programs the tests run (program:package). Missing ones are installed from the
 # distribution when possible; otherwise make test stops here, saying which.
-TOOLS := sqlite3:sqlite3 strace:strace setpriv:util-linux unshare:util-linux
+TOOLS := sqlite3:sqlite3 strace:strace setpriv:util-linux unshare:util-linux chromium:chromium
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 env: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/ledger demo --store .demo/store
+	$(BIN)/ledger demo --store .demo/store --report .demo/report.html
 
 docs: $(STAMP)
 	$(BIN)/python -m tools.clidoc > docs/cli.md.tmp && mv docs/cli.md.tmp docs/cli.md

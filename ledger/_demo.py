@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ledger import _report, storage
 from ledger import effects as fx
-from ledger import storage
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.resources import FilesystemResource, FilesystemRoot
 
@@ -170,8 +170,11 @@ def _table(rows: Sequence[tuple[str, ...]], header: tuple[str, ...]) -> str:
     return "\n".join(lines)
 
 
-def run(store: Path, echo: Callable[[str], None] = print) -> int:
-    """Run the demo against the store at ``store``; return a process exit code."""
+def run(store: Path, echo: Callable[[str], None] = print, report: Path | None = None) -> int:
+    """Run the demo against the store at ``store``; return a process exit code.
+
+    With ``report``, the run's page (``ledger report``) is written there last.
+    """
     run_id = new_run_id()
     # Open (and create or migrate) the store here, so that storage trouble is reported
     # once, by this process, before any worker starts.
@@ -243,6 +246,14 @@ def run(store: Path, echo: Callable[[str], None] = print) -> int:
     if shutil.which("sqlite3"):
         shown = subprocess.run(argv, capture_output=True, text=True, check=False)  # noqa: S603
         echo((shown.stdout or shown.stderr).rstrip())
+    if report is not None:
+        try:
+            page = _report.write(report, _report.render(_report.build(store, [run_id])))
+        except OSError as e:
+            echo(f"cannot write {report}: {e.strerror or e}")
+            return 1
+        echo(f"\nThe run's incident page, to open in a browser (ledger report {run_id[:8]}):")
+        echo(f"  {page}")
     return 0
 
 

@@ -16,13 +16,13 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from ledger import _bench, _demo, _inspect, _jsonl
+from ledger import _bench, _demo, _inspect, _jsonl, _report
 from ledger._paths import DB_NAME
 from ledger.effect_log import EffectPersistenceError, effects_dir
 from ledger.effects import EffectClaim, EffectOutcome, Observation
@@ -172,7 +172,7 @@ def runs(store: Path | None, as_json: bool) -> None:
     _refuse_to_vouch({s.run_id: s.problem for s in summaries})
 
 
-def _refuse_to_vouch(problems: dict[str, str | None]) -> None:
+def _refuse_to_vouch(problems: Mapping[str, str | None]) -> None:
     """Say which runs shown do not validate, on stderr, and exit 1 if any: never vouch for them."""
     broken = {run_id: problem for run_id, problem in problems.items() if problem}
     for run_id, problem in broken.items():
@@ -318,6 +318,61 @@ def _status_table(rows: list[_inspect.EffectRow]) -> None:
             for r in rows
         ],
     )
+
+
+def _since(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return _report.parse_since(value)
+    except ValueError as e:
+        raise click.BadParameter(_one_line(e)) from None
+
+
+@main.command(short_help="Write an HTML page of runs: incidents, timelines, verdicts.")
+@click.argument("runs", nargs=-1, metavar="[RUN]...")
+@click.option(
+    "--unresolved",
+    is_flag=True,
+    help="Only runs holding an effect whose impact is unresolved.",
+)
+@click.option(
+    "--since",
+    metavar="TIME",
+    callback=_since,
+    help="Only runs that wrote since TIME: an ISO 8601 date or time (UTC unless it has an "
+    "offset), or a duration back from now (90s, 30m, 2h, 7d).",
+)
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE.html",
+    help="The page to write (replaced if it exists).",
+)
+@_store_option
+def report(
+    runs: tuple[str, ...], unresolved: bool, since: str | None, output: Path, store: Path | None
+) -> None:
+    """Write one self-contained HTML page of a store's runs, for a person to look at.
+
+    At the top, every effect whose impact is unresolved; then, per run, a summary and a
+    timeline of its effects with each record's fields. RUN is a run id or a unique
+    prefix; without RUN, every run. The page loads nothing from anywhere.
+    """
+    with _library_errors():
+        built = _report.build(_directory(store), runs, unresolved=unresolved, since=since)
+    try:
+        written = _report.write(output, _report.render(built))
+    except OSError as e:
+        raise click.ClickException(
+            _printable(f"cannot write {output}: {e.strerror or e}")
+        ) from None
+    sys.stdout.flush()
+    sys.stdout.buffer.write(os.fsencode(written) + b"\n")
+    sys.stdout.buffer.flush()
+    _refuse_to_vouch(built.unvalidated)
 
 
 # --------------------------------------------------------------------------- writes
@@ -582,11 +637,18 @@ def _wait_for_shell(argv: list[str]) -> int:
 
 
 @main.command(short_help="Kill a worker mid-effect, recover, show every verdict.")
+@click.option(
+    "--report",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="FILE.html",
+    help="Then write the run's page (as ledger report does) to this file.",
+)
 @_store_option
-def demo(store: Path | None) -> None:
+def demo(report: Path | None, store: Path | None) -> None:
     """Kill a scripted agent worker mid-effect, recover, and show every verdict."""
     with _library_errors():
-        code = _demo.run(_directory(store), click.echo)
+        code = _demo.run(_directory(store), click.echo, report)
     raise SystemExit(code)
 
 

@@ -19,7 +19,7 @@ LEDGER = Path(PYTHON).with_name("ledger")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     store = tmp_path_factory.mktemp("demo") / "store"
     result = subprocess.run(
-        [str(LEDGER), "demo", "--store", str(store)],
+        [str(LEDGER), "demo", "--store", str(store), "--report", str(store.parent / "demo.html")],
         capture_output=True,
         text=True,
         env=subprocess_env(),
@@ -75,3 +75,13 @@ def test_demo_prints_a_working_sqlite3_command(demo_run) -> None:
     )
     assert "contradicted" in shown.stdout
     assert shown.stdout.count("verified") == 3
+
+
+def test_demo_ends_with_the_path_of_its_report(demo_run) -> None:
+    """With --report, the demo's last line is the path of the page of its run, which exists."""
+    store, out = demo_run
+    page = Path(out.splitlines()[-1].strip())
+    assert page == store.parent / "demo.html"
+    html = page.read_text()
+    assert html.count('<g class="lane ') == 5
+    assert "interrupted (recovery)" in html

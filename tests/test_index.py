@@ -12,6 +12,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 
+from ledger import _inspect
 from ledger import effects as fx
 from ledger._index import RunIndex
 from ledger.effect_log import EffectLog, OutcomeRequest, new_run_id
@@ -38,6 +39,13 @@ def test_relevant_history_gives_the_verdict_of_the_whole_run(history: fx.History
     index = index_of(history)
     for claim in history.claims:
         assert fx.assess(claim, index.relevant(claim)) == fx.assess(claim, history), claim
+
+
+@settings(max_examples=300, deadline=None)
+@given(history=histories())
+def test_reports_assess_every_claim_as_the_whole_run_does(history: fx.History) -> None:
+    """`ledger show` and `ledger report` assess through the index: the same verdicts, in claim order."""
+    assert _inspect.assess_all(history) == tuple(fx.assess(c, history) for c in history.claims)
 
 
 @settings(max_examples=300, deadline=None)

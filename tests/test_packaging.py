@@ -42,11 +42,13 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_wheel_ships_migrations_and_type_marker(wheel: Path) -> None:
-    """The wheel carries the Alembic scripts inside the package, and py.typed."""
+    """The wheel carries the Alembic scripts and the report's templates inside the package, and py.typed."""
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "ledger/_migrations/env.py" in names
     assert "ledger/_migrations/versions/0001_initial.py" in names
     assert "ledger/py.typed" in names
+    for template in ("report.html.j2", "report.css", "report.js"):
+        assert f"ledger/templates/{template}" in names
     assert not any(name.startswith(("tests/", "migrations/", "tools/")) for name in names)
 
 
@@ -99,3 +101,22 @@ def test_installed_wheel_creates_a_store_outside_the_tree(wheel: Path, tmp_path:
         timeout=60,
     )
     assert path.stdout.strip() == str(tmp_path / "store" / "ledger.sqlite3")
+    # The report's template and assets are read from the installed package.
+    page = tmp_path / "report.html"
+    report = subprocess.run(
+        [
+            str(env_dir / "bin" / "ledger"),
+            "report",
+            "--store",
+            str(tmp_path / "store"),
+            "-o",
+            str(page),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert report.returncode == 0, report.stderr
+    assert '<g class="lane verdict-unverified unresolved"' in page.read_text()

@@ -227,11 +227,11 @@ current directory. The database is the file `ledger.sqlite3` in the store direct
 
 ## Reading commands never change the store
 
-`runs`, `show`, `status`, `verify`, `export` and `sql` open the store read-only, and
-`path` does not open it at all. No statement they run can write, they never take the
+`runs`, `show`, `status`, `verify`, `export`, `report` and `sql` open the store
+read-only, and `path` does not open it at all. No statement they run can write, they never take the
 write lock, and a store that does not exist is an error, never created. When every
 commit is in the database file (there is no `-wal` file, or an empty one) `runs`,
-`show`, `status`, `verify` and `export` read it `immutable`, creating and changing no
+`show`, `status`, `verify`, `export` and `report` read it `immutable`, creating and changing no
 file at all, and read it again `mode=ro` if the store changed while they read.
 Otherwise they read `mode=ro`, which sees the commits still in the WAL and may update
 the `-shm` index (it holds no records). `sql` opens the `sqlite3` shell `mode=ro`, for
@@ -249,7 +249,7 @@ printable escaped (`\\x1b`, `\\x0a`, `\\u202e`), and as `\\uXXXX` in `--json`.
 `recover`, `import` and `demo` write, as a worker does: in transactions that are on
 disk when the command returns, holding the run's lock in the store's `ledger.lock`
 (created if missing). `import` and `demo` create the store if it does not exist.
-`export -o FILE` writes FILE, not the store.
+`export -o FILE` and `report -o FILE.html` write FILE, not the store.
 
 ## Output
 
@@ -548,6 +548,48 @@ list after a crash.
 `--json` prints an array of [effect row](#effect-row) objects, oldest claim first.
 
 {_shape("effect row")}""",
+    "report": """\
+Reads the store, and writes FILE.html (replaced if it exists, mode 0600 like the store:
+the page holds what the store holds), then prints its absolute path. One self-contained
+HTML page for a person to look at after an incident, to open in any browser, mail or
+attach to a ticket: its style and its little script (the filters) are inline, and it
+loads nothing, from anywhere (its Content-Security-Policy says `default-src 'none'`
+and allows only its own style and script, by hash).
+
+- **Incidents**, at the top: every effect whose impact is unresolved, in the runs the
+  page shows (the rows of `ledger status --unresolved`), with its run, operation,
+  execution, impact, verdict, when it was claimed, and the exact command for the next
+  step: `ledger recover RUN` for a claim that has no outcome (once its worker is dead),
+  else `ledger show RUN` to inspect it.
+- **Runs**: a summary row per run (first and last record, writer, claims, how many
+  effects have each verdict, and whether its rows and hash chain validate). The page
+  runs `ledger verify` on the whole store when it is written and says what it found;
+  a run that does not validate is listed, with its problem, but not drawn, and the
+  command exits 1 after writing the page, as `runs` and `status` do.
+- **Timelines**: per run, an SVG drawing with one lane per effect, from its claim to
+  the outcome that ends it (dashed when none does), records placed in `seq` order with
+  times on the axis and a dotted line at each pause of 10 s or more. Colour gives the
+  verdict and so does a label with a symbol (✓ verified, ✗ failed, … pending,
+  ? unverified, ! contradicted); an interrupted outcome is a red cross labelled
+  `interrupted (recovery)` or `interrupted (worker)`; triangles are observations of the
+  effect's targets, filled when the verdict rests on them. Hovering a lane or a mark
+  shows its fields; below the drawing, a table gives every field of every record drawn.
+
+Without RUN, every run of the store; RUN (an id or a unique prefix, several allowed)
+chooses runs, as `show` takes them. `--unresolved` keeps the runs holding an effect
+whose impact is unresolved. `--since TIME` keeps the runs that wrote a record at or
+after TIME: an ISO 8601 date or time (`2026-03-01`, `2026-03-01T09:15:00`, UTC unless
+it carries an offset) or a duration back from now (`90s`, `30m`, `2h`, `7d`). A TIME
+that is neither is a usage mistake (exit 2).
+
+Large runs are summarised so that the page opens quickly: a timeline draws at most 200
+lanes (every effect with unresolved impact first, then the others in claim order), and
+per lane at most 40 observations besides those its verdict rests on or found stale; a
+run's table lists the records drawn, at most 1,000, folded away when there are more than
+300; at most the 20 newest runs are drawn, the others only summarised. The page says
+what it left out each time, and `ledger show RUN` or `ledger export RUN` lists
+everything. A run of 10,000 records gives a page of about 1 MB in a few seconds.
+""",
     "recover": f"""\
 Writes to the store. To every claim of the run that has no outcome at all it appends
 an outcome `interrupted`, impact `possible`, `replayed: true`, in one transaction, as
@@ -663,8 +705,10 @@ into a temporary sandbox, one claimed effect at a time, kills it with SIGKILL in
 middle of one write, and starts it again on the same run: the worker loads the log,
 recovers the interrupted claim, observes every file and finishes. Then it prints each
 effect's execution, impact and verdict, and the `sqlite3` command that shows the same
-table from the `effect_status` view. Without `--store` the run goes to the default
-store; `make demo` uses `.demo/store`. Exits 0 when the demo went as scripted, else 1.
+table from the `effect_status` view. With `--report FILE.html` it then writes the run's
+page (see [report](#ledger-report)) and prints its path last. Without `--store` the run
+goes to the default store; `make demo` uses `.demo/store` and writes
+`.demo/report.html`. Exits 0 when the demo went as scripted, else 1.
 """,
     "bench": """\
 Writes only in a scratch directory, `ledger-bench-*`, that it creates in DIR and removes

@@ -1,0 +1,654 @@
+"""``ledger report``: one self-contained HTML page of a store's runs, for a person to look at.
+
+The page is built from the reports the other commands print (``_inspect``: runs,
+status, show, verify), so it says nothing they would not. It is rendered by Jinja2
+with autoescaping on: every value from the store (ids, locators, notes) is text an
+agent or its tools wrote, possibly hostile, and reaches the page only escaped, with
+its non-printable characters spelled out as the command line does. The page loads
+nothing: its style and script are inline, allowed by hash in its Content-Security-
+Policy, so that even a value that escaped escaping could not run.
+
+A large run is summarised, not dumped: at most :data:`LANE_LIMIT` lanes per timeline
+(effects with unresolved impact first), :data:`TABLE_LIMIT` rows in a run's record
+table, and :data:`RUN_LIMIT` runs drawn in full (the newest); the page says what it
+left out and which command shows the rest.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime as dt
+import hashlib
+import itertools
+import os
+import re
+import shlex
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from importlib import resources
+from pathlib import Path
+
+import jinja2
+from markupsafe import Markup
+
+from ledger import _inspect
+from ledger.effects import (
+    Assessment,
+    EffectClaim,
+    EffectOutcome,
+    ExecutionOutcome,
+    Observation,
+    Record,
+)
+from ledger.errors import EffectPersistenceError
+
+LANE_LIMIT = 200
+TABLE_LIMIT = 1000
+RUN_LIMIT = 20
+OBSERVATION_MARKS = 40  # per lane: a file observed every second would bury its lane
+GAP_S = 10.0  # a pause between two records at least this long is marked on the timeline
+
+# SVG geometry, in user units (the drawing scales to the page's width).
+WIDTH = 1200.0
+LABEL_W = 260.0
+VERDICT_W = 130.0
+LANE_H = 22.0
+TOP = 34.0
+_LEFT = LABEL_W + 10.0
+_RIGHT = WIDTH - VERDICT_W - 10.0
+
+_DURATION = re.compile(r"(\d+)([smhd])")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+# --------------------------------------------------------------------------- the model
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Mark:
+    """One record drawn on a lane: where, what shape, and its fields for the tooltip."""
+
+    x: float
+    shape: str  # claim, success, failed, running, interrupted, observation, evidence
+    title: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Lane:
+    """One effect on the timeline, from its claim to its outcome."""
+
+    effect_id: str
+    operation: str
+    verdict: str
+    unresolved: bool
+    y: float
+    x0: float
+    x1: float
+    settled: bool  # a terminal outcome ends the lane; else it runs on, dashed
+    interrupted: str | None  # "recovery" or "worker" when the outcome says interrupted
+    marks: tuple[Mark, ...]
+    title: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Tick:
+    """A label on the timeline's axis, or a pause between two records."""
+
+    x: float
+    text: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Timeline:
+    """A run drawn in SVG: lanes, observations of no claimed target, axis and pauses."""
+
+    lanes: tuple[Lane, ...]
+    strays: tuple[Mark, ...]  # observations of resources no effect of the run claims
+    strays_y: float | None
+    ticks: tuple[Tick, ...]
+    gaps: tuple[Tick, ...]
+    height: float
+    effects: int  # how many the run claimed; more than len(lanes) when capped
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Row:
+    """One record in a run's table."""
+
+    seq: int
+    recorded_at: str
+    kind: str
+    ident: str
+    action: str | None
+    fields: tuple[tuple[str, str], ...]
+    verdict: str | None  # the verdict of the effect it belongs to, for filtering
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Incident:
+    """An effect with unresolved impact, and what an operator can do about it today."""
+
+    row: _inspect.EffectRow
+    run_index: int | None  # the run's section on the page, when the run is drawn
+    step: str  # what the command does
+    command: str  # the exact command to type
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunPage:
+    """A run's summary, and its timeline and records when it is drawn."""
+
+    index: int
+    summary: _inspect.RunSummary
+    problems: tuple[str, ...]  # why it does not validate, from verify, runs or show
+    records: int
+    timeline: Timeline | None
+    rows: tuple[Row, ...]
+    verdicts: dict[str, int]
+
+    @property
+    def verified(self) -> bool:
+        """Whether its rows and hash chain validated, as ``ledger verify`` checks them."""
+        return not self.problems
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Report:
+    """Everything the page shows."""
+
+    store: Path
+    generated_at: str
+    asked: str
+    verify: _inspect.VerifyReport
+    store_problems: tuple[str, ...]
+    incidents: tuple[Incident, ...]
+    runs: tuple[RunPage, ...]
+    drawn: int
+
+    @property
+    def unvalidated(self) -> dict[str, str]:
+        """The runs shown that do not validate, each with its first problem."""
+        return {r.summary.run_id: r.problems[0] for r in self.runs if r.problems}
+
+
+# --------------------------------------------------------------------------- building
+
+
+def parse_since(text: str, now: dt.datetime | None = None) -> str:
+    """``--since``: an ISO 8601 date or time (UTC without an offset), or ``90s``/``2h``/``7d`` ago.
+
+    Returned in the form ledger records times, so that it compares as text.
+    """
+    duration = _DURATION.fullmatch(text.strip())
+    if duration:
+        now = now or dt.datetime.now(dt.UTC)
+        moment = now - dt.timedelta(seconds=int(duration[1]) * _UNITS[duration[2]])
+    else:
+        try:
+            moment = dt.datetime.fromisoformat(text.strip())
+        except ValueError:
+            raise ValueError(
+                f"{text!r} is not a time: give an ISO 8601 date or time "
+                "(2026-03-01, 2026-03-01T09:15:00, UTC unless it has an offset) "
+                "or a duration back from now (90s, 30m, 2h, 7d)"
+            ) from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=dt.UTC)
+    return moment.astimezone(dt.UTC).isoformat(timespec="microseconds")
+
+
+def _match(summaries: Sequence[_inspect.RunSummary], prefix: str) -> str:
+    """The run ``prefix`` names, by the rules (and messages) of ``ledger show``."""
+    if not re.fullmatch(r"[0-9a-f]{1,32}", prefix):
+        raise _inspect.RunNotFoundError(
+            f"{prefix!r} is not a run id or a prefix of one (lowercase hex)"
+        )
+    found = [s.run_id for s in summaries if s.run_id.startswith(prefix)]
+    if not found:
+        raise _inspect.RunNotFoundError(f"no run matches {prefix!r}")
+    if len(found) > 1:
+        raise _inspect.RunNotFoundError(
+            f"{prefix!r} matches more than one run; give more characters"
+        )
+    return found[0]
+
+
+def build(
+    directory: Path,
+    runs: Sequence[str] = (),
+    *,
+    unresolved: bool = False,
+    since: str | None = None,
+) -> Report:
+    """The report of ``runs`` (ids or unique prefixes; every run when empty) of a store.
+
+    ``unresolved`` keeps the runs that hold an effect with unresolved impact; ``since``
+    (from :func:`parse_since`) the runs that wrote a record at or after it.
+    """
+    summaries = _inspect.list_runs(directory)
+    if runs:
+        wanted = {_match(summaries, prefix) for prefix in runs}
+        summaries = [s for s in summaries if s.run_id in wanted]
+    if since is not None:
+        summaries = [s for s in summaries if s.last_at is not None and s.last_at >= since]
+    incidents = _inspect.effect_statuses(directory, unresolved=True)
+    if unresolved:
+        troubled = {row.run_id for row in incidents}
+        summaries = [s for s in summaries if s.run_id in troubled]
+    checked = _inspect.verify(directory)
+    shown = {s.run_id for s in summaries}
+    by_run: dict[str, list[str]] = defaultdict(list)
+    store_problems = []
+    for problem in checked.problems:
+        run_id = problem.removeprefix("run ").split(":", 1)[0] if problem.startswith("run ") else ""
+        if run_id in shown:
+            by_run[run_id].append(problem.split(": ", 1)[1])
+        elif not run_id:
+            store_problems.append(problem)
+    others = sum(1 for p in checked.problems if p.startswith("run ")) - sum(
+        map(len, by_run.values())
+    )
+    if others:
+        store_problems.append(f"{others} problem(s) in runs this page does not show")
+    drawn = {s.run_id for s in summaries[-RUN_LIMIT:]}
+    pages = [
+        _run_page(directory, i, s, by_run[s.run_id], draw=s.run_id in drawn)
+        for i, s in enumerate(summaries)
+    ]
+    index = {p.summary.run_id: p.index for p in pages if p.timeline is not None}
+    store = shlex.quote(str(directory))
+    return Report(
+        store=directory,
+        generated_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        asked=_asked(runs, unresolved=unresolved, since=since),
+        verify=checked,
+        store_problems=tuple(store_problems),
+        incidents=tuple(
+            _incident(row, index.get(row.run_id), store) for row in incidents if row.run_id in shown
+        ),
+        runs=tuple(pages),
+        drawn=len(index),
+    )
+
+
+def _asked(runs: Sequence[str], *, unresolved: bool, since: str | None) -> str:
+    what = "every run" if not runs else "run " + ", ".join(runs)
+    if unresolved:
+        what += " with an effect whose impact is unresolved"
+    if since is not None:
+        what += f" that wrote since {since}"
+    return what
+
+
+def _incident(row: _inspect.EffectRow, run_index: int | None, store: str) -> Incident:
+    # The effects layer's `ledger resolve` will settle any of these; until then only an
+    # unanswered claim has a command that moves it on.
+    if row.execution is None:
+        return Incident(
+            row,
+            run_index,
+            "once its worker is dead, mark it interrupted, then observe its targets:",
+            f"ledger recover {row.run_id} --store {store}",
+        )
+    return Incident(
+        row,
+        run_index,
+        "observe its targets (no command settles it yet); inspect it with",
+        f"ledger show {row.run_id} --store {store}",
+    )
+
+
+def _run_page(
+    directory: Path, index: int, summary: _inspect.RunSummary, problems: list[str], *, draw: bool
+) -> RunPage:
+    found = list(dict.fromkeys([*([summary.problem] if summary.problem else []), *problems]))
+    if found or not draw:
+        return RunPage(index, summary, tuple(found), 0, None, (), summary.verdicts)
+    try:
+        shown = _inspect.show_run(directory, summary.run_id)
+    except EffectPersistenceError as e:  # written to between two reads, badly
+        return RunPage(index, summary, (str(e),), 0, None, (), summary.verdicts)
+    records = shown.history.records()
+    verdicts = dict.fromkeys(_inspect.VERDICTS, 0)
+    for a in shown.assessments:
+        verdicts[a.verdict.value] += 1
+    timeline, drawn = _timeline(records, shown.assessments)
+    by_effect = {a.effect_id: a.verdict.value for a in shown.assessments}
+    rows = tuple(_row(r, by_effect) for r in records if r.seq in drawn)[:TABLE_LIMIT]
+    return RunPage(index, summary, (), len(records), timeline, rows, verdicts)
+
+
+# --------------------------------------------------------------------------- the timeline
+
+
+def _seconds(stamp: str) -> float:
+    return dt.datetime.fromisoformat(stamp).timestamp()
+
+
+def _span(seconds: float) -> str:
+    """A pause in its two largest units: ``12.5s``, ``4m 12s``, ``2h 5m``, ``3d 4h``."""
+    whole = int(seconds)
+    days, hours, minutes, secs = whole // 86400, whole // 3600 % 24, whole // 60 % 60, whole % 60
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    if minutes:
+        return f"{minutes}m {secs}s"
+    return f"{seconds:.1f}s"
+
+
+def _lanes_to_draw(assessments: Sequence[Assessment]) -> set[str]:
+    """Every effect when they fit; else those with unresolved impact first, then claim order."""
+    if len(assessments) <= LANE_LIMIT:
+        return {a.effect_id for a in assessments}
+    ranked = sorted(
+        range(len(assessments)), key=lambda i: (not assessments[i].unresolved_impact, i)
+    )
+    return {assessments[i].effect_id for i in ranked[:LANE_LIMIT]}
+
+
+def _timeline(
+    records: Sequence[Record], assessments: Sequence[Assessment]
+) -> tuple[Timeline, set[int]]:
+    """The run's drawing, and the seqs of the records it draws (the table lists those)."""
+    last = max(len(records), 2)
+
+    def x(seq: int) -> float:
+        return round(_LEFT + (seq - 1) / (last - 1) * (_RIGHT - _LEFT), 1)
+
+    verdicts = {a.effect_id: a for a in assessments}
+    keep = _lanes_to_draw(assessments)
+    claims = [r for r in records if isinstance(r, EffectClaim) and r.effect_id in keep]
+    outcomes: dict[str, list[EffectOutcome]] = defaultdict(list)
+    watchers: dict[tuple[str, str], list[str]] = defaultdict(list)
+    claimed: set[tuple[str, str]] = set()
+    for record in records:
+        if isinstance(record, EffectOutcome) and record.effect_id in keep:
+            outcomes[record.effect_id].append(record)
+        if isinstance(record, EffectClaim):
+            targets = {(r.kind, r.locator) for r in record.impact_scope}
+            targets |= {(p.target.kind, p.target.locator) for p in record.obligations}
+            claimed |= targets
+            if record.effect_id in keep:
+                for target in targets:
+                    watchers[target].append(record.effect_id)
+    seen: dict[str, list[Observation]] = defaultdict(list)
+    strays: list[Observation] = []
+    for record in records:
+        if isinstance(record, Observation):
+            target = (record.resource.kind, record.resource.locator)
+            for effect_id in watchers.get(target, ()):
+                seen[effect_id].append(record)
+            if target not in claimed:
+                strays.append(record)
+    drawn: set[int] = set()
+    lanes = []
+    for i, claim in enumerate(claims):
+        a = verdicts[claim.effect_id]
+        marks = [Mark(x(claim.seq), "claim", _title(claim))]
+        drawn.add(claim.seq)
+        end: EffectOutcome | None = None
+        interrupted = None
+        for outcome in outcomes[claim.effect_id]:
+            marks.append(Mark(x(outcome.seq), _outcome_shape(outcome), _title(outcome)))
+            drawn.add(outcome.seq)
+            if outcome.terminal:
+                end = outcome
+                if outcome.execution is ExecutionOutcome.INTERRUPTED:
+                    interrupted = "recovery" if outcome.replayed else "worker"
+        looks = seen[claim.effect_id]
+        keep_ids = set(a.evidence) | set(a.stale)
+        chosen = [o for o in looks if o.observation_id in keep_ids]
+        chosen += [o for o in looks if o.observation_id not in keep_ids][-OBSERVATION_MARKS:]
+        for obs in sorted(chosen, key=lambda o: o.seq):
+            shape = "evidence" if obs.observation_id in a.evidence else "observation"
+            marks.append(Mark(x(obs.seq), shape, _title(obs)))
+            drawn.add(obs.seq)
+        lanes.append(
+            Lane(
+                effect_id=claim.effect_id,
+                operation=claim.operation.name,
+                verdict=a.verdict.value,
+                unresolved=a.unresolved_impact,
+                y=TOP + i * LANE_H + LANE_H / 2,
+                x0=x(claim.seq),
+                x1=x(end.seq) if end else _RIGHT,
+                settled=end is not None,
+                interrupted=interrupted,
+                marks=tuple(marks),
+                title=_lane_title(claim, a),
+            )
+        )
+    stray_marks = tuple(Mark(x(o.seq), "observation", _title(o)) for o in strays[-LANE_LIMIT:])
+    drawn |= {o.seq for o in strays[-LANE_LIMIT:]}
+    rows = len(lanes) + (1 if stray_marks else 0)
+    return (
+        Timeline(
+            lanes=tuple(lanes),
+            strays=stray_marks,
+            strays_y=TOP + len(lanes) * LANE_H + LANE_H / 2 if stray_marks else None,
+            ticks=_ticks(records, x),
+            gaps=_gaps(records, x),
+            height=TOP + rows * LANE_H + 8,
+            effects=len(assessments),
+        ),
+        drawn,
+    )
+
+
+def _ticks(records: Sequence[Record], x: Callable[[int], float]) -> tuple[Tick, ...]:
+    if not records:
+        return ()
+    count = min(len(records), 6)
+    picks = sorted({round(i * (len(records) - 1) / max(count - 1, 1)) for i in range(count)})
+    return tuple(
+        Tick(x(records[i].seq), f"#{records[i].seq} {(records[i].recorded_at or '')[11:19]}")
+        for i in picks
+    )
+
+
+def _gaps(records: Sequence[Record], x: Callable[[int], float]) -> tuple[Tick, ...]:
+    """The longest pauses between consecutive records (a crash and a restart, say)."""
+    pauses = []
+    for before, after in itertools.pairwise(records):
+        if before.recorded_at is None or after.recorded_at is None:
+            continue
+        waited = _seconds(after.recorded_at) - _seconds(before.recorded_at)
+        if waited >= GAP_S:
+            pauses.append((waited, after.seq))
+    longest = sorted(pauses, reverse=True)[:8]
+    return tuple(
+        Tick(x(seq) - 0.5, "+" + _span(waited))
+        for waited, seq in sorted(longest, key=lambda p: p[1])
+    )
+
+
+def _outcome_shape(outcome: EffectOutcome) -> str:
+    return {
+        ExecutionOutcome.REPORTED_SUCCESS: "success",
+        ExecutionOutcome.FAILED: "failed",
+        ExecutionOutcome.RUNNING: "running",
+        ExecutionOutcome.INTERRUPTED: "interrupted",
+    }[outcome.execution]
+
+
+def _lane_title(claim: EffectClaim, a: Assessment) -> str:
+    state = (
+        f"{a.execution.value}, impact {a.impact.value}"
+        if a.execution and a.impact
+        else "no outcome"
+    )
+    unresolved = "; impact unresolved" if a.unresolved_impact else ""
+    return f"{claim.effect_id}: {claim.operation.name}, {state}, {a.verdict.value}{unresolved}"
+
+
+def _title(record: Record) -> str:
+    """A record's fields, one per line, for the mark's tooltip."""
+    return "\n".join(
+        f"{k}: {v}" for k, v in [("seq", str(record.seq)), ("kind", record.kind), *_fields(record)]
+    )
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def _fields(record: Record) -> list[tuple[str, str]]:
+    """Every field of a record, as label and text (what ``ledger show --json`` holds)."""
+    if isinstance(record, EffectClaim):
+        fields = [
+            ("effect", record.effect_id),
+            ("action", record.action_id),
+            ("operation", record.operation.name),
+            ("backend", record.operation.backend or "-"),
+            ("args sha256", record.operation.args_sha256),
+        ]
+        fields += [
+            (f"scope ({r.role})", r.locator + (f" @ {r.revision}" if r.revision else ""))
+            for r in record.impact_scope
+        ]
+        fields += [
+            (
+                f"expects {p.predicate.value}",
+                p.target.locator + (f" = {p.expected}" if p.expected else ""),
+            )
+            for p in record.obligations
+        ]
+        # The effects layer adds each claim's kind and idempotency key here.
+        return [*fields, ("recorded at", record.recorded_at)]
+    if isinstance(record, EffectOutcome):
+        return [
+            ("effect", record.effect_id),
+            ("execution", record.execution.value),
+            ("impact", record.impact.value),
+            ("execution id", record.execution_id or "-"),
+            ("written by", "recovery" if record.replayed else "the worker"),
+            ("recorded at", record.recorded_at or "-"),
+        ]
+    exists = {True: "yes", False: "no", None: "unknown"}[record.exists]
+    return [
+        ("observation", record.observation_id),
+        ("action", record.source_action_id),
+        (f"resource ({record.resource.kind}, {record.resource.role})", record.resource.locator),
+        ("mechanism", record.mechanism.value),
+        ("coverage", record.coverage.value),
+        ("exists", exists),
+        ("sha256", record.sha256 or "-"),
+        ("revision", record.revision or "-"),
+        ("recorded at", record.recorded_at),
+    ]
+
+
+def _row(record: Record, verdicts: dict[str, str]) -> Row:
+    action: str | None
+    verdict: str | None
+    if isinstance(record, Observation):
+        ident, action, verdict = record.observation_id, record.source_action_id, None
+    else:  # a claim or an outcome: both name their effect
+        ident = record.effect_id
+        action = record.action_id if isinstance(record, EffectClaim) else None
+        verdict = verdicts.get(ident)
+    shown = [
+        (k, v)
+        for k, v in _fields(record)
+        if k not in ("effect", "observation", "action", "recorded at")
+    ]
+    return Row(
+        record.seq, record.recorded_at or "-", record.kind, ident, action, tuple(shown), verdict
+    )
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+_UNPRINTABLE = re.compile(r"[^ -~]")
+
+
+def _spelled(match: re.Match[str]) -> str:
+    char = match.group()
+    if char.isprintable():
+        return char
+    code = ord(char)
+    return (
+        f"\\x{code:02x}"
+        if code <= 0xFF
+        else f"\\u{code:04x}"
+        if code <= 0xFFFF
+        else f"\\U{code:08x}"
+    )
+
+
+def printable(value: object) -> object:
+    """Every text shown with its non-printable characters spelled out, as ``ledger`` prints them.
+
+    A bidi override or a control character in a locator would otherwise change what the
+    reader sees (``txt.exe`` shown as ``exe.txt``). Markup (the page's own) passes as is.
+    """
+    if isinstance(value, Markup) or not isinstance(value, str) or value.isprintable():
+        return value
+    return _UNPRINTABLE.sub(_spelled, value)
+
+
+def _when(stamp: str | None) -> str:
+    """A time as the page shows it: the page says times are UTC, as ledger writes them."""
+    if stamp is None:
+        return "-"
+    return stamp.replace("T", " ", 1).removesuffix("+00:00")
+
+
+def _asset(name: str) -> str:
+    return (resources.files("ledger") / "templates" / name).read_text(encoding="utf-8")
+
+
+def _hash(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def render(report: Report) -> str:
+    """The page: one HTML document that loads nothing and runs only its own script."""
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("ledger", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        finalize=printable,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["when"] = _when
+    style, script = _asset("report.css"), _asset("report.js")
+    csp = (
+        f"default-src 'none'; style-src {_hash(style)}; script-src {_hash(script)}; "
+        "base-uri 'none'; form-action 'none'"
+    )
+    return env.get_template("report.html.j2").render(
+        report=report,
+        csp=csp,
+        style=Markup(style),  # noqa: S704 - the package's own file, not data
+        script=Markup(script),  # noqa: S704 - the package's own file, not data
+        verdicts=_inspect.VERDICTS,
+        width=WIDTH,
+        left=_LEFT,
+        right=_RIGHT,
+        label_w=LABEL_W,
+        lane_h=LANE_H,
+        limits={"lanes": LANE_LIMIT, "table": TABLE_LIMIT, "runs": RUN_LIMIT},
+    )
+
+
+def write(path: Path, text: str) -> Path:
+    """Write the page to ``path``, private (0600) like the store it comes from, and return it.
+
+    A new file renamed into place: never written through a link, never half-written.
+    """
+    path = path.absolute()
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        temporary.replace(path)
+    except OSError:
+        temporary.unlink(missing_ok=True)
+        raise
+    return path
