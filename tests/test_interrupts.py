@@ -360,12 +360,6 @@ def test_ctrl_c_in_the_leader_mid_transaction_rolls_back_and_settles_every_calle
     assert claim(other, "z1").seq == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="GroupCommit._commit catches only Exception around BEGIN IMMEDIATE and the schema "
-    "check: a KeyboardInterrupt raised there leaves the shared connection in a transaction, "
-    "holding SQLite's write lock, and every later write fails",
-)
 def test_ctrl_c_while_a_write_waits_for_sqlites_write_lock_leaves_no_transaction_open(
     store_dir: Path, sigint: Callable[[], threading.Event], rig: Rig
 ) -> None:

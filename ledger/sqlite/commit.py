@@ -120,17 +120,20 @@ class GroupCommit:
 
     def _commit(self, batch: list[Job]) -> None:
         with self._lock:
+            connection: Connection | None = None
             try:
                 connection = self._connection()
                 cursor = connection.cursor()
                 cursor.execute("BEGIN IMMEDIATE")
-            except Exception as e:  # every kind of failure goes to the callers
-                self._fail(batch, e)
-                return
-            try:
                 self._check(cursor)
-            except Exception as e:  # the store is refused: every job in it fails
-                connection.rollback()
+            except BaseException as e:
+                # Nothing of it may stay open on the shared connection: not after an error
+                # (the store refused), nor after a signal handler raised (Ctrl-C) while
+                # BEGIN waited for SQLite's write lock, which it may hold by now.
+                if connection is not None and connection.in_transaction:
+                    connection.rollback()
+                if not isinstance(e, Exception):
+                    raise  # the queue settles the jobs as interrupted; the leader gets it
                 self._fail(batch, e)
                 return
             committed: list[Job] = []
