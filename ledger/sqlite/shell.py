@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ledger import _paths
 from ledger.sqlite import trust
+from ledger.sqlite.errors import storage_errors
 from ledger.sqlite.store import check_readable, needs_copy, read_only_uri
 from ledger.storage import Shell, ShellMissingError
 
@@ -40,13 +41,16 @@ def session(directory: Path, args: Sequence[str]) -> Iterator[Shell]:
     """
     db = directory / _paths.DB_NAME
     program = _program(db)
-    checked = check_readable(directory)
+    with storage_errors(f"cannot read the store {directory}"):
+        checked = check_readable(directory)
     if needs_copy(checked):
         note = (
             f"note: the store belongs to uid {checked.owner}; the shell reads a private copy "
             "made now, which later writes do not reach"
         )
-        with trust.private_copy(checked) as copy:
+        with contextlib.ExitStack() as stack:
+            with storage_errors(f"cannot copy the store {directory}"):
+                copy = stack.enter_context(trust.private_copy(checked))
             uri = read_only_uri(copy, immutable=False)
             yield Shell([program, *OPTIONS, uri, *args], (note,), wait=True)
         return

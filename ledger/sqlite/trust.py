@@ -181,13 +181,14 @@ def _copy_fd(fd: int, target: Path) -> bytes:
     return head
 
 
-def _wal_salt(dir_fd: int, name: str) -> bytes | None:
-    """The WAL's salts (bytes 16-24 of its header): they change whenever the WAL restarts."""
-    try:
-        fd = os.open(
-            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
-        )
-    except FileNotFoundError:
+def _wal_salt(dir_fd: int, checked: Checked) -> bytes | None:
+    """The WAL's salts (bytes 16-24 of its header): they change whenever the WAL restarts.
+
+    The ``-wal`` is opened and checked as the copy opens it: a link or a fifo planted
+    since the store was checked is refused, not read.
+    """
+    fd = _open_checked(dir_fd, sidecar(checked.db, "-wal"), owner=checked.owner)
+    if fd is None:
         return None
     try:
         return _salt(os.pread(fd, _WAL_HEADER, 0))
@@ -208,7 +209,7 @@ def _copy_once(dir_fd: int, checked: Checked, target: Path) -> bool:
     change) or was removed (the last connection closed) between the two copies.
     """
     db, wal = checked.db, sidecar(checked.db, "-wal")
-    salt_before = _wal_salt(dir_fd, wal.name)
+    salt_before = _wal_salt(dir_fd, checked)
     db_fd = _open_checked(dir_fd, db, owner=checked.owner)
     if db_fd is None:
         raise StoreUnavailableError(f"database file {db} is missing")
@@ -233,7 +234,7 @@ def _copy_once(dir_fd: int, checked: Checked, target: Path) -> bool:
             after.st_mtime_ns,
             after.st_ino,
         )
-    return salt_before == copied_salt == _wal_salt(dir_fd, wal.name)
+    return salt_before == copied_salt == _wal_salt(dir_fd, checked)
 
 
 @contextlib.contextmanager
