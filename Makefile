@@ -57,7 +57,7 @@ MUT_NAMES := 'ledger.effects.x_current*' 'ledger.effects.x_settled_clean*' \
 	'ledger.effects.x_decide*' 'ledger.effects.x_in_flight*' 'ledger.effects.x_is_stale*' \
 	'ledger.effects.x_assess*' 'ledger._chain.*' 'ledger.sqlite.trust.*' \
 	'ledger.effect_log.x*_recover*' 'ledger.effect_log.x*_hold_exclusive*' \
-	'ledger.effect_log.x*_RecoveryCheck*'
+	'ledger.sqlite.rows.x_preconditions*'
 MUT_JOBS  ?= 2
 
 $(MUT_STAMP): pyproject.toml constraints.txt
