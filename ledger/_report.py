@@ -32,7 +32,7 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup
 
-from ledger import _inspect
+from ledger import _inspect, _text
 from ledger.effects import (
     Assessment,
     EffectClaim,
@@ -562,23 +562,6 @@ def _row(record: Record, verdicts: dict[str, str]) -> Row:
 # --------------------------------------------------------------------------- rendering
 
 
-_UNPRINTABLE = re.compile(r"[^ -~]")
-
-
-def _spelled(match: re.Match[str]) -> str:
-    char = match.group()
-    if char.isprintable():
-        return char
-    code = ord(char)
-    return (
-        f"\\x{code:02x}"
-        if code <= 0xFF
-        else f"\\u{code:04x}"
-        if code <= 0xFFFF
-        else f"\\U{code:08x}"
-    )
-
-
 def printable(value: object) -> object:
     """Every text shown with its non-printable characters spelled out, as ``ledger`` prints them.
 
@@ -587,7 +570,7 @@ def printable(value: object) -> object:
     """
     if isinstance(value, Markup) or not isinstance(value, str) or value.isprintable():
         return value
-    return _UNPRINTABLE.sub(_spelled, value)
+    return _text.printable(value)
 
 
 def _when(stamp: str | None) -> str:

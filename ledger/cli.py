@@ -24,6 +24,7 @@ import click
 
 from ledger import _bench, _demo, _inspect, _jsonl, _report
 from ledger._paths import DB_NAME
+from ledger._text import UNPRINTABLE, printable
 from ledger.effect_log import EffectPersistenceError, effects_dir
 from ledger.effects import EffectClaim, EffectOutcome, Observation
 from ledger.storage import ShellMissingError
@@ -57,31 +58,7 @@ def _library_errors() -> Iterator[None]:
 
 
 def _one_line(error: BaseException) -> str:
-    return _printable(" ".join(str(error).split()))
-
-
-# Any character a terminal might act on, or that would start a new line: a store's
-# fields (locators, ids, host names) are written by whoever wrote the store.
-_UNPRINTABLE = re.compile(r"[^ -~]")
-
-
-def _escape(match: re.Match[str]) -> str:
-    char = match.group()
-    if char.isprintable():
-        return char
-    code = ord(char)
-    return (
-        f"\\x{code:02x}"
-        if code <= 0xFF
-        else f"\\u{code:04x}"
-        if code <= 0xFFFF
-        else f"\\U{code:08x}"
-    )
-
-
-def _printable(text: str) -> str:
-    """``text`` with every non-printable character (controls, newlines, bidi marks) escaped."""
-    return text if text.isprintable() else _UNPRINTABLE.sub(_escape, text)
+    return printable(" ".join(str(error).split()))
 
 
 def _json_escape(match: re.Match[str]) -> str:
@@ -124,12 +101,12 @@ def _print_json(value: object) -> None:
 
 
 def _json_text(text: str) -> str:
-    return text if text.isprintable() else _UNPRINTABLE.sub(_json_escape, text)
+    return text if text.isprintable() else UNPRINTABLE.sub(_json_escape, text)
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
     """An aligned table; a verdict column is coloured when the output is a terminal."""
-    text = [["-" if cell is None else _printable(str(cell)) for cell in row] for row in rows]
+    text = [["-" if cell is None else printable(str(cell)) for cell in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in text), 0) for i, h in enumerate(headers)]
     last = len(headers) - 1
 
@@ -177,7 +154,7 @@ def _refuse_to_vouch(problems: Mapping[str, str | None]) -> None:
     broken = {run_id: problem for run_id, problem in problems.items() if problem}
     for run_id, problem in broken.items():
         click.echo(
-            _printable(
+            printable(
                 f"warning: run {run_id} does not validate, its verdicts are not to be "
                 f"believed: {' '.join(problem.split())}"
             ),
@@ -244,7 +221,7 @@ def show(run: str, store: Path | None, as_json: bool) -> None:
         _print_json(report.to_dict())
         return
     writer = "unknown" if report.writer is None else f"{report.writer.host}:{report.writer.pid}"
-    click.echo(_printable(f"run {report.run_id}  writer {writer}") + "\n")
+    click.echo(printable(f"run {report.run_id}  writer {writer}") + "\n")
     rows = []
     for record in report.history.records():
         ident, what = _describe(record)
@@ -366,9 +343,7 @@ def report(
     try:
         written = _report.write(output, _report.render(built))
     except OSError as e:
-        raise click.ClickException(
-            _printable(f"cannot write {output}: {e.strerror or e}")
-        ) from None
+        raise click.ClickException(printable(f"cannot write {output}: {e.strerror or e}")) from None
     sys.stdout.flush()
     sys.stdout.buffer.write(os.fsencode(written) + b"\n")
     sys.stdout.buffer.flush()
@@ -415,12 +390,12 @@ def recover(run: str | None, dead: bool, force: bool, store: Path | None, as_jso
         return
     for result in results:
         if result.skipped:
-            click.echo(_printable(f"run {result.run_id}: left alone, {result.skipped}"))
+            click.echo(printable(f"run {result.run_id}: left alone, {result.skipped}"))
         elif not result.outcomes:
             click.echo(f"run {result.run_id}: nothing to recover")
         for outcome in result.outcomes:
             click.echo(
-                _printable(
+                printable(
                     f"run {result.run_id}: {outcome.effect_id} interrupted, impact possible "
                     f"(seq {outcome.seq})"
                 )
@@ -466,8 +441,8 @@ def verify(anchors: tuple[str, ...], store: Path | None, as_json: bool) -> None:
         click.echo(f"ok: {report.runs} runs, {report.records} records, schema current")
     else:
         for problem in report.problems:
-            click.echo(_printable(problem))
-        click.echo(_printable(f"{len(report.problems)} problem(s) in {directory / DB_NAME}"))
+            click.echo(printable(problem))
+        click.echo(printable(f"{len(report.problems)} problem(s) in {directory / DB_NAME}"))
     if not report.ok:
         raise SystemExit(1)
 
@@ -487,7 +462,7 @@ def head(run: str, store: Path | None, as_json: bool) -> None:
     if as_json:
         _print_json(found.to_dict())
     else:
-        click.echo(_printable(str(found)))
+        click.echo(printable(str(found)))
 
 
 @main.command()
@@ -524,9 +499,7 @@ def export(run: str, output: Path | None, store: Path | None) -> None:
     except OSError as e:
         with contextlib.suppress(OSError):
             temporary.unlink()
-        raise click.ClickException(
-            _printable(f"cannot write {output}: {e.strerror or e}")
-        ) from None
+        raise click.ClickException(printable(f"cannot write {output}: {e.strerror or e}")) from None
 
 
 @main.command(name="import", short_help="Import JSON-lines effect logs, each file as a new run.")
@@ -576,7 +549,7 @@ def _report_imports(imported: list[_jsonl.Imported], *, as_json: bool) -> None:
         return
     for item in imported:
         torn = " (torn final line ignored)" if item.torn_tail else ""
-        click.echo(_printable(f"{item.path}: run {item.run_id}, {item.records} records{torn}"))
+        click.echo(printable(f"{item.path}: run {item.run_id}, {item.records} records{torn}"))
 
 
 # --------------------------------------------------------------------------- the store
@@ -609,7 +582,7 @@ def sql(sqlite3_args: tuple[str, ...], store: Path | None) -> None:
     directory = _directory(store)
     with _library_errors(), _inspect.reader(directory).shell(sqlite3_args) as shell:
         for note in shell.notes:
-            click.echo(_printable(note), err=True)
+            click.echo(printable(note), err=True)
         if shell.wait:  # the copy it reads is removed when the shell ends
             raise SystemExit(_wait_for_shell(shell.argv))
         os.execv(shell.argv[0], shell.argv)  # noqa: S606 - the user's own shell

@@ -429,20 +429,18 @@ def load_run(conn: Connection, run_id: str) -> tuple[History, str]:
                     recorded_at=row["recorded_at"],
                 )
             )
-        loaded_outcomes = []
-        for row in conn.execute(
-            select(outcomes).where(outcomes.c.run_id == run_id).order_by(outcomes.c.seq)
-        ).mappings():
-            where = f"outcome at seq {row['seq']}"
-            links[row["seq"]] = (row["prev_hash"], row["hash"])
-            loaded_outcomes.append(_outcome(row))
-        loaded_observations = []
-        for row in conn.execute(
-            select(observations).where(observations.c.run_id == run_id).order_by(observations.c.seq)
-        ).mappings():
-            where = f"observation at seq {row['seq']}"
-            links[row["seq"]] = (row["prev_hash"], row["hash"])
-            loaded_observations.append(_observation(row))
+        loaded: dict[str, list[Any]] = {"outcome": [], "observation": []}
+        for kind, source, build in (
+            ("outcome", outcomes, _outcome),
+            ("observation", observations, _observation),
+        ):
+            for row in conn.execute(
+                select(source).where(source.c.run_id == run_id).order_by(source.c.seq)
+            ).mappings():
+                where = f"{kind} at seq {row['seq']}"
+                links[row["seq"]] = (row["prev_hash"], row["hash"])
+                loaded[kind].append(build(row))
+        loaded_outcomes, loaded_observations = loaded["outcome"], loaded["observation"]
         where = "history"
         history = History(tuple(loaded_claims), tuple(loaded_outcomes), tuple(loaded_observations))
         check_history(history)
