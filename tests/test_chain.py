@@ -15,8 +15,8 @@ from alembic import command
 from ledger import _chain, _inspect
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
+from ledger.sqlite.engine import _on_begin, _on_connect, alembic_config, head_revision
 from ledger.sqlite.rows import chain_hash, rows_of
-from ledger.sqlite.store import _on_begin, _on_connect, alembic_config, head_revision
 
 from .conftest import PYTHON, fs_ref, op
 

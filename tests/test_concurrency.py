@@ -26,8 +26,8 @@ import pytest
 
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, new_run_id
+from ledger.sqlite.engine import head_revision
 from ledger.sqlite.schema import SQLITE_TRIGGERS, VIEWS
-from ledger.sqlite.store import head_revision
 
 from .conftest import PYTHON, REPO, fs_ref, op, subprocess_env
 

@@ -35,8 +35,9 @@ from ledger.errors import (
     StoreTamperedError,
     StoreUnavailableError,
 )
+from ledger.sqlite.engine import alembic_config
 from ledger.sqlite.errors import classify, storage_errors
-from ledger.sqlite.store import Store, alembic_config
+from ledger.sqlite.store import Store
 
 from .conftest import PYTHON, op, subprocess_env
 

@@ -22,9 +22,10 @@ import pytest
 from ledger import _chain
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
+from ledger.sqlite.engine import _on_connect
 from ledger.sqlite.rows import chain_hash
 from ledger.sqlite.schema import APPEND_ONLY_TABLES
-from ledger.sqlite.store import Store, _on_connect
+from ledger.sqlite.store import Store
 
 from .conftest import fs_ref, op, sha
 

@@ -16,10 +16,10 @@ from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.errors import StoreTamperedError
 from ledger.sqlite import schema_check as _schema_check
 from ledger.sqlite.commit import GroupCommit, Job
+from ledger.sqlite.engine import _foreign_keys_off, _on_begin, _on_connect, alembic_config
 from ledger.sqlite.errors import translate
 from ledger.sqlite.rows import prepare
 from ledger.sqlite.schema import SQLITE_TRIGGERS, VIEWS
-from ledger.sqlite.store import _foreign_keys_off, _on_begin, _on_connect, alembic_config
 
 from .conftest import fs_ref, op
 

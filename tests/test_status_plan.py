@@ -19,7 +19,7 @@ from alembic import command
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.sqlite import schema as _schema
-from ledger.sqlite.store import _on_begin, _on_connect, alembic_config, head_revision
+from ledger.sqlite.engine import _on_begin, _on_connect, alembic_config, head_revision
 
 from .conftest import fs_ref, op
 

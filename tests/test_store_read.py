@@ -9,7 +9,7 @@ from pathlib import Path
 from sqlalchemy import Connection
 
 from ledger.effect_log import EffectLog, new_run_id
-from ledger.sqlite.store import read
+from ledger.sqlite.reads import read
 
 from .conftest import PYTHON, op, subprocess_env
 

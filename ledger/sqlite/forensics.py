@@ -1,6 +1,6 @@
 """The forensic reads of a SQLite store (ledger.storage.Reader), one snapshot each.
 
-Reads go through :func:`ledger.sqlite.store.read`, which never writes or creates a file
+Reads go through :func:`ledger.sqlite.reads.read`, which never writes or creates a file
 it can avoid, and reads another user's store from a private copy. No report is
 computed from the store's own views (they may have been replaced): the library's view
 queries are put in front of every query that uses them, and each run shown is
@@ -22,8 +22,9 @@ from ledger._owner import Writer
 from ledger.effects import History
 from ledger.errors import EffectPersistenceError
 from ledger.sqlite import liveness, rows, schema_check, shell
+from ledger.sqlite.engine import head_revision, known_revisions
+from ledger.sqlite.reads import read
 from ledger.sqlite.schema import with_views
-from ledger.sqlite.store import head_revision, known_revisions, read
 from ledger.storage import (
     VERDICTS,
     EffectRow,

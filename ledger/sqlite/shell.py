@@ -17,7 +17,7 @@ from pathlib import Path
 from ledger import _paths
 from ledger.sqlite import trust
 from ledger.sqlite.errors import storage_errors
-from ledger.sqlite.store import check_readable, needs_copy, read_only_uri
+from ledger.sqlite.reads import check_readable, needs_copy, read_only_uri
 from ledger.storage import Shell, ShellMissingError
 
 OPTIONS = ("-safe", "-readonly", "-nofollow")

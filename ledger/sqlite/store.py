@@ -1,15 +1,10 @@
-"""One store on disk: its files, its engine, its transactions, its migrations.
+"""One store on disk, shared by the process: its files, its transactions, its lifetime.
 
 Everything that can fail because of the store passes through
 :func:`~ledger.sqlite.errors.storage_errors` (or ``translate``), where SQLAlchemy,
 sqlite3, Alembic and OS errors become the leaves of :class:`EffectPersistenceError`.
-
-Durability is not assumed: every connection is put in WAL mode with
-``synchronous=FULL`` and foreign keys on, and the pragmas are read back; a
-connection where one did not take is refused. Writers begin with ``BEGIN
-IMMEDIATE`` (a deferred transaction that upgrades to a write lock bypasses
-SQLite's busy handler), and the writers of one process queue first-come,
-first-served before they ask SQLite for the lock.
+Connections and migrations are :mod:`ledger.sqlite.engine`'s; the writers of one
+process queue first-come, first-served before they ask SQLite for the lock.
 """
 
 from __future__ import annotations
@@ -22,48 +17,42 @@ import os
 import sqlite3
 import stat
 import threading
-import time
-import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-import sqlalchemy.exc
 from alembic import command
-from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.pool import ConnectionPoolEntry, NullPool
 
 from ledger import _paths
-from ledger._chain import sha3
 from ledger.effects import History
 from ledger.errors import (
     EffectPersistenceError,
     StoreCorruptError,
-    StoreFileRefusedError,
     StoreUnavailableError,
 )
 from ledger.sqlite import liveness, rows
 from ledger.sqlite import schema_check as _schema_check
 from ledger.sqlite import trust as _trust
 from ledger.sqlite.commit import GroupCommit, Job, Step
+from ledger.sqlite.engine import (
+    BUSY_TIMEOUT_MS,
+    FULL,
+    OFF,
+    READ_ONLY,
+    _foreign_keys_off,
+    _on_begin,
+    _on_connect,
+    alembic_config,
+    head_revision,
+)
 from ledger.sqlite.errors import storage_errors, translate
 from ledger.storage import Batch, Lease, Mode, Written
 
 log = logging.getLogger("ledger")
 
 T = TypeVar("T")
-
-BUSY_TIMEOUT_MS = 60_000
-READ_ONLY = "ledger_read_only"
-
-# PRAGMA synchronous levels. FULL, always, but for the scratch stores of ``ledger bench``
-# (see unsynchronised), which is the one caller that may take the disk out.
-FULL = 2
-OFF = 0
-
 
 # --------------------------------------------------------------------------- files
 
@@ -168,125 +157,6 @@ class _FairLock:
             self._waiters.popleft().release()  # still held, now by the next waiter
         else:
             self._held = False
-
-
-def _wal(cursor: sqlite3.Cursor) -> Any:
-    """Put the database in WAL mode, waiting out other processes doing the same.
-
-    Switching a new database to WAL takes an exclusive lock from a shared one; when
-    several processes create a store at the same moment, SQLite reports the deadlock
-    at once (SQLITE_BUSY) instead of calling the busy handler, so wait here instead.
-    """
-    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
-    pause = 0.001
-    while True:
-        try:
-            return cursor.execute("PRAGMA journal_mode = WAL").fetchone()
-        except sqlite3.OperationalError as e:
-            if getattr(e, "sqlite_errorcode", None) != sqlite3.SQLITE_BUSY:
-                raise
-            if time.monotonic() + pause > deadline:
-                raise
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
-
-
-def _on_connect(
-    dbapi_connection: Any, _record: ConnectionPoolEntry, synchronous: int = FULL
-) -> None:
-    # SQLAlchemy emits BEGIN itself (see _on_begin); pysqlite must not.
-    dbapi_connection.isolation_level = None
-    cursor = dbapi_connection.cursor()
-    try:
-        cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        mode = _wal(cursor)
-        cursor.execute(f"PRAGMA synchronous = {synchronous}")
-        cursor.execute("PRAGMA foreign_keys = ON")
-        cursor.execute("PRAGMA recursive_triggers = ON")
-        # The guards check each record's hash with sha3(), as the stock shell has it. A
-        # function the application registers may run in triggers only with a trusted
-        # schema; the schema is checked whole before anything is written (foreign
-        # triggers and views are refused), and sha3 is the only function registered.
-        dbapi_connection.create_function("sha3", 1, sha3, deterministic=True)
-        dbapi_connection.create_function("sha3", 2, sha3, deterministic=True)
-        cursor.execute("PRAGMA trusted_schema = ON")
-        readings = {
-            "journal_mode": (str(mode[0]).lower() if mode else None, "wal"),
-            "synchronous": (cursor.execute("PRAGMA synchronous").fetchone()[0], synchronous),
-            "foreign_keys": (cursor.execute("PRAGMA foreign_keys").fetchone()[0], 1),
-        }
-    finally:
-        cursor.close()
-    for pragma, (actual, wanted) in readings.items():
-        if actual != wanted:
-            dbapi_connection.close()
-            raise StoreFileRefusedError(
-                f"PRAGMA {pragma} is {actual!r} where {wanted!r} is required; refusing to write"
-            )
-
-
-def _on_begin(conn: Connection) -> None:
-    read_only = conn.get_execution_options().get(READ_ONLY, False)
-    conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
-
-
-def _migrations_dir() -> Path:
-    package = Path(__file__).resolve().parent.parent  # ledger/
-    for candidate in (package / "_migrations", package.parent / "migrations"):
-        if (candidate / "env.py").is_file():
-            return candidate
-    raise EffectPersistenceError("the store migrations are not installed with the package")
-
-
-def alembic_config(connection: Connection | None = None) -> Config:
-    """An Alembic configuration driven from code, sharing ``connection`` if given."""
-    cfg = Config()
-    cfg.set_main_option("script_location", str(_migrations_dir()))
-    if connection is not None:
-        cfg.attributes["connection"] = connection
-    return cfg
-
-
-@functools.cache
-def _revisions(location: str) -> tuple[str | None, frozenset[str]]:
-    # Reading the scripts imports every migration module: once per process, not per open.
-    cfg = Config()
-    cfg.set_main_option("script_location", location)
-    script = ScriptDirectory.from_config(cfg)
-    return script.get_current_head(), frozenset(r.revision for r in script.walk_revisions())
-
-
-def head_revision() -> str:
-    """The newest schema revision this library ships."""
-    head, _ = _revisions(str(_migrations_dir()))
-    if head is None:  # pragma: no cover - the package always ships migrations
-        raise EffectPersistenceError("no schema revision is shipped")
-    return head
-
-
-def known_revisions() -> frozenset[str]:
-    """Every schema revision this library ships, the newest included."""
-    return _revisions(str(_migrations_dir()))[1]
-
-
-@contextlib.contextmanager
-def _foreign_keys_off(conn: Connection) -> Iterator[None]:
-    """Foreign keys off around a migration, as SQLite prescribes for rebuilding tables.
-
-    Rebuilding a parent table (a batch migration) drops and renames it, which foreign
-    keys would refuse mid-way; the pragma is a no-op inside a transaction, so it is set
-    before BEGIN and ``PRAGMA foreign_key_check`` stands in for it before COMMIT.
-    """
-    raw = conn.connection.driver_connection
-    if raw is None:  # pragma: no cover - a checked-out connection always has one
-        raise StoreUnavailableError("the database connection is closed")
-    raw.execute("PRAGMA foreign_keys = OFF")
-    try:
-        yield
-    finally:
-        raw.execute("PRAGMA foreign_keys = ON")
-        if raw.execute("PRAGMA foreign_keys").fetchone() != (1,):  # pragma: no cover
-            conn.invalidate()  # never hand a connection without foreign keys to a writer
 
 
 class Store:
@@ -524,106 +394,6 @@ class Store:
 
 def _schema_version(conn: Connection) -> int:
     return int(conn.exec_driver_sql("PRAGMA schema_version").scalar_one())
-
-
-def read_only_uri(db: Path, *, immutable: bool) -> str:
-    """The SQLite URI that opens ``db`` read-only; ``immutable`` also takes no lock.
-
-    ``immutable`` reads create and change no file at all (not even ``-wal``/``-shm``,
-    which a ``mode=ro`` reader creates when it may), but see nothing that is still in a
-    WAL and are not protected from a checkpoint that lands while they read. The path is
-    percent-encoded from its bytes, so that a path that is not UTF-8 opens too.
-    """
-    path = urllib.parse.quote(os.fsencode(db.absolute()), safe="/")
-    return f"file:{path}?mode=ro" + ("&immutable=1" if immutable else "")
-
-
-def _reader_connect(uri: str) -> sqlite3.Connection:
-    conn = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000)
-    conn.isolation_level = None
-    conn.execute("PRAGMA query_only = ON")
-    return conn
-
-
-def wal_size(db: Path) -> int:
-    """The size of ``db``'s ``-wal``: -1 when there is none, 0 when it holds no commit."""
-    try:
-        return os.lstat(db.with_name(db.name + "-wal")).st_size
-    except FileNotFoundError:
-        return -1
-
-
-def _fingerprint(db: Path) -> tuple[int, int, int, int, int]:
-    st = db.stat()
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, wal_size(db))
-
-
-def check_readable(directory: Path) -> _trust.Checked:
-    """The reader's checks on a store (see ledger.sqlite.trust): refuse, or say what was seen."""
-    db = directory / _paths.DB_NAME
-    if not os.path.lexists(db):
-        raise StoreUnavailableError(f"there is no store at {directory}")
-    return _trust.check_store(directory, db, writer=False)
-
-
-def needs_copy(checked: _trust.Checked) -> bool:
-    """Whether SQLite must read a private copy instead of the store's own files.
-
-    Always for a store this user does not own: SQLite would map, rewrite, and as root
-    chown its ``-shm``, and create files in it. Also for a crashed store of ours (a
-    ``-wal`` without its ``-shm``) in a directory we cannot write: SQLite cannot build the
-    missing index there.
-    """
-    if not checked.ours:
-        return True
-    return (
-        checked.wal_size > 0 and not checked.has_shm and not os.access(checked.directory, os.W_OK)
-    )
-
-
-def read(directory: Path, query: Callable[[Connection], T]) -> T:
-    """Run ``query`` on one read-only snapshot of a store, for forensics.
-
-    It never writes, and creates no file when it can avoid it. The store's files are
-    checked first, as a writer's are, except that the store may be another user's.
-    Another user's store is read from a private copy (see :mod:`ledger.sqlite.trust`), so that
-    no file of it is opened by SQLite. With no ``-wal`` no connection has the store open
-    and every commit is in the database file: it is read ``immutable`` (no lock, no file
-    created; works for a user who may read the store but not write its directory), and
-    if the file changed or a ``-wal`` appeared while it read, the result is discarded and
-    the query runs again ``mode=ro``. With a ``-wal`` (a writer is active, or crashed) it
-    runs ``mode=ro``, so that commits still in the WAL are read.
-    """
-    db = directory / _paths.DB_NAME
-    with storage_errors(f"cannot read the store {directory}"):
-        checked = check_readable(directory)
-        if needs_copy(checked):
-            with _trust.private_copy(checked) as copy:
-                return _read_once(read_only_uri(copy, immutable=False), query)
-        before = _fingerprint(db)
-        if before[-1] <= 0:  # no -wal, or an empty one: every commit is in the file
-            try:
-                result = _read_once(read_only_uri(db, immutable=True), query)
-            except (sqlalchemy.exc.SQLAlchemyError, EffectPersistenceError):
-                if _fingerprint(db) == before:
-                    raise  # the store did not change: the failure is real
-            else:
-                if _fingerprint(db) == before:
-                    return result
-            log.info("store %s changed during an immutable read; reading it again", db)
-        return _read_once(read_only_uri(db, immutable=False), query)
-
-
-def _read_once(uri: str, query: Callable[[Connection], T]) -> T:
-    engine = create_engine(
-        "sqlite+pysqlite://", creator=lambda: _reader_connect(uri), poolclass=NullPool
-    )
-    event.listen(engine, "begin", _on_begin)
-    try:
-        with engine.execution_options(**{READ_ONLY: True}).begin() as conn:
-            return query(conn)
-    finally:
-        engine.dispose()
 
 
 _registry_lock = threading.Lock()

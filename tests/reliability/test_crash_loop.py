@@ -37,7 +37,7 @@ from typing import Any
 from ledger import effects as fx
 from ledger._inspect import verify
 from ledger.effect_log import EffectLog, new_run_id
-from ledger.sqlite.store import read
+from ledger.sqlite.reads import read
 from tests.conftest import PYTHON, subprocess_env
 from tests.reliability.figures import report
 
@@ -60,7 +60,7 @@ SERVER = textwrap.dedent(
     from ledger import effects as fx
     from ledger.effect_log import EffectLog
     from ledger.resources import OwnedResource
-    from ledger.sqlite.store import head_revision
+    from ledger.sqlite.engine import head_revision
 
     head_revision()  # warm the migration scripts before forking, like the imports
 

@@ -1,0 +1,157 @@
+"""The SQLite engine of a store: the pragmas every connection gets, and the migrations.
+
+Durability is not assumed: every connection is put in WAL mode with
+``synchronous=FULL`` and foreign keys on, and the pragmas are read back; a
+connection where one did not take is refused. Writers begin with ``BEGIN
+IMMEDIATE`` (a deferred transaction that upgrades to a write lock bypasses SQLite's
+busy handler). The schema is Alembic's, from the scripts shipped with the package.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection
+from sqlalchemy.pool import ConnectionPoolEntry
+
+from ledger._chain import sha3
+from ledger.errors import (
+    EffectPersistenceError,
+    StoreFileRefusedError,
+    StoreUnavailableError,
+)
+
+BUSY_TIMEOUT_MS = 60_000
+READ_ONLY = "ledger_read_only"
+
+# PRAGMA synchronous levels. FULL, always, but for the scratch stores of ``ledger bench``
+# (see unsynchronised), which is the one caller that may take the disk out.
+FULL = 2
+OFF = 0
+
+
+def _wal(cursor: sqlite3.Cursor) -> Any:
+    """Put the database in WAL mode, waiting out other processes doing the same.
+
+    Switching a new database to WAL takes an exclusive lock from a shared one; when
+    several processes create a store at the same moment, SQLite reports the deadlock
+    at once (SQLITE_BUSY) instead of calling the busy handler, so wait here instead.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    pause = 0.001
+    while True:
+        try:
+            return cursor.execute("PRAGMA journal_mode = WAL").fetchone()
+        except sqlite3.OperationalError as e:
+            if getattr(e, "sqlite_errorcode", None) != sqlite3.SQLITE_BUSY:
+                raise
+            if time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+def _on_connect(
+    dbapi_connection: Any, _record: ConnectionPoolEntry, synchronous: int = FULL
+) -> None:
+    # SQLAlchemy emits BEGIN itself (see _on_begin); pysqlite must not.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        mode = _wal(cursor)
+        cursor.execute(f"PRAGMA synchronous = {synchronous}")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.execute("PRAGMA recursive_triggers = ON")
+        # The guards check each record's hash with sha3(), as the stock shell has it. A
+        # function the application registers may run in triggers only with a trusted
+        # schema; the schema is checked whole before anything is written (foreign
+        # triggers and views are refused), and sha3 is the only function registered.
+        dbapi_connection.create_function("sha3", 1, sha3, deterministic=True)
+        dbapi_connection.create_function("sha3", 2, sha3, deterministic=True)
+        cursor.execute("PRAGMA trusted_schema = ON")
+        readings = {
+            "journal_mode": (str(mode[0]).lower() if mode else None, "wal"),
+            "synchronous": (cursor.execute("PRAGMA synchronous").fetchone()[0], synchronous),
+            "foreign_keys": (cursor.execute("PRAGMA foreign_keys").fetchone()[0], 1),
+        }
+    finally:
+        cursor.close()
+    for pragma, (actual, wanted) in readings.items():
+        if actual != wanted:
+            dbapi_connection.close()
+            raise StoreFileRefusedError(
+                f"PRAGMA {pragma} is {actual!r} where {wanted!r} is required; refusing to write"
+            )
+
+
+def _on_begin(conn: Connection) -> None:
+    read_only = conn.get_execution_options().get(READ_ONLY, False)
+    conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+
+def _migrations_dir() -> Path:
+    package = Path(__file__).resolve().parent.parent  # ledger/
+    for candidate in (package / "_migrations", package.parent / "migrations"):
+        if (candidate / "env.py").is_file():
+            return candidate
+    raise EffectPersistenceError("the store migrations are not installed with the package")
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    """An Alembic configuration driven from code, sharing ``connection`` if given."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(_migrations_dir()))
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+@functools.cache
+def _revisions(location: str) -> tuple[str | None, frozenset[str]]:
+    # Reading the scripts imports every migration module: once per process, not per open.
+    cfg = Config()
+    cfg.set_main_option("script_location", location)
+    script = ScriptDirectory.from_config(cfg)
+    return script.get_current_head(), frozenset(r.revision for r in script.walk_revisions())
+
+
+def head_revision() -> str:
+    """The newest schema revision this library ships."""
+    head, _ = _revisions(str(_migrations_dir()))
+    if head is None:  # pragma: no cover - the package always ships migrations
+        raise EffectPersistenceError("no schema revision is shipped")
+    return head
+
+
+def known_revisions() -> frozenset[str]:
+    """Every schema revision this library ships, the newest included."""
+    return _revisions(str(_migrations_dir()))[1]
+
+
+@contextlib.contextmanager
+def _foreign_keys_off(conn: Connection) -> Iterator[None]:
+    """Foreign keys off around a migration, as SQLite prescribes for rebuilding tables.
+
+    Rebuilding a parent table (a batch migration) drops and renames it, which foreign
+    keys would refuse mid-way; the pragma is a no-op inside a transaction, so it is set
+    before BEGIN and ``PRAGMA foreign_key_check`` stands in for it before COMMIT.
+    """
+    raw = conn.connection.driver_connection
+    if raw is None:  # pragma: no cover - a checked-out connection always has one
+        raise StoreUnavailableError("the database connection is closed")
+    raw.execute("PRAGMA foreign_keys = OFF")
+    try:
+        yield
+    finally:
+        raw.execute("PRAGMA foreign_keys = ON")
+        if raw.execute("PRAGMA foreign_keys").fetchone() != (1,):  # pragma: no cover
+            conn.invalidate()  # never hand a connection without foreign keys to a writer
