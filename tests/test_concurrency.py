@@ -401,7 +401,9 @@ def test_loads_while_other_processes_write_see_gap_free_prefixes(
 
     for output in outputs.values():
         loads = json.loads(output.read_text())
-        assert len(loads) >= 2 * writers  # at least one pass while writing, one after
+        # At least the pass after every writer exited. How many passes overlap the writes
+        # depends on the machine's load, so it is not asserted: every pass must be a prefix.
+        assert len(loads) >= writers
         for load in loads:
             records = fx.History.from_dict(load["history"]).records()
             assert records == finals[load["run_id"]][: len(records)]
