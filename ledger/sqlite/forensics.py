@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sqlalchemy import Connection
@@ -254,11 +254,9 @@ class Reader:
             ),
         )
 
-    @contextlib.contextmanager
-    def recovering(self, run_id: str) -> Iterator[RecoveryHold]:
+    def recovering(self, run_id: str) -> contextlib.AbstractContextManager[RecoveryHold]:
         """Take the run for recovery (ledger.sqlite.liveness), or say who has it."""
-        with liveness.recovering(self.directory, run_id) as hold:
-            yield hold
+        return liveness.recovering(self.directory, run_id)
 
     def shell(self, args: Sequence[str]) -> contextlib.AbstractContextManager[Shell]:
         """The sqlite3 shell on the store (ledger.sqlite.shell)."""
