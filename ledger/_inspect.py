@@ -80,7 +80,7 @@ class RunReport:
             "writer": None
             if self.writer is None
             else {"host": self.writer.host, "pid": self.writer.pid},
-            "records": [{"type": r.kind, "record": r.to_dict()} for r in self.history.records()],
+            "records": [{"type": r.record_type, "record": r.to_dict()} for r in self.history.records()],
             "effects": [a.to_dict() for a in self.assessments],
         }
 

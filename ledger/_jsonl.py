@@ -54,7 +54,7 @@ def export_lines(directory: Path, prefix: str) -> tuple[str, list[str]]:
     run_id, history, _writer = reader(directory).run(prefix)
     lines = [
         json.dumps(
-            {"v": FORMAT_VERSION, "type": record.kind, "record": record.to_dict()},
+            {"v": FORMAT_VERSION, "type": record.record_type, "record": record.to_dict()},
             ensure_ascii=False,
             separators=(",", ":"),
         )

@@ -487,7 +487,7 @@ def _lane_title(claim: EffectClaim, a: Assessment) -> str:
 def _title(record: Record) -> str:
     """A record's fields, one per line, for the mark's tooltip."""
     return "\n".join(
-        f"{k}: {v}" for k, v in [("seq", str(record.seq)), ("kind", record.kind), *_fields(record)]
+        f"{k}: {v}" for k, v in [("seq", str(record.seq)), ("kind", record.record_type), *_fields(record)]
     )
 
 
@@ -555,7 +555,7 @@ def _row(record: Record, verdicts: dict[str, str]) -> Row:
         if k not in ("effect", "observation", "action", "recorded at")
     ]
     return Row(
-        record.seq, record.recorded_at or "-", record.kind, ident, action, tuple(shown), verdict
+        record.seq, record.recorded_at or "-", record.record_type, ident, action, tuple(shown), verdict
     )
 
 

@@ -225,7 +225,7 @@ def show(run: str, store: Path | None, as_json: bool) -> None:
     rows = []
     for record in report.history.records():
         ident, what = _describe(record)
-        rows.append((record.seq, record.recorded_at, record.kind, ident, what))
+        rows.append((record.seq, record.recorded_at, record.record_type, ident, what))
     _table(("SEQ", "RECORDED", "KIND", "ID", "WHAT"), rows)
     click.echo()
     operations = {c.effect_id: c.operation.name for c in report.history.claims}

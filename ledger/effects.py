@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
 import itertools
+import json
+import math
 import posixpath
 import re
 from collections.abc import Iterable, Mapping
@@ -27,22 +30,31 @@ from typing import Any, ClassVar, Self, TypeVar
 __all__ = [
     "Assessment",
     "Coverage",
+    "Decision",
     "EffectClaim",
+    "EffectKind",
     "EffectOutcome",
     "EffectVerdict",
     "ExecutionOutcome",
     "History",
     "Impact",
     "InvalidTypeError",
+    "NextStep",
     "Observation",
     "ObservationMechanism",
     "OperationRef",
     "Postcondition",
     "Predicate",
+    "Resolution",
     "ResourceRef",
+    "args_digest",
     "assess",
+    "canonical_args",
     "check_history",
     "check_identifier",
+    "decide",
+    "idempotency_key",
+    "newest_attempt",
     "overlaps",
     "resource_ref",
     "utc_now",
@@ -50,8 +62,10 @@ __all__ = [
 
 MAX_IDENTIFIER = 200
 MAX_LOCATOR = 4096
-RESOURCE_KINDS = ("fs", "owned")
+RESOURCE_KINDS = ("fs", "owned", "external")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+_URI_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 
 
 class Predicate(enum.Enum):
@@ -94,6 +108,24 @@ class Coverage(enum.Enum):
 
     COMPLETE = "complete"
     PARTIAL = "partial"
+
+
+class EffectKind(enum.Enum):
+    """What repeating an effect after a crash could do, which decides whether it may be."""
+
+    READ = "read"  # looks, changes nothing: may always run again
+    IDEMPOTENT = "idempotent"  # the system it calls honours the idempotency key
+    WRITE = "write"  # may duplicate; its postconditions can be observed
+    IRREVERSIBLE = "irreversible"  # cannot be observed or undone by the worker
+
+
+class NextStep(enum.Enum):
+    """What a worker should do about an effect (:func:`decide`)."""
+
+    DONE = "done"
+    WAIT = "wait"
+    RETRY = "retry"
+    ESCALATE = "escalate"
 
 
 class EffectVerdict(enum.Enum):
@@ -210,19 +242,87 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
+def _check_key(value: object, field: str = "idempotency_key") -> None:
+    if not isinstance(value, str):
+        raise InvalidTypeError(f"{field} must be a str, not {type(value).__name__}")
+    if value and not _HEX32.fullmatch(value):
+        raise ValueError(f"{field} must be 32 lowercase hex characters, got {value!r:.80}")
+
+
+def idempotency_key(run_id: str, effect_id: str) -> str:
+    """The idempotency key of an effect first attempted as ``effect_id`` in ``run_id``.
+
+    32 lowercase hex characters, the same on every machine: a retry carries the key of
+    the attempt it repeats, so the system it calls can tell a repeat from a new request.
+    The first half of SHA3-256 of ``ledger-key-v1<len>:<run_id><len>:<effect_id>``, which
+    the stock ``sqlite3`` shell can compute too (docs/forensics.md).
+    """
+    check_identifier(run_id, "run_id")
+    check_identifier(effect_id, "effect_id")
+    seed = f"ledger-key-v1{len(run_id)}:{run_id}{len(effect_id)}:{effect_id}"
+    return hashlib.sha3_256(seed.encode("utf-8")).hexdigest()[:32]
+
+
+def _check_json(value: object, where: str) -> None:
+    # Only what JSON holds exactly: subclasses (an IntEnum, a str subclass) are refused
+    # too, since they would come back as something else.
+    kind = type(value)
+    if value is None or kind in (bool, int, str):
+        return
+    if isinstance(value, float) and kind is float:
+        if not math.isfinite(value):
+            raise ValueError(f"args{where} is {value!r}: JSON has no NaN or infinity")
+        return
+    if isinstance(value, (list, tuple)) and kind in (list, tuple):
+        for i, item in enumerate(value):
+            _check_json(item, f"{where}[{i}]")
+        return
+    if isinstance(value, dict) and kind is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                raise ValueError(f"args{where} has a key {key!r:.40} that is not a str")
+            _check_json(item, f"{where}[{key!r:.40}]")
+        return
+    raise ValueError(f"args{where} is a {kind.__name__}, which JSON cannot hold exactly")
+
+
+def canonical_args(args: object) -> bytes:
+    """The one JSON text of ``args``: sorted keys, no spaces, UTF-8.
+
+    ``ValueError`` for anything JSON cannot hold exactly (NaN, infinities, keys that
+    are not strings, sets, bytes, other objects). Tuples are written as arrays.
+    """
+    _check_json(args, "")
+    try:
+        text = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("args hold a string that is not valid Unicode") from None
+
+
+def args_digest(args: object) -> str:
+    """The SHA-256 hex digest of :func:`canonical_args` ``(args)``."""
+    return hashlib.sha256(canonical_args(args)).hexdigest()
+
+
 # --------------------------------------------------------------------------- from_dict
 
 
 class _Fields:
     """Reads one dict strictly: every key expected, no key more, types checked."""
 
-    def __init__(self, data: object, cls: type[Any]) -> None:
+    def __init__(
+        self, data: object, cls: type[Any], *, later: Mapping[str, Any] | None = None
+    ) -> None:
+        # ``later``: fields added after the first format, with the value a dict written
+        # before them stands for (old exports keep importing).
         if not isinstance(data, Mapping):
             raise ValueError(  # noqa: TRY004 - from_dict reports all malformed input as ValueError
                 f"{cls.__name__} must be a JSON object, not {type(data).__name__}"
             )
         expected = {f.name for f in dataclasses.fields(cls)}
-        keys = set(data)
+        later = later or {}
+        keys = set(data) | set(later)
         if keys != expected:
             missing = sorted(expected - keys)
             extra = sorted(str(k) for k in keys - expected)
@@ -232,7 +332,7 @@ class _Fields:
             if extra:
                 parts.append(f"unexpected {', '.join(extra)}")
             raise ValueError(f"{cls.__name__}: {'; '.join(parts)}")
-        self.data = data
+        self.data = {**later, **data}
         self.cls = cls
 
     def raw(self, key: str) -> Any:
@@ -460,8 +560,12 @@ class EffectClaim:
     impact_scope: tuple[ResourceRef, ...]
     obligations: tuple[Postcondition, ...]
     recorded_at: str
+    kind: EffectKind = EffectKind.WRITE
+    # Empty only on a claim built by hand: the log gives every claim its key.
+    idempotency_key: str = ""
+    retry_of: str | None = None
 
-    kind: ClassVar[str] = "claim"
+    record_type: ClassVar[str] = "claim"
 
     def __post_init__(self) -> None:
         check_identifier(self.effect_id, "effect_id")
@@ -474,6 +578,11 @@ class EffectClaim:
         _frozen(self, "impact_scope", _tuple_of(self.impact_scope, ResourceRef, "impact_scope"))
         _frozen(self, "obligations", _tuple_of(self.obligations, Postcondition, "obligations"))
         _check_timestamp(self.recorded_at)
+        _check_enum(self.kind, EffectKind, "kind")
+        _check_key(self.idempotency_key)
+        check_identifier(self.retry_of, "retry_of", optional=True)
+        if self.retry_of == self.effect_id:
+            raise ValueError(f"effect {self.effect_id!r} cannot be a retry of itself")
 
     def to_dict(self) -> dict[str, Any]:
         """Return the claim as JSON types."""
@@ -485,12 +594,20 @@ class EffectClaim:
             "impact_scope": [r.to_dict() for r in self.impact_scope],
             "obligations": [p.to_dict() for p in self.obligations],
             "recorded_at": self.recorded_at,
+            "kind": self.kind.value,
+            "idempotency_key": self.idempotency_key,
+            "retry_of": self.retry_of,
         }
 
     @classmethod
     def from_dict(cls, data: object) -> Self:
-        """Validate and rebuild a claim from :meth:`to_dict` output."""
-        f = _Fields(data, cls)
+        """Validate and rebuild a claim from :meth:`to_dict` output.
+
+        A claim written before kinds existed reads as a ``WRITE`` with no retry and an
+        empty key (the import gives it the key its run and effect id derive).
+        """
+        later = {"kind": EffectKind.WRITE.value, "idempotency_key": "", "retry_of": None}
+        f = _Fields(data, cls, later=later)
         return _build(
             cls,
             effect_id=f.raw("effect_id"),
@@ -500,6 +617,9 @@ class EffectClaim:
             impact_scope=f.items("impact_scope", ResourceRef),
             obligations=f.items("obligations", Postcondition),
             recorded_at=f.raw("recorded_at"),
+            kind=f.enum("kind", EffectKind),
+            idempotency_key=f.raw("idempotency_key"),
+            retry_of=f.raw("retry_of"),
         )
 
 
@@ -515,7 +635,7 @@ class EffectOutcome:
     replayed: bool = False
     recorded_at: str | None = None
 
-    kind: ClassVar[str] = "outcome"
+    record_type: ClassVar[str] = "outcome"
 
     def __post_init__(self) -> None:
         check_identifier(self.effect_id, "effect_id")
@@ -580,7 +700,7 @@ class Observation:
     revision: str | None
     recorded_at: str
 
-    kind: ClassVar[str] = "observation"
+    record_type: ClassVar[str] = "observation"
 
     def __post_init__(self) -> None:
         check_identifier(self.observation_id, "observation_id")
@@ -632,7 +752,64 @@ class Observation:
         )
 
 
-Record = EffectClaim | EffectOutcome | Observation
+@dataclasses.dataclass(frozen=True, slots=True)
+class Resolution:
+    """A person's word, after checking the world, that an effect did or did not land.
+
+    It leaves the verdict alone (that is the ledger's own evidence) and settles the
+    effect's impact: :func:`decide` follows it.
+    """
+
+    effect_id: str
+    seq: int
+    applied: bool
+    by: str
+    recorded_at: str
+    note: str = ""
+
+    record_type: ClassVar[str] = "resolution"
+
+    def __post_init__(self) -> None:
+        check_identifier(self.effect_id, "effect_id")
+        _check_seq(self.seq)
+        if not isinstance(self.applied, bool):
+            raise InvalidTypeError(f"applied must be a bool, not {type(self.applied).__name__}")
+        check_identifier(self.by, "by")
+        _check_timestamp(self.recorded_at)
+        _check_str(self.note, "note", empty=True)
+
+    @property
+    def word(self) -> str:
+        """``"applied"`` or ``"not_applied"``, as :attr:`Assessment.resolution` says it."""
+        return "applied" if self.applied else "not_applied"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the resolution as JSON types."""
+        return {
+            "effect_id": self.effect_id,
+            "seq": self.seq,
+            "applied": self.applied,
+            "by": self.by,
+            "recorded_at": self.recorded_at,
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> Self:
+        """Validate and rebuild a resolution from :meth:`to_dict` output."""
+        f = _Fields(data, cls)
+        return _build(
+            cls,
+            effect_id=f.raw("effect_id"),
+            seq=f.raw("seq"),
+            applied=f.raw("applied"),
+            by=f.raw("by"),
+            recorded_at=f.raw("recorded_at"),
+            note=f.raw("note"),
+        )
+
+
+Record = EffectClaim | EffectOutcome | Observation | Resolution
 
 
 def _check_sorted(records: tuple[Record, ...], field: str) -> None:
@@ -648,19 +825,34 @@ class History:
     claims: tuple[EffectClaim, ...] = ()
     outcomes: tuple[EffectOutcome, ...] = ()
     observations: tuple[Observation, ...] = ()
+    resolutions: tuple[Resolution, ...] = ()
 
     def __post_init__(self) -> None:
         _frozen(self, "claims", _tuple_of(self.claims, EffectClaim, "claims"))
         _frozen(self, "outcomes", _tuple_of(self.outcomes, EffectOutcome, "outcomes"))
         _frozen(self, "observations", _tuple_of(self.observations, Observation, "observations"))
+        _frozen(self, "resolutions", _tuple_of(self.resolutions, Resolution, "resolutions"))
         _check_sorted(self.claims, "claims")
         _check_sorted(self.outcomes, "outcomes")
         _check_sorted(self.observations, "observations")
+        _check_sorted(self.resolutions, "resolutions")
 
     def records(self) -> tuple[Record, ...]:
         """Every record of the run, in ``seq`` order."""
-        merged: list[Record] = [*self.claims, *self.outcomes, *self.observations]
+        merged: list[Record] = [
+            *self.claims,
+            *self.outcomes,
+            *self.observations,
+            *self.resolutions,
+        ]
         return tuple(sorted(merged, key=lambda r: r.seq))
+
+    def resolution(self, effect_id: str) -> Resolution | None:
+        """The resolution of ``effect_id``, if a person has recorded one."""
+        for resolution in self.resolutions:
+            if resolution.effect_id == effect_id:
+                return resolution
+        return None
 
     def claim(self, effect_id: str) -> EffectClaim | None:
         """The claim of ``effect_id``, if the run has one."""
@@ -675,17 +867,19 @@ class History:
             "claims": [c.to_dict() for c in self.claims],
             "outcomes": [o.to_dict() for o in self.outcomes],
             "observations": [o.to_dict() for o in self.observations],
+            "resolutions": [r.to_dict() for r in self.resolutions],
         }
 
     @classmethod
     def from_dict(cls, data: object) -> Self:
         """Validate and rebuild a history from :meth:`to_dict` output."""
-        f = _Fields(data, cls)
+        f = _Fields(data, cls, later={"resolutions": []})
         return _build(
             cls,
             claims=f.items("claims", EffectClaim),
             outcomes=f.items("outcomes", EffectOutcome),
             observations=f.items("observations", Observation),
+            resolutions=f.items("resolutions", Resolution),
         )
 
 
@@ -694,13 +888,14 @@ def check_history(history: History) -> None:
 
     The records' ``seq`` run 1, 2, 3, … without gap or repeat across kinds;
     effect and observation ids are unique; every outcome follows its claim; no
-    outcome follows a terminal one.
+    outcome follows a terminal one; a retry follows the claim it repeats and carries
+    its key; a resolution follows its claim, at most one per effect.
     """
     records = history.records()
     for expected, record in enumerate(records, start=1):
         if record.seq != expected:
             raise ValueError(
-                f"seq {record.seq} of {record.kind} where {expected} was due: the run's "
+                f"seq {record.seq} of {record.record_type} where {expected} was due: the run's "
                 "records must be numbered 1, 2, 3, … without gap or repeat"
             )
     claims: dict[str, EffectClaim] = {}
@@ -732,6 +927,31 @@ def check_history(history: History) -> None:
             )
         if outcome.terminal:
             settled[outcome.effect_id] = outcome
+    for claim in history.claims:
+        if claim.retry_of is None:
+            continue
+        retried = claims.get(claim.retry_of)
+        if retried is None or retried.seq > claim.seq:
+            raise ValueError(
+                f"effect {claim.effect_id!r} retries {claim.retry_of!r}, which is not "
+                "claimed before it"
+            )
+        if claim.idempotency_key != retried.idempotency_key:
+            raise ValueError(
+                f"effect {claim.effect_id!r} retries {claim.retry_of!r} with another "
+                "idempotency key"
+            )
+    resolved: set[str] = set()
+    for resolution in history.resolutions:
+        claimed = claims.get(resolution.effect_id)
+        if claimed is None or claimed.seq > resolution.seq:
+            raise ValueError(
+                f"resolution at seq {resolution.seq} names {resolution.effect_id!r}, "
+                "which is not claimed before it"
+            )
+        if resolution.effect_id in resolved:
+            raise ValueError(f"effect {resolution.effect_id!r} is resolved twice")
+        resolved.add(resolution.effect_id)
 
 
 # --------------------------------------------------------------------------- assess
@@ -748,10 +968,15 @@ class Assessment:
     unresolved_impact: bool
     evidence: tuple[str, ...]
     stale: tuple[str, ...]
+    resolution: str | None = None  # "applied" or "not_applied": a person settled it
 
     def __post_init__(self) -> None:
         check_identifier(self.effect_id, "effect_id")
         _check_enum(self.verdict, EffectVerdict, "verdict")
+        if self.resolution not in (None, "applied", "not_applied"):
+            raise ValueError(
+                f"resolution must be 'applied', 'not_applied' or None, got {self.resolution!r:.40}"
+            )
         if self.execution is not None:
             _check_enum(self.execution, ExecutionOutcome, "execution")
         if self.impact is not None:
@@ -771,12 +996,13 @@ class Assessment:
             "unresolved_impact": self.unresolved_impact,
             "evidence": list(self.evidence),
             "stale": list(self.stale),
+            "resolution": self.resolution,
         }
 
     @classmethod
     def from_dict(cls, data: object) -> Self:
         """Validate and rebuild an assessment from :meth:`to_dict` output."""
-        f = _Fields(data, cls)
+        f = _Fields(data, cls, later={"resolution": None})
         return _build(
             cls,
             effect_id=f.raw("effect_id"),
@@ -786,6 +1012,7 @@ class Assessment:
             unresolved_impact=f.raw("unresolved_impact"),
             evidence=f.strings("evidence"),
             stale=f.strings("stale"),
+            resolution=f.raw("resolution"),
         )
 
 
@@ -846,6 +1073,38 @@ def _is_stale(claim: EffectClaim, target: ResourceRef, obs: Observation, history
     return False
 
 
+def _evidence(
+    claim: EffectClaim,
+    condition: Postcondition,
+    current: EffectOutcome,
+    history: History,
+    stale: dict[int, str],
+) -> tuple[Observation, bool] | None:
+    """The fresh evidence for one obligation and whether it satisfies it; notes stale ones."""
+    best: tuple[Observation, bool] | None = None
+    for obs in history.observations:
+        if (
+            obs.seq <= current.seq
+            or obs.coverage is not Coverage.COMPLETE
+            or not obs.resource.same_target(condition.target)
+        ):
+            continue
+        if _is_stale(claim, condition.target, obs, history):
+            stale[obs.seq] = obs.observation_id
+            continue
+        decision = _decide(condition, obs)
+        if decision is not None:
+            best = (obs, decision)  # observations are in seq order: the last one wins
+    return best
+
+
+def _check_args(claim: object, history: object) -> None:
+    if not isinstance(claim, EffectClaim):
+        raise InvalidTypeError(f"claim must be an EffectClaim, not {type(claim).__name__}")
+    if not isinstance(history, History):
+        raise InvalidTypeError(f"history must be a History, not {type(history).__name__}")
+
+
 def assess(claim: EffectClaim, history: History) -> Assessment:
     """Assess ``claim`` against one run's ``history`` and return its verdict.
 
@@ -853,21 +1112,25 @@ def assess(claim: EffectClaim, history: History) -> Assessment:
     that applies: no outcome or a RUNNING one is PENDING; FAILED with impact
     NONE is FAILED; an obligation whose fresh evidence violates it makes the
     claim CONTRADICTED; every obligation satisfied by fresh evidence makes it
-    VERIFIED; anything else is UNVERIFIED.
+    VERIFIED; anything else is UNVERIFIED. A person's resolution of the effect
+    leaves the verdict and settles its impact.
     """
-    if not isinstance(claim, EffectClaim):
-        raise InvalidTypeError(f"claim must be an EffectClaim, not {type(claim).__name__}")
-    if not isinstance(history, History):
-        raise InvalidTypeError(f"history must be a History, not {type(history).__name__}")
+    _check_args(claim, history)
     current = _current(claim.effect_id, history.outcomes)
     execution = None if current is None else current.execution
     impact = None if current is None else current.impact
+    resolution = history.resolution(claim.effect_id)
 
     def result(
         verdict: EffectVerdict, evidence: tuple[str, ...] = (), stale: tuple[str, ...] = ()
     ) -> Assessment:
-        unresolved = verdict in _UNRESOLVED_VERDICTS and impact is not Impact.NONE
-        return Assessment(claim.effect_id, verdict, execution, impact, unresolved, evidence, stale)
+        unresolved = (
+            resolution is None and verdict in _UNRESOLVED_VERDICTS and impact is not Impact.NONE
+        )
+        word = None if resolution is None else resolution.word
+        return Assessment(
+            claim.effect_id, verdict, execution, impact, unresolved, evidence, stale, word
+        )
 
     if current is None or not current.terminal:
         return result(EffectVerdict.PENDING)
@@ -879,20 +1142,7 @@ def assess(claim: EffectClaim, history: History) -> Assessment:
     satisfied = 0
     violated = False
     for condition in claim.obligations:
-        best: tuple[Observation, bool] | None = None
-        for obs in history.observations:
-            if (
-                obs.seq <= current.seq
-                or obs.coverage is not Coverage.COMPLETE
-                or not obs.resource.same_target(condition.target)
-            ):
-                continue
-            if _is_stale(claim, condition.target, obs, history):
-                stale[obs.seq] = obs.observation_id
-                continue
-            decision = _decide(condition, obs)
-            if decision is not None:
-                best = (obs, decision)  # observations are in seq order: the last one wins
+        best = _evidence(claim, condition, current, history, stale)
         if best is not None:
             evidence.append(best[0].observation_id)
             satisfied += best[1]
@@ -911,3 +1161,150 @@ def assess(claim: EffectClaim, history: History) -> Assessment:
 _UNRESOLVED_VERDICTS = frozenset(
     {EffectVerdict.PENDING, EffectVerdict.UNVERIFIED, EffectVerdict.CONTRADICTED}
 )
+
+
+# --------------------------------------------------------------------------- decide
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Decision:
+    """What a worker should do about an effect, and why, in one sentence."""
+
+    effect_id: str
+    step: NextStep
+    reason: str
+    idempotency_key: str
+
+    def __post_init__(self) -> None:
+        check_identifier(self.effect_id, "effect_id")
+        _check_enum(self.step, NextStep, "step")
+        _check_str(self.reason, "reason")
+        _check_key(self.idempotency_key)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the decision as JSON types."""
+        return {
+            "effect_id": self.effect_id,
+            "step": self.step.value,
+            "reason": self.reason,
+            "idempotency_key": self.idempotency_key,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> Self:
+        """Validate and rebuild a decision from :meth:`to_dict` output."""
+        f = _Fields(data, cls)
+        return _build(
+            cls,
+            effect_id=f.raw("effect_id"),
+            step=f.enum("step", NextStep),
+            reason=f.raw("reason"),
+            idempotency_key=f.raw("idempotency_key"),
+        )
+
+
+def newest_attempt(claim: EffectClaim, history: History) -> EffectClaim:
+    """The attempt that speaks for ``claim``: its newest retry's newest retry…, or itself."""
+    _check_args(claim, history)
+    attempt = claim
+    while True:
+        retries = [
+            c for c in history.claims if c.retry_of == attempt.effect_id and c.seq > attempt.seq
+        ]
+        if not retries:
+            return attempt
+        attempt = retries[-1]  # claims are in seq order
+
+
+def _same_state(now: Observation, before: Observation) -> bool:
+    """Whether two observations show a resource exactly alike: both absent, or one digest."""
+    if now.exists is False or before.exists is False:
+        return now.exists is False and before.exists is False
+    if now.sha256 is not None or before.sha256 is not None:
+        return now.sha256 == before.sha256
+    return now.revision is not None and now.revision == before.revision
+
+
+def _before(claim: EffectClaim, target: ResourceRef, history: History) -> Observation | None:
+    """The last complete observation of ``target`` that says anything, made before ``claim``."""
+    found = None
+    for obs in history.observations:
+        if obs.seq >= claim.seq:
+            break
+        if (
+            obs.coverage is Coverage.COMPLETE
+            and obs.exists is not None
+            and obs.resource.same_target(target)
+        ):
+            found = obs
+    return found
+
+
+def _unchanged(claim: EffectClaim, history: History) -> bool:
+    """Whether every violated obligation is violated by the target as it was before the claim."""
+    current = _current(claim.effect_id, history.outcomes)
+    if current is None:
+        return False
+    violated = 0
+    for condition in claim.obligations:
+        best = _evidence(claim, condition, current, history, {})
+        if best is None or best[1]:
+            continue
+        violated += 1
+        before = _before(claim, condition.target, history)
+        if before is None or not _same_state(best[0], before):
+            return False
+    return violated > 0
+
+
+def _step(claim: EffectClaim, history: History) -> tuple[NextStep, str]:
+    """The first of the decision rules that applies to one attempt, and why."""
+    resolution = history.resolution(claim.effect_id)
+    if resolution is not None:
+        if resolution.applied:
+            return NextStep.DONE, f"{resolution.by} checked that it landed"
+        return NextStep.RETRY, f"{resolution.by} checked that it did not land"
+    assessment = assess(claim, history)
+    verdict = assessment.verdict
+    if verdict is EffectVerdict.VERIFIED:
+        return NextStep.DONE, "its postconditions are observed to hold"
+    if verdict is EffectVerdict.PENDING:
+        return NextStep.WAIT, "it has no outcome yet: its call may still be running"
+    if verdict is EffectVerdict.FAILED:
+        return NextStep.RETRY, "it failed without effect"
+    if (
+        assessment.execution is ExecutionOutcome.REPORTED_SUCCESS
+        and verdict is EffectVerdict.UNVERIFIED
+    ):
+        return NextStep.DONE, "its call reported success and no evidence says otherwise"
+    if claim.kind is EffectKind.READ:
+        return NextStep.RETRY, "it only reads, so running it again changes nothing"
+    if claim.kind is EffectKind.IDEMPOTENT:
+        return NextStep.RETRY, "the system it calls ignores a repeat with the same key"
+    if (
+        claim.kind is EffectKind.WRITE
+        and verdict is EffectVerdict.CONTRADICTED
+        and _unchanged(claim, history)
+    ):
+        return NextStep.RETRY, "its targets are observed exactly as they were before it"
+    if claim.kind is EffectKind.IRREVERSIBLE:
+        return NextStep.ESCALATE, "it cannot be undone or observed: a person must check"
+    if verdict is EffectVerdict.CONTRADICTED:
+        return NextStep.ESCALATE, "the evidence contradicts it: a person must check"
+    return NextStep.ESCALATE, "it may have landed: a person must check"
+
+
+def decide(claim: EffectClaim, history: History) -> Decision:
+    """What to do next about ``claim``: done, wait, retry with its key, or escalate.
+
+    Pure, like :func:`assess`. Once an effect has a retry, the newest retry speaks for
+    it. The rules, first that applies: a person's resolution (applied: DONE, not
+    applied: RETRY); VERIFIED: DONE; PENDING: WAIT; FAILED: RETRY; a reported success
+    no evidence contradicts: DONE; a READ or IDEMPOTENT effect: RETRY; a WRITE whose
+    violated postconditions all show the target as it was before: RETRY; else ESCALATE.
+    """
+    attempt = newest_attempt(claim, history)
+    step, why = _step(attempt, history)
+    if attempt is not claim:
+        why = f"its newest retry {attempt.effect_id!r}: {why}"
+    return Decision(claim.effect_id, step, why[0].upper() + why[1:] + ".", claim.idempotency_key)

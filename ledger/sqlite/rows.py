@@ -146,7 +146,7 @@ def rows_of(run_id: str, record: Record) -> Rows:
 def chain_hash(run_id: str, record: Record, prev_hash: str) -> str:
     """The hash a record has in its run's chain after ``prev_hash``."""
     row, scope, duties = rows_of(run_id, record)
-    return _chain.link(prev_hash, _chain.encode(record.kind, run_id, row, scope, duties))
+    return _chain.link(prev_hash, _chain.encode(record.record_type, run_id, row, scope, duties))
 
 
 _TABLES = {"claim": claims, "outcome": outcomes, "observation": observations}
@@ -219,9 +219,9 @@ def prepare(run_id: str, records: Sequence[Record], head: str) -> tuple[list[Ste
     kind = ""
     group: list[Step] = []
     for record in records:
-        if record.kind != kind:
+        if record.record_type != kind:
             steps.extend(step for step in group if step[1])
-            kind = record.kind
+            kind = record.record_type
             group = [(_INSERT[kind].sql, []), (_INSERT_SCOPE.sql, []), (_INSERT_DUTY.sql, [])]
         row, scope, duties = rows_of(run_id, record)
         digest = _chain.link(head, _chain.encode(kind, run_id, row, scope, duties))
