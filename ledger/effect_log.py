@@ -45,6 +45,7 @@ from ledger.effects import (
     Assessment,
     Coverage,
     EffectClaim,
+    EffectKind,
     EffectOutcome,
     ExecutionOutcome,
     History,
@@ -57,6 +58,7 @@ from ledger.effects import (
     ResourceRef,
     assess,
     check_identifier,
+    idempotency_key,
     utc_now,
 )
 from ledger.errors import (
@@ -125,6 +127,8 @@ class ClaimRequest:
     operation: OperationRef
     impact_scope: Iterable[ResourceRef]
     obligations: Iterable[Postcondition] = ()
+    kind: EffectKind = EffectKind.WRITE
+    retry_of: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -489,13 +493,18 @@ class EffectLog:
         operation: OperationRef,
         impact_scope: Iterable[ResourceRef],
         obligations: Iterable[Postcondition] = (),
+        kind: EffectKind = EffectKind.WRITE,
+        retry_of: str | None = None,
     ) -> EffectClaim:
         """Durably claim an effect before invoking the tool that makes it.
 
         Returns only after the claim's transaction is committed and fsynced. If it
         cannot be persisted, raises :class:`EffectPersistenceError` and the claim
         exists nowhere, not even in :meth:`history`. A duplicate ``effect_id`` in
-        the run is a ``ValueError``.
+        the run is a ``ValueError``. The claim's idempotency key derives from the run
+        and ``effect_id``; a claim with ``retry_of`` (an effect claimed earlier in the
+        run) carries that effect's key instead. :meth:`retry` checks first that a
+        retry is what :meth:`decide` says.
         """
         request = ClaimRequest(
             effect_id=effect_id,
@@ -503,8 +512,22 @@ class EffectLog:
             operation=operation,
             impact_scope=impact_scope,
             obligations=obligations,
+            kind=kind,
+            retry_of=retry_of,
         )
         return self._claim_all((request,), f"claim {effect_id!r}")[0]
+
+    def _key_for(self, request: ClaimRequest) -> str:
+        """The idempotency key of a claim: its own, or that of the effect it retries."""
+        if request.retry_of is None:
+            return idempotency_key(self._run_id, request.effect_id)
+        retried = self._claimed.get(request.retry_of)
+        if retried is None:
+            raise ValueError(
+                f"effect {request.retry_of!r} is not claimed in run {self._run_id}: "
+                "a retry repeats an effect of its run"
+            )
+        return retried.idempotency_key
 
     def claim_many(self, requests: Iterable[ClaimRequest]) -> tuple[EffectClaim, ...]:
         """Claim several effects in one transaction and one fsync: all of them, or none.
@@ -542,6 +565,9 @@ class EffectLog:
                     impact_scope=request.impact_scope,  # type: ignore[arg-type]  # validated, made a tuple
                     obligations=request.obligations,  # type: ignore[arg-type]  # same
                     recorded_at=now,
+                    kind=request.kind,
+                    idempotency_key=self._key_for(request),
+                    retry_of=request.retry_of,
                 )
                 effect_id = record.effect_id
                 if (
