@@ -13,6 +13,13 @@ library (docs/forensics.md has the query):
   them (below), then for a claim each impact-scope row and each obligation row in
   ``position`` order.
 
+Version 2 (the tag ``ledger-v2``) adds a claim's kind, idempotency key and retry, after
+its columns and before its rows, and the resolution record. A claim whose three are
+what a claim made before them stands for (a ``write``, no retry, the key its run and
+effect id derive: :func:`ledger.effects.idempotency_key`) is encoded as version 1, so
+records written before version 2 keep verifying; any other value changes the encoding,
+so no field escapes the hash.
+
 Changing any field, removing, inserting or reordering a record breaks the chain at
 the first record affected. This module only computes; storage stores and checks.
 """
@@ -24,7 +31,10 @@ from collections.abc import Iterable, Mapping
 from operator import itemgetter
 from typing import Any
 
+from ledger.effects import idempotency_key
+
 VERSION = "ledger-v1"
+VERSION_2 = "ledger-v2"
 GENESIS = "0" * 64
 
 CLAIM_COLUMNS = (
@@ -68,10 +78,31 @@ OBSERVATION_COLUMNS = (
     "revision",
     "recorded_at",
 )
-COLUMNS = {"claim": CLAIM_COLUMNS, "outcome": OUTCOME_COLUMNS, "observation": OBSERVATION_COLUMNS}
+# Version 2: a claim's fields after CLAIM_COLUMNS, and the resolution record.
+CLAIM_COLUMNS_2 = ("kind", "idempotency_key", "retry_of")
+RESOLUTION_COLUMNS = ("effect_id", "applied", "resolved_by", "note", "recorded_at")
+COLUMNS = {
+    "claim": CLAIM_COLUMNS,
+    "outcome": OUTCOME_COLUMNS,
+    "observation": OBSERVATION_COLUMNS,
+    "resolution": RESOLUTION_COLUMNS,
+}
 
 
 _GETTERS = {kind: itemgetter(*columns) for kind, columns in COLUMNS.items()}
+_CLAIM_2 = itemgetter(*CLAIM_COLUMNS_2)
+
+
+def _version_1_claim(run_id: str, row: Mapping[str, Any]) -> bool:
+    if "kind" not in row:  # a row of a store migration 0006 has not reached yet
+        return True
+    return (
+        row["kind"] == "write"
+        and row["retry_of"] is None
+        and row["idempotency_key"] == idempotency_key(run_id, row["effect_id"])
+    )
+
+
 _SCOPE = itemgetter(*SCOPE_COLUMNS)
 _OBLIGATION = itemgetter(*OBLIGATION_COLUMNS)
 
@@ -85,13 +116,17 @@ def encode(
 ) -> str:
     """The canonical text of one record row (and, for a claim, its child rows)."""
     values = [kind, run_id, row["seq"], *_GETTERS[kind](row)]
+    version = VERSION_2 if kind == "resolution" else VERSION
     if kind == "claim":
+        if not _version_1_claim(run_id, row):
+            version = VERSION_2
+            values.extend(_CLAIM_2(row))
         for s in scope:
             values.extend(_SCOPE(s))
         for o in obligations:
             values.extend(_OBLIGATION(o))
     # Each field as <length>:<text>, or ~ for NULL; inlined, it runs for every field written.
-    parts = [VERSION]
+    parts = [version]
     for value in values:
         if value is None:
             parts.append("~")
@@ -143,17 +178,40 @@ def sql_encoding(kind: str, row: str) -> str:
     For a claim it reads the claim's impact-scope and obligation rows as they are in the
     store at that moment.
     """
+    tag = f"'{VERSION_2 if kind == 'resolution' else VERSION}'"
+    version_1 = f"({sql_version_1_claim(row)})"
+    if kind == "claim":
+        tag = f"CASE WHEN {version_1} THEN '{VERSION}' ELSE '{VERSION_2}' END"
     parts = [
-        f"'{VERSION}'",
+        tag,
         _sql_field(f"'{kind}'"),
         _sql_field(f"{row}.run_id"),
         _sql_field(f"{row}.seq"),
         *(_sql_field(f"{row}.{column}") for column in COLUMNS[kind]),
     ]
     if kind == "claim":
+        extra = " || ".join(_sql_field(f"{row}.{column}") for column in CLAIM_COLUMNS_2)
+        parts.append(f"CASE WHEN {version_1} THEN '' ELSE {extra} END")
         parts.append(_sql_children("impact_scope", SCOPE_COLUMNS, row))
         parts.append(_sql_children("obligations", OBLIGATION_COLUMNS, row))
     return " || ".join(parts)
+
+
+def sql_key(row: str) -> str:
+    """An SQL expression for the idempotency key the claim row ``row`` derives (as Python does)."""
+    seed = (
+        f"'ledger-key-v1' || length({row}.run_id) || ':' || {row}.run_id"
+        f" || length({row}.effect_id) || ':' || {row}.effect_id"
+    )
+    return f"substr(lower(hex(sha3({seed}, 256))), 1, 32)"
+
+
+def sql_version_1_claim(row: str) -> str:
+    """An SQL condition: the claim row ``row`` is encoded as version 1."""
+    return (
+        f"{row}.kind = 'write' AND {row}.retry_of IS NULL"
+        f" AND {row}.idempotency_key = {sql_key(row)}"
+    )
 
 
 def sql_hash(kind: str, row: str) -> str:

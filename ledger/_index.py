@@ -16,7 +16,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ledger.effects import EffectClaim, EffectOutcome, History, Observation, ResourceRef
+from ledger.effects import (
+    EffectClaim,
+    EffectOutcome,
+    History,
+    Observation,
+    Resolution,
+    ResourceRef,
+)
 
 _Key = tuple[str, str]
 
@@ -36,11 +43,18 @@ class RunIndex:
         self._at: dict[_Key, list[EffectClaim]] = defaultdict(list)
         self._below: dict[str, list[EffectClaim]] = defaultdict(list)
         self._fs: list[EffectClaim] = []
+        self._external: list[EffectClaim] = []
+        self._retries: dict[str, list[EffectClaim]] = defaultdict(list)
+        self._resolutions: dict[str, Resolution] = {}
         self._unanswered: dict[str, EffectClaim] = {}  # insertion order is claim order
 
     def add_claim(self, claim: EffectClaim) -> None:
         """Index a claim (in ``seq`` order)."""
         self._unanswered[claim.effect_id] = claim
+        if claim.retry_of is not None:
+            self._retries[claim.retry_of].append(claim)
+        if any(ref.kind == "external" for ref in claim.impact_scope):
+            self._external.append(claim)
         seen_fs = False
         for ref in claim.impact_scope:
             self._at[ref.kind, ref.locator].append(claim)
@@ -60,6 +74,23 @@ class RunIndex:
         """Index an observation (in ``seq`` order)."""
         self._observed[observation.resource.kind, observation.resource.locator].append(observation)
 
+    def add_resolution(self, resolution: Resolution) -> None:
+        """Index a resolution (one per effect)."""
+        self._resolutions[resolution.effect_id] = resolution
+
+    def resolution(self, effect_id: str) -> Resolution | None:
+        """The resolution of ``effect_id``, if it has one."""
+        return self._resolutions.get(effect_id)
+
+    def attempts(self, claim: EffectClaim) -> list[EffectClaim]:
+        """``claim``, its newest retry, that one's newest retry…: the attempts decide follows."""
+        chain = [claim]
+        while True:
+            later = [c for c in self._retries.get(chain[-1].effect_id, ()) if c.seq > chain[-1].seq]
+            if not later:
+                return chain
+            chain.append(later[-1])
+
     def unanswered(self) -> list[EffectClaim]:
         """The claims that have no outcome at all, in ``seq`` order."""
         return list(self._unanswered.values())
@@ -67,6 +98,8 @@ class RunIndex:
     def _overlapping(self, target: ResourceRef) -> list[EffectClaim]:
         """A superset of the claims whose impact scope overlaps ``target``."""
         found = list(self._at.get((target.kind, target.locator), ()))
+        if target.kind == "external":  # rare: every claim with an external scope
+            return found + self._external
         if target.kind != "fs":
             return found
         if target.locator == "/":
@@ -77,9 +110,13 @@ class RunIndex:
             found += self._at.get(("fs", prefix), ())
         return found
 
-    def relevant(self, claim: EffectClaim) -> History:
-        """The part of the run that :func:`~ledger.effects.assess` consults for ``claim``."""
+    def relevant(self, claim: EffectClaim, also: tuple[EffectClaim, ...] = ()) -> History:
+        """The part of the run that :func:`~ledger.effects.assess` consults for ``claim``.
+
+        With the claims ``also`` (an effect's earlier attempts, for decide) and their outcomes.
+        """
         claims: dict[int, EffectClaim] = {claim.seq: claim}
+        claims.update((c.seq, c) for c in also)
         observations: dict[int, Observation] = {}
         for condition in claim.obligations:
             target = condition.target
@@ -88,8 +125,12 @@ class RunIndex:
             for other in self._overlapping(target):
                 claims[other.seq] = other
         outcomes = [o for c in claims.values() for o in self._outcomes.get(c.effect_id, ())]
+        resolutions = [
+            r for c in claims.values() if (r := self._resolutions.get(c.effect_id)) is not None
+        ]
         return History(
             tuple(claims[seq] for seq in sorted(claims)),
             tuple(sorted(outcomes, key=lambda o: o.seq)),
             tuple(observations[seq] for seq in sorted(observations)),
+            tuple(sorted(resolutions, key=lambda r: r.seq)),
         )

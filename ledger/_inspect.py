@@ -17,7 +17,7 @@ from ledger import storage
 from ledger._index import RunIndex
 from ledger._owner import Writer
 from ledger.effect_log import EffectLog
-from ledger.effects import Assessment, EffectClaim, EffectOutcome, History, assess
+from ledger.effects import Assessment, EffectClaim, EffectOutcome, History, Resolution, assess
 from ledger.storage import (
     VERDICTS,
     EffectRow,
@@ -80,7 +80,9 @@ class RunReport:
             "writer": None
             if self.writer is None
             else {"host": self.writer.host, "pid": self.writer.pid},
-            "records": [{"type": r.record_type, "record": r.to_dict()} for r in self.history.records()],
+            "records": [
+                {"type": r.record_type, "record": r.to_dict()} for r in self.history.records()
+            ],
             "effects": [a.to_dict() for a in self.assessments],
         }
 
@@ -104,6 +106,8 @@ def assess_all(history: History) -> tuple[Assessment, ...]:
             index.add_claim(record)
         elif isinstance(record, EffectOutcome):
             index.add_outcome(record)
+        elif isinstance(record, Resolution):
+            index.add_resolution(record)
         else:
             index.add_observation(record)
     return tuple(assess(claim, index.relevant(claim)) for claim in history.claims)

@@ -2,14 +2,15 @@
 
 One ``<run_id>.jsonl`` file per run, one record per line, in ``seq`` order::
 
-    {"v": 1, "type": "claim" | "outcome" | "observation", "record": <to_dict()>}
+    {"v": 1, "type": "claim" | "outcome" | "observation" | "resolution", "record": <to_dict()>}
 
 Those logs were written with fsynced appends, so a crash could leave a torn final
 line: it is ignored. Anything else that does not validate refuses the whole file,
 naming the line, and nothing of it is written. Validating is stricter than the
 records' own checks in two ways, since a file may have been written by anything:
 every ``recorded_at`` must be exactly in :func:`~ledger.effects.utc_now`'s form,
-and no outcome may be recorded before its claim.
+and no outcome may be recorded before its claim. A claim written before idempotency
+keys existed gets the key its run and effect id derive.
 """
 
 from __future__ import annotations
@@ -31,17 +32,21 @@ from ledger.effects import (
     EffectOutcome,
     History,
     Observation,
+    Record,
+    Resolution,
     check_history,
+    idempotency_key,
     utc_now,
 )
 from ledger.errors import RunExistsError
 from ledger.storage import RUN_ID as _RUN_ID
 
 FORMAT_VERSION = 1
-_TYPES: dict[str, type[EffectClaim | EffectOutcome | Observation]] = {
+_TYPES: dict[str, type[Record]] = {
     "claim": EffectClaim,
     "outcome": EffectOutcome,
     "observation": Observation,
+    "resolution": Resolution,
 }
 
 
@@ -102,7 +107,7 @@ def _read_file(path: Path) -> bytes:
         return f.read()
 
 
-def _record(line: bytes, number: int, path: Path) -> EffectClaim | EffectOutcome | Observation:
+def _record(line: bytes, number: int, path: Path) -> Record:
     where = f"{path}: line {number}"
     try:
         entry = json.loads(line)
@@ -187,6 +192,7 @@ def parse(path: Path) -> tuple[History, bool]:
         tuple(r for r in records if isinstance(r, EffectClaim)),
         tuple(r for r in records if isinstance(r, EffectOutcome)),
         tuple(r for r in records if isinstance(r, Observation)),
+        tuple(r for r in records if isinstance(r, Resolution)),
     )
     try:
         check_history(history)
@@ -213,11 +219,30 @@ def _run_id_for(path: Path, run_id: str | None) -> str:
     return chosen
 
 
+def _keyed(run_id: str, records: tuple[Record, ...]) -> tuple[Record, ...]:
+    """The records with every claim keyed: one exported before keys existed has none."""
+    keys: dict[str, str] = {}
+    out: list[Record] = []
+    for record in records:
+        if isinstance(record, EffectClaim) and not record.idempotency_key:
+            key = (
+                keys.get(record.retry_of, "")
+                if record.retry_of is not None
+                else idempotency_key(run_id, record.effect_id)
+            )
+            out.append(dataclasses.replace(record, idempotency_key=key))
+        else:
+            out.append(record)
+        if isinstance(out[-1], EffectClaim):
+            keys[out[-1].effect_id] = out[-1].idempotency_key
+    return tuple(out)
+
+
 def import_file(directory: Path, path: Path, run_id: str | None = None) -> Imported:
     """Import one file as a new run, all or nothing."""
     chosen = _run_id_for(path, run_id)
     history, torn = parse(path)
-    records = history.records()
+    records = _keyed(chosen, history.records())
     if not records:
         raise ImportRefusedError(f"{path}: holds no record")
     backend = storage.backend(directory)

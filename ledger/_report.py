@@ -40,6 +40,7 @@ from ledger.effects import (
     ExecutionOutcome,
     Observation,
     Record,
+    Resolution,
 )
 from ledger.errors import EffectPersistenceError
 
@@ -487,7 +488,8 @@ def _lane_title(claim: EffectClaim, a: Assessment) -> str:
 def _title(record: Record) -> str:
     """A record's fields, one per line, for the mark's tooltip."""
     return "\n".join(
-        f"{k}: {v}" for k, v in [("seq", str(record.seq)), ("kind", record.record_type), *_fields(record)]
+        f"{k}: {v}"
+        for k, v in [("seq", str(record.seq)), ("kind", record.record_type), *_fields(record)]
     )
 
 
@@ -515,8 +517,18 @@ def _fields(record: Record) -> list[tuple[str, str]]:
             )
             for p in record.obligations
         ]
-        # The effects layer adds each claim's kind and idempotency key here.
+        fields += [("kind", record.kind.value), ("idempotency key", record.idempotency_key)]
+        if record.retry_of:
+            fields.append(("retry of", record.retry_of))
         return [*fields, ("recorded at", record.recorded_at)]
+    if isinstance(record, Resolution):
+        return [
+            ("effect", record.effect_id),
+            ("resolved", "applied" if record.applied else "not applied"),
+            ("by", record.by),
+            ("note", record.note or "-"),
+            ("recorded at", record.recorded_at),
+        ]
     if isinstance(record, EffectOutcome):
         return [
             ("effect", record.effect_id),
@@ -555,7 +567,13 @@ def _row(record: Record, verdicts: dict[str, str]) -> Row:
         if k not in ("effect", "observation", "action", "recorded at")
     ]
     return Row(
-        record.seq, record.recorded_at or "-", record.record_type, ident, action, tuple(shown), verdict
+        record.seq,
+        record.recorded_at or "-",
+        record.record_type,
+        ident,
+        action,
+        tuple(shown),
+        verdict,
     )
 
 

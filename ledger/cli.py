@@ -26,7 +26,7 @@ from ledger import _bench, _demo, _inspect, _jsonl, _report
 from ledger._paths import DB_NAME
 from ledger._text import UNPRINTABLE, printable
 from ledger.effect_log import EffectPersistenceError, effects_dir
-from ledger.effects import EffectClaim, EffectOutcome, Observation
+from ledger.effects import EffectClaim, EffectOutcome, Record, Resolution
 from ledger.storage import ShellMissingError
 
 __all__ = ["main"]
@@ -181,7 +181,11 @@ def _runs_table(summaries: list[_inspect.RunSummary]) -> None:
     )
 
 
-def _describe(record: EffectClaim | EffectOutcome | Observation) -> tuple[str, str]:
+def _describe(record: Record) -> tuple[str, str]:
+    if isinstance(record, Resolution):
+        word = "applied" if record.applied else "not applied"
+        note = f": {record.note}" if record.note else ""
+        return record.effect_id, f"resolved {word} by {record.by}{note}"
     if isinstance(record, EffectClaim):
         scope = ", ".join(r.locator for r in record.impact_scope) or "-"
         duties = ", ".join(
@@ -190,8 +194,12 @@ def _describe(record: EffectClaim | EffectOutcome | Observation) -> tuple[str, s
             + f" {p.target.locator}"
             for p in record.obligations
         )
-        return record.effect_id, f"{record.operation.name} on {scope}" + (
-            f"; expects {duties}" if duties else ""
+        retry = f", retry of {record.retry_of}" if record.retry_of else ""
+        return (
+            record.effect_id,
+            f"{record.operation.name} ({record.kind.value}{retry}) on {scope}"
+            + (f"; expects {duties}" if duties else "")
+            + f"; key {record.idempotency_key}",
         )
     if isinstance(record, EffectOutcome):
         replayed = " (recovery)" if record.replayed else ""

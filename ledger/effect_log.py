@@ -44,6 +44,7 @@ from ledger._paths import effects_dir
 from ledger.effects import (
     Assessment,
     Coverage,
+    Decision,
     EffectClaim,
     EffectKind,
     EffectOutcome,
@@ -51,13 +52,16 @@ from ledger.effects import (
     History,
     Impact,
     InvalidTypeError,
+    NextStep,
     Observation,
     ObservationMechanism,
     OperationRef,
     Postcondition,
+    Resolution,
     ResourceRef,
     assess,
     check_identifier,
+    decide,
     idempotency_key,
     utc_now,
 )
@@ -76,17 +80,26 @@ __all__ = [
     "EffectPersistenceError",
     "OutcomeRequest",
     "effects_dir",
+    "new_effect_id",
     "new_run_id",
 ]
 
 log = logging.getLogger("ledger")
 
-_Record = EffectClaim | EffectOutcome | Observation
+_Record = EffectClaim | EffectOutcome | Observation | Resolution
 
 
 def new_run_id() -> str:
     """Return a new run id: 32 lowercase hex characters from the OS CSPRNG."""
     return secrets.token_hex(16)
+
+
+def new_effect_id() -> str:
+    """Return a new effect id, unique in any run: 32 lowercase hex characters."""
+    return secrets.token_hex(16)
+
+
+_fresh_effect_id = new_effect_id  # for methods whose keyword shadows the name
 
 
 def _check_run_id(run_id: object) -> str:
@@ -171,12 +184,14 @@ class EffectLog:
         self._queued_claims: set[str] = set()
         self._queued_settles: set[str] = set()
         self._queued_observations: set[str] = set()
+        self._queued_resolutions: set[str] = set()
         self._index = RunIndex()
         self._claims: list[EffectClaim] = []
         self._claimed: dict[str, EffectClaim] = {}
         self._settled: set[str] = set()
         self._outcomes: list[EffectOutcome] = []
         self._observations: list[Observation] = []
+        self._resolutions: list[Resolution] = []
         self._observation_ids: set[str] = set()
         self._unwritten: list[Observation] = []  # made before the run's first write
         self._next_seq = 1
@@ -352,6 +367,9 @@ class EffectLog:
             if record.terminal:
                 self._settled.add(record.effect_id)
             self._index.add_outcome(record)
+        elif isinstance(record, Resolution):
+            self._resolutions.append(record)
+            self._index.add_resolution(record)
         else:
             self._observations.append(record)
             self._observation_ids.add(record.observation_id)
@@ -373,6 +391,7 @@ class EffectLog:
         self._queued_claims.difference_update(request.effect_ids)
         self._queued_settles.difference_update(request.settles)
         self._queued_observations.difference_update(request.observation_ids)
+        self._queued_resolutions.difference_update(request.resolves)
 
     def _write(self, batch: list[_Request]) -> BaseException | None:
         """The queue's writer (see ledger._combiner): lock held, released to write."""
@@ -737,7 +756,12 @@ class EffectLog:
     def history(self) -> History:
         """Every record of the run this log knows, in ``seq`` order."""
         with self._cond:
-            return History(tuple(self._claims), tuple(self._outcomes), tuple(self._observations))
+            return History(
+                tuple(self._claims),
+                tuple(self._outcomes),
+                tuple(self._observations),
+                tuple(self._resolutions),
+            )
 
     def assess(self, effect_id: str) -> Assessment:
         """The verdict on ``effect_id``: the same as ``fx.assess(claim, log.history())``.
@@ -747,11 +771,89 @@ class EffectLog:
         scope overlaps them), found through the log's index.
         """
         with self._cond:
-            check_identifier(effect_id, "effect_id")
-            claim = self._claimed.get(effect_id)
-            if claim is None:
-                raise ValueError(f"effect {effect_id!r} has no claim in run {self._run_id}")
+            claim = self._claim_of(effect_id)
             return assess(claim, self._index.relevant(claim))
+
+    def decide(self, effect_id: str) -> Decision:
+        """What to do next about ``effect_id``: ``fx.decide(claim, log.history())``.
+
+        Like :meth:`assess`, it looks only at the records the rules consult.
+        """
+        with self._cond:
+            claim = self._claim_of(effect_id)
+            attempts = self._index.attempts(claim)
+            return decide(claim, self._index.relevant(attempts[-1], tuple(attempts[:-1])))
+
+    def retry(self, effect_id: str, *, new_effect_id: str | None = None) -> EffectClaim:
+        """Claim ``effect_id`` again: same operation, kind, scope, postconditions and key.
+
+        Only when :meth:`decide` says ``RETRY``; otherwise a ``ValueError`` names the
+        decision and nothing is written. The new claim has ``retry_of`` set to
+        ``effect_id`` and a fresh effect id unless ``new_effect_id`` is given; from then
+        on, ``effect_id``'s decision is its newest retry's. Durable as :meth:`claim` is.
+        """
+        with self._cond:
+            decision = self.decide(effect_id)
+            if decision.step is not NextStep.RETRY:
+                raise ValueError(
+                    f"effect {effect_id!r} is not to be retried: the decision is "
+                    f"{decision.step.value.upper()} ({decision.reason})"
+                )
+            claim = self._claimed[effect_id]
+            return self.claim(
+                effect_id=new_effect_id or _fresh_effect_id(),
+                action_id=claim.action_id,
+                operation=claim.operation,
+                impact_scope=claim.impact_scope,
+                obligations=claim.obligations,
+                kind=claim.kind,
+                retry_of=effect_id,
+            )
+
+    def resolve(self, effect_id: str, *, applied: bool, by: str, note: str = "") -> Resolution:
+        """Record that a person checked whether ``effect_id`` landed: ``applied`` or not.
+
+        Append-only and chained like every record; at most one per effect. It leaves
+        the verdict as the evidence says and settles the effect's impact: its
+        assessment's ``resolution`` is set, ``unresolved_impact`` is false, and
+        :meth:`decide` says ``DONE`` (applied) or ``RETRY`` (not applied). ``by`` is an
+        identifier of the person. Returns once durable; if it cannot be persisted,
+        raises :class:`EffectPersistenceError` and the resolution exists nowhere.
+        """
+        with self._cond:
+            self._check_open()
+            self._claim_of(effect_id)
+            if not isinstance(applied, bool):
+                raise InvalidTypeError(f"applied must be a bool, not {type(applied).__name__}")
+            if (
+                self._index.resolution(effect_id) is not None
+                or effect_id in self._queued_resolutions
+            ):
+                raise ValueError(f"effect {effect_id!r} is already resolved")
+            record = Resolution(
+                effect_id=effect_id,
+                seq=self._next_seq + self._queued,
+                applied=applied,
+                by=by,
+                recorded_at=utc_now(),
+                note=note,
+            )
+            if self._degraded:
+                raise _degraded_error(self._run_id)
+            pending = _Request(f"resolution of {effect_id!r}", [record], claims=True)
+            pending.resolves = {effect_id}
+            self._queued_resolutions.add(effect_id)
+            self._submit(pending)
+            if pending.error is not None:
+                raise pending.error
+            return pending.records[0]  # type: ignore[return-value]  # the resolution
+
+    def _claim_of(self, effect_id: str) -> EffectClaim:
+        check_identifier(effect_id, "effect_id")
+        claim = self._claimed.get(effect_id)
+        if claim is None:
+            raise ValueError(f"effect {effect_id!r} has no claim in run {self._run_id}")
+        return claim
 
     def recover_interrupted(self) -> tuple[EffectOutcome, ...]:
         """Mark every claim without any outcome INTERRUPTED / POSSIBLE, in one transaction.
@@ -874,6 +976,7 @@ class _Request(Entry):
         "error",
         "observation_ids",
         "records",
+        "resolves",
         "settles",
     )
 
@@ -881,10 +984,12 @@ class _Request(Entry):
         super().__init__()
         self.action = action
         self.records = list(records)
-        self.claims = claims  # claims raise when they cannot be written; others degrade
+        # Claims and resolutions raise when they cannot be written; others degrade.
+        self.claims = claims
         self.effect_ids: set[str] = set()
         self.settles: set[str] = set()
         self.observation_ids: set[str] = set()
+        self.resolves: set[str] = set()
         self.error: BaseException | None = None
 
 

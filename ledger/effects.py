@@ -388,8 +388,9 @@ def _frozen(obj: object, name: str, value: object) -> None:
 class ResourceRef:
     """A resource an effect may touch or an observation saw.
 
-    ``kind`` is ``"fs"`` (``locator`` is a normalised absolute path) or
-    ``"owned"`` (``locator`` joins an application record's identity). ``role``
+    ``kind`` is ``"fs"`` (``locator`` is a normalised absolute path),
+    ``"owned"`` (``locator`` joins an application record's identity) or
+    ``"external"`` (``locator`` is a URI of another system's resource). ``role``
     says how the effect relates to it; ``revision`` is the record revision the
     reference points at, when known.
     """
@@ -414,6 +415,14 @@ class ResourceRef:
         ):
             raise ValueError(
                 f"an fs locator must be a normalised absolute path: {self.locator!r:.80}"
+            )
+        if self.kind == "external" and (
+            not _URI_SCHEME.match(self.locator)
+            or any(c.isspace() or not c.isprintable() for c in self.locator)
+        ):
+            raise ValueError(
+                "an external locator must be a URI with a scheme and no white space or "
+                f"control characters: {self.locator!r:.80}"
             )
         check_identifier(self.role, "role")
         check_identifier(self.revision, "revision", optional=True)
@@ -447,19 +456,19 @@ class ResourceRef:
 def overlaps(a: ResourceRef, b: ResourceRef) -> bool:
     """Whether two references may name intersecting resources.
 
-    Kinds must be equal; then the locators are equal, or (for ``fs``) one is
-    an ancestor directory of the other. The locator ``/`` is everyone's
-    ancestor. Role and revision do not matter.
+    Kinds must be equal; then the locators are equal, or (for ``fs`` and
+    ``external``) one is a prefix of the other that ends at a ``/`` of it: an
+    ancestor directory, or a URI above another. The locator ``/`` is every
+    path's ancestor. Role and revision do not matter.
     """
     if a.kind != b.kind:
         return False
     if a.locator == b.locator:
         return True
-    if a.kind != "fs":
+    if a.kind == "owned":
         return False
-    if "/" in (a.locator, b.locator):
-        return True
-    return b.locator.startswith(a.locator + "/") or a.locator.startswith(b.locator + "/")
+    short, long = sorted((a.locator, b.locator), key=len)
+    return long.startswith(short) and (short.endswith("/") or long[len(short)] == "/")
 
 
 def resource_ref(resource: object, role: str) -> ResourceRef:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ledger._owner import Writer
-from ledger.effects import EffectClaim, EffectOutcome, History, Observation
+from ledger.effects import EffectClaim, EffectOutcome, History, Observation, Resolution
 from ledger.errors import EffectPersistenceError
 
 __all__ = [
@@ -50,7 +50,7 @@ __all__ = [
     "relabel",
 ]
 
-Record = EffectClaim | EffectOutcome | Observation
+Record = EffectClaim | EffectOutcome | Observation | Resolution
 
 # What new_run_id makes and every backend's schema accepts: a run id taken from a caller
 # or a file name is held to it before it reaches a store.

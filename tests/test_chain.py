@@ -207,7 +207,7 @@ def test_head_and_anchor_detect_a_recomputed_chain(store_dir: Path, run_id: str)
     for record in forged:
         digest = chain_hash(run_id, record, prev)
         table = {"claim": "claims", "outcome": "outcomes", "observation": "observations"}[
-            record.kind
+            record.record_type
         ]
         conn.execute(
             f"UPDATE {table} SET prev_hash = ?, hash = ? WHERE run_id = ? AND seq = ?",
@@ -259,27 +259,38 @@ def test_a_store_made_before_the_chain_is_chained_when_opened(tmp_path: Path) ->
     db.chmod(0o600)
     conn = sqlite3.connect(db, isolation_level=None)
     for table in ("claims", "outcomes", "observations"):  # no chain at 0002: its guards postdate it
-        conn.execute(f"DROP TRIGGER {table}_guard_chain")
+        conn.execute(f"DROP TRIGGER IF EXISTS {table}_guard_chain")
     for table in ("claims", "outcomes", "observations", "impact_scope", "obligations"):
-        conn.execute(f"DROP TRIGGER {table}_guard_hash")
+        conn.execute(f"DROP TRIGGER IF EXISTS {table}_guard_hash")
+    columns = {
+        table: {c for (c,) in conn.execute(f"SELECT name FROM pragma_table_info('{table}')")}
+        for table in ("claims", "outcomes", "observations", "impact_scope", "obligations")
+    }
     conn.execute("INSERT INTO runs VALUES (?, ?)", (run_id, fx.utc_now()))
     for record in records:
         row, scope, duties = rows_of(run_id, record)
         table = {"claim": "claims", "outcome": "outcomes", "observation": "observations"}[
-            record.kind
+            record.record_type
         ]
-        for name, values in (
+        for name, every in (
             (table, row),
             *(("impact_scope", r) for r in scope),
             *(("obligations", r) for r in duties),
         ):
+            values = {k: v for k, v in every.items() if k in columns[name]}  # as of 0002
             conn.execute(
                 f"INSERT INTO {name} ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
                 tuple(values.values()),
             )
     conn.close()
     with EffectLog.load(run_id, db.parent) as log:
-        assert log.history().records() == records
+        # Migration 0006 gives each claim the key its run and effect id derive.
+        assert log.history().records() == tuple(
+            dataclasses.replace(r, idempotency_key=fx.idempotency_key(run_id, r.effect_id))
+            if isinstance(r, fx.EffectClaim)
+            else r
+            for r in records
+        )
     links = _links(db, run_id)
     assert links[0][1] == _chain.GENESIS
     assert [prev for _, prev, _ in links[1:]] == [h for _, _, h in links[:-1]]

@@ -516,7 +516,7 @@ def test_show_json_is_the_run_its_writer_its_records_and_assessments(built, cli,
     assert set(report) == {"run_id", "writer", "records", "effects"}
     assert report["run_id"] == built.run(name)
     assert report["writer"] == {"host": socket.gethostname(), "pid": os.getpid()}
-    assert report["records"] == [{"type": r.kind, "record": r.to_dict()} for r in history.records()]
+    assert report["records"] == [{"type": r.record_type, "record": r.to_dict()} for r in history.records()]
     assert report["effects"] == [a.to_dict() for a in built.assessments(built.run(name))]
     for effect in report["effects"]:
         assert set(effect) == ASSESSMENT_KEYS
@@ -534,7 +534,7 @@ def test_show_prints_the_timeline_and_the_verdicts(built, cli) -> None:
     rows = _table(timeline)
     assert list(rows[0]) == ["SEQ", "RECORDED", "KIND", "ID", "WHAT"]
     assert [(r["SEQ"], r["RECORDED"], r["KIND"]) for r in rows] == [
-        (str(r.seq), r.recorded_at, r.kind) for r in history.records()
+        (str(r.seq), r.recorded_at, r.record_type) for r in history.records()
     ]
     assert [r["ID"] for r in rows] == ["e-torn", "e-lost", "e-torn", "e-lost", "o-b"]
     b = history.claims[0].impact_scope[0].locator

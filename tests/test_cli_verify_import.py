@@ -341,7 +341,7 @@ def _base_entries() -> list[dict[str, Any]]:
             T0,
         ),
     ]
-    return [{"v": 1, "type": r.kind, "record": r.to_dict()} for r in records]
+    return [{"v": 1, "type": r.record_type, "record": r.to_dict()} for r in records]
 
 
 def _jsonl(entries: list[dict[str, Any]]) -> bytes:
@@ -620,7 +620,7 @@ def test_export_prints_one_line_per_record_in_seq_order(exported: Exported, tmp_
     assert all(list(e) == ["v", "type", "record"] for e in entries)
     assert [e["v"] for e in entries] == [1] * len(records)
     assert [e["record"]["seq"] for e in entries] == list(range(1, len(records) + 1))
-    assert [(e["type"], e["record"]) for e in entries] == [(r.kind, r.to_dict()) for r in records]
+    assert [(e["type"], e["record"]) for e in entries] == [(r.record_type, r.to_dict()) for r in records]
 
     assert written.returncode == 0, written.stderr
     assert written.stdout == ""
@@ -745,7 +745,7 @@ def test_a_torn_final_line_is_ignored_and_reported(tmp_path: Path) -> None:
     ]
     for name, store in stores.items():
         history = _history(store, files[name].stem)
-        assert [{"v": 1, "type": r.kind, "record": r.to_dict()} for r in history.records()] == (
+        assert [{"v": 1, "type": r.record_type, "record": r.to_dict()} for r in history.records()] == (
             entries
         )
 

@@ -391,7 +391,7 @@ def check_timeline(s: Scenario, rows: list[dict[str, Any]]) -> None:
         {
             "seq": rec.seq,
             "recorded_at": rec.recorded_at,
-            "kind": rec.kind,
+            "kind": rec.record_type,
             "id": _what(rec)[0],
             "what": _what(rec)[1],
         }

@@ -25,7 +25,14 @@ import ledger.sqlite.schema
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite.engine import _migrations_dir, alembic_config, head_revision
-from ledger.sqlite.schema import SQLITE_TRIGGERS, VIEWS, install_derived, metadata
+from ledger.sqlite.schema import (
+    SQLITE_TRIGGERS,
+    TRIGGER_COLUMNS,
+    TRIGGER_TABLES,
+    VIEWS,
+    install_derived,
+    metadata,
+)
 
 from .conftest import REPO, fs_ref, op
 
@@ -119,8 +126,43 @@ def test_every_trigger_and_view_exists_at_head_as_shipped(migrated: sa.Engine) -
     assert stored == {name: ddl.strip() for name, ddl in shipped.items()}
 
 
+def expected_at_this_revision(connection: sa.Connection) -> list[str]:
+    """The derived objects of missing_derived that a store at an older revision can hold.
+
+    A trigger needs the tables it reads; a view needs every table; an index its columns.
+    """
+    tables = {
+        name: {
+            c
+            for (c,) in connection.exec_driver_sql(f'SELECT name FROM pragma_table_info("{name}")')
+        }
+        for (name,) in connection.exec_driver_sql(
+            "SELECT name FROM sqlite_master WHERE type = 'table'"
+        )
+    }
+    possible = {
+        name
+        for name, ddl in SQLITE_TRIGGERS.items()
+        if TRIGGER_TABLES[name] <= set(tables)
+        and TRIGGER_COLUMNS[name] <= tables[ddl.split(" ON ")[1].split()[0]]
+    }
+    if set(tables) >= set(metadata.tables):
+        possible |= set(VIEWS)
+    possible |= {
+        str(index.name)
+        for table in metadata.tables.values()
+        for index in table.indexes
+        if tables.get(table.name, set()) >= {c.name for c in index.columns}
+    }
+    return sorted(possible & set(missing_derived(connection)))
+
+
 def test_each_revision_step_leaves_the_store_guarded(engine: sa.Engine) -> None:
-    """Upgrading one revision at a time, every trigger and view is present after each step."""
+    """Upgrading one revision at a time, every trigger and view is present after each step.
+
+    Every one the revision's tables can hold: the guards of a table a later revision adds
+    come with it, and the views once every table is there.
+    """
     scripts = ScriptDirectory.from_config(alembic_config())
     steps = [script.revision for script in reversed(list(scripts.walk_revisions()))]
     assert steps
@@ -130,7 +172,9 @@ def test_each_revision_step_leaves_the_store_guarded(engine: sa.Engine) -> None:
             command.upgrade(alembic_config(conn), revision)
         with engine.begin() as conn:
             assert current_revision(conn) == revision
-            assert missing_derived(conn) == []
+            assert expected_at_this_revision(conn) == []
+    with engine.begin() as conn:
+        assert missing_derived(conn) == []
 
 
 def test_upgrading_a_store_already_at_head_changes_nothing(migrated: sa.Engine) -> None:

@@ -510,7 +510,7 @@ def _large_run(directory: Path, records: int) -> Path:
         return (start + dt.timedelta(milliseconds=10 * seq)).isoformat(timespec="microseconds")
 
     def add(record: fx.EffectClaim | fx.EffectOutcome | fx.Observation) -> None:
-        lines.append(json.dumps({"v": 1, "type": record.kind, "record": record.to_dict()}))
+        lines.append(json.dumps({"v": 1, "type": record.record_type, "record": record.to_dict()}))
 
     i = 0
     while seq < records:

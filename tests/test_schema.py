@@ -24,7 +24,7 @@ from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite.engine import _on_connect
 from ledger.sqlite.rows import chain_hash
-from ledger.sqlite.schema import APPEND_ONLY_TABLES
+from ledger.sqlite.schema import APPEND_ONLY_TABLES, RECORD_TABLES
 from ledger.sqlite.store import Store
 
 from .conftest import fs_ref, op, sha
@@ -46,6 +46,9 @@ CLAIM = {
     "scope_count": 0,
     "obligation_count": 0,
     "recorded_at": TS,
+    "kind": "write",
+    "idempotency_key": "0" * 32,
+    "retry_of": None,
     **CHAIN,
 }
 OUTCOME = {
@@ -71,6 +74,7 @@ OBSERVATION = {
     "recorded_at": TS,
     **CHAIN,
 }
+RESOLUTION = {"applied": 1, "resolved_by": "ops", "note": "", "recorded_at": TS, **CHAIN}
 SCOPE = {"kind": "fs", "locator": "/sandbox/z", "role": "target", "revision": None}
 OBLIGATION = {
     "target_kind": "fs",
@@ -89,7 +93,8 @@ class Built:
     seq 1 claim e1 (scope [a.txt], obligation a.txt exists); seq 2 outcome e1
     reported_success/certain; seq 3 observation o1 of a.txt (exists); seq 4 claim
     e2 (scope [b, c]); seq 5 outcome e2 running/possible; seq 6 claim e3 (scope
-    [d.txt], obligation d.txt exists), the run's last record. The next free seq is 7.
+    [d.txt], obligation d.txt exists); seq 7 resolution of e2 (not applied), the run's
+    last record. The next free seq is 8.
     """
 
     directory: Path
@@ -142,6 +147,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Built:
             impact_scope=[d],
             obligations=[fx.Postcondition(d, fx.Predicate.EXISTS)],
         )
+        log.resolve("e2", applied=False, by="ops", note="checked b and c")
         path = log.path
     # Closing the last connection checkpointed the WAL: the database file is the store
     # (beside the lock file, which holds no data).
@@ -166,9 +172,9 @@ def attacker(built: Built) -> Iterator[sqlite3.Connection]:
     The chain guards (link and hash) are dropped first (see CHAIN).
     """
     conn = sqlite3.connect(built.path, isolation_level=None)
-    for table in ("claims", "outcomes", "observations"):
+    for table in RECORD_TABLES:
         conn.execute(f"DROP TRIGGER IF EXISTS {table}_guard_chain")
-    for table in ("claims", "outcomes", "observations", "impact_scope", "obligations"):
+    for table in (*RECORD_TABLES, "impact_scope", "obligations"):
         conn.execute(f"DROP TRIGGER IF EXISTS {table}_guard_hash")
     try:
         yield conn
@@ -202,11 +208,13 @@ def row(built: Built, table: str, **overrides: Any) -> dict[str, Any]:
     if table == "runs":
         base = {"run_id": "f" * 32, "created_at": TS}
     elif table == "claims":
-        base.update(CLAIM, seq=7, effect_id="e9")
+        base.update(CLAIM, seq=8, effect_id="e9")
     elif table == "outcomes":
-        base.update(OUTCOME, seq=7, effect_id="e3")
+        base.update(OUTCOME, seq=8, effect_id="e3")
     elif table == "observations":
-        base.update(OBSERVATION, seq=7)
+        base.update(OBSERVATION, seq=8)
+    elif table == "resolutions":
+        base.update(RESOLUTION, seq=8, effect_id="e3")
     elif table == "impact_scope":
         base.update(SCOPE, effect_id="e3", position=1)
     elif table == "obligations":
@@ -308,6 +316,7 @@ UPDATES = {
     "obligations": "target_role",
     "outcomes": "impact",
     "observations": "coverage",
+    "resolutions": "note",
 }
 
 
@@ -463,12 +472,12 @@ def test_an_outcome_after_a_terminal_one_is_refused(built: Built) -> None:
 
 def test_terminal_after_running_is_accepted(built: Built) -> None:
     """A terminal outcome after a RUNNING one, correctly chained, is allowed: the guards refuse only forgeries."""
-    outcome = fx.EffectOutcome("e2", 7, fx.ExecutionOutcome.FAILED, fx.Impact.NONE, recorded_at=TS)
+    outcome = fx.EffectOutcome("e2", 8, fx.ExecutionOutcome.FAILED, fx.Impact.NONE, recorded_at=TS)
     conn = sqlite3.connect(built.path, isolation_level=None)  # every guard in place
     conn.create_function("sha3", 2, _chain.sha3)  # as the stock shell has it
     try:
         prev = conn.execute(
-            "SELECT hash FROM claims WHERE run_id = ? AND seq = 6", (built.run_id,)
+            "SELECT hash FROM resolutions WHERE run_id = ? AND seq = 7", (built.run_id,)
         ).fetchone()[0]
         chained = {"prev_hash": prev, "hash": chain_hash(built.run_id, outcome, prev)}
         insert(conn, "outcomes", **row(built, "outcomes", effect_id="e2", **chained))
@@ -481,10 +490,10 @@ def test_terminal_after_running_is_accepted(built: Built) -> None:
 def test_an_outcome_with_a_seq_below_its_claim_is_refused(built: Built) -> None:
     """An outcome numbered before its claim is refused, even in a seq gap no other guard sees."""
     with attacker(built) as conn:
-        # A claim at seq 9 leaves 7 and 8 free, so only the order guard can object.
-        insert(conn, "claims", **row(built, "claims", seq=9))
+        # A claim at seq 10 leaves 8 and 9 free, so only the order guard can object.
+        insert(conn, "claims", **row(built, "claims", seq=10))
         with pytest.raises(sqlite3.IntegrityError, match="an outcome must come after its claim"):
-            insert(conn, "outcomes", **row(built, "outcomes", seq=8, effect_id="e9"))
+            insert(conn, "outcomes", **row(built, "outcomes", seq=9, effect_id="e9"))
 
 
 # --------------------------------------------------------------------------- STRICT
@@ -579,7 +588,7 @@ IGNORE_CHECKS = "PRAGMA ignore_check_constraints = ON"
             [IGNORE_CHECKS],
             "observations",
             {"sha256": "g" * 64},
-            "observation at seq 7",
+            "observation at seq 8",
             id="malformed-sha256",
         ),
         pytest.param(
@@ -596,8 +605,8 @@ IGNORE_CHECKS = "PRAGMA ignore_check_constraints = ON"
         pytest.param(
             [],
             "observations",
-            {"seq": 9},
-            "seq 9 of observation where 7 was due",
+            {"seq": 10},
+            "seq 10 of observation where 8 was due",
             id="seq-gap",
         ),
         pytest.param(
@@ -654,9 +663,9 @@ def test_an_outcome_before_its_claim_makes_load_fail_closed(built: Built) -> Non
     with attacker(built) as conn:
         for guard in ("guard_order", "guard_seq", "guard_settled", "guard_claim"):
             conn.execute(f"DROP TRIGGER outcomes_{guard}")
-        insert(conn, "outcomes", **row(built, "outcomes", seq=7, effect_id="e9"))
-        insert(conn, "claims", **row(built, "claims", seq=8, effect_id="e9"))
-    with pytest.raises(EffectPersistenceError, match="outcome at seq 7 precedes the claim of 'e9'"):
+        insert(conn, "outcomes", **row(built, "outcomes", seq=8, effect_id="e9"))
+        insert(conn, "claims", **row(built, "claims", seq=9, effect_id="e9"))
+    with pytest.raises(EffectPersistenceError, match="outcome at seq 8 precedes the claim of 'e9'"):
         EffectLog.load(built.run_id, built.directory)
 
 
@@ -666,7 +675,7 @@ def test_outcome_before_its_claim_is_refused_without_fks(built: Built) -> None:
         attacker(built) as conn,
         pytest.raises(sqlite3.IntegrityError, match="an outcome needs its claim"),
     ):
-        insert(conn, "outcomes", **row(built, "outcomes", seq=7, effect_id="e9"))
+        insert(conn, "outcomes", **row(built, "outcomes", seq=8, effect_id="e9"))
 
 
 @pytest.mark.parametrize(
@@ -717,7 +726,7 @@ def test_children_appended_past_the_guard_fail_load(
 def test_the_untouched_store_loads(built: Built) -> None:
     """The built store loads as written, so every fail-closed test fails for its forged row."""
     with EffectLog.load(built.run_id, built.directory) as log:
-        assert [r.seq for r in log.history().records()] == [1, 2, 3, 4, 5, 6]
+        assert [r.seq for r in log.history().records()] == [1, 2, 3, 4, 5, 6, 7]
         assert log.assess("e1").verdict is fx.EffectVerdict.VERIFIED
 
 
@@ -738,6 +747,10 @@ def test_effect_status_view_has_the_documented_columns_and_rows(built: Built) ->
         "impact",
         "verdict",
         "unresolved_impact",
+        "kind",
+        "retry_of",
+        "resolution",
+        "next_step",
     ]
     assert set(documented) <= set(columns)
     assert [{k: r[k] for k in documented} for r in rows] == [
@@ -749,6 +762,10 @@ def test_effect_status_view_has_the_documented_columns_and_rows(built: Built) ->
             "impact": "certain",
             "verdict": "verified",
             "unresolved_impact": 0,
+            "kind": "write",
+            "retry_of": None,
+            "resolution": None,
+            "next_step": "done",
         },
         {
             "run_id": built.run_id,
@@ -757,7 +774,11 @@ def test_effect_status_view_has_the_documented_columns_and_rows(built: Built) ->
             "execution": "running",
             "impact": "possible",
             "verdict": "pending",
-            "unresolved_impact": 1,
+            "unresolved_impact": 0,  # a person resolved it
+            "kind": "write",
+            "retry_of": None,
+            "resolution": "not_applied",
+            "next_step": "retry",
         },
         {
             "run_id": built.run_id,
@@ -767,6 +788,10 @@ def test_effect_status_view_has_the_documented_columns_and_rows(built: Built) ->
             "impact": None,
             "verdict": "pending",
             "unresolved_impact": 1,
+            "kind": "write",
+            "retry_of": None,
+            "resolution": None,
+            "next_step": "wait",
         },
     ]
     with EffectLog.load(built.run_id, built.directory) as log:
@@ -774,6 +799,9 @@ def test_effect_status_view_has_the_documented_columns_and_rows(built: Built) ->
             assessment = log.assess(r["effect_id"])
             assert r["verdict"] == assessment.verdict.value
             assert r["unresolved_impact"] == int(assessment.unresolved_impact)
+            assert r["resolution"] == assessment.resolution
+            assert r["next_step"] == log.decide(r["effect_id"]).step.value
+            assert r["idempotency_key"] == log.history().claim(r["effect_id"]).idempotency_key
 
 
 def test_unsettled_claims_view_lists_claims_without_a_terminal_outcome(built: Built) -> None:

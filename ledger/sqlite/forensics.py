@@ -24,7 +24,7 @@ from ledger.errors import EffectPersistenceError
 from ledger.sqlite import liveness, rows, schema_check, shell
 from ledger.sqlite.engine import head_revision, known_revisions
 from ledger.sqlite.reads import read
-from ledger.sqlite.schema import with_views
+from ledger.sqlite.schema import RECORD_TABLES, with_views
 from ledger.storage import (
     VERDICTS,
     EffectRow,
@@ -95,6 +95,7 @@ _RUNS_SQL = """
     SELECT run_id, recorded_at FROM claims
     UNION ALL SELECT run_id, recorded_at FROM outcomes
     UNION ALL SELECT run_id, recorded_at FROM observations
+    UNION ALL SELECT run_id, recorded_at FROM resolutions
 ),
 times AS (
     SELECT run_id, min(recorded_at) AS first_at, max(recorded_at) AS last_at
@@ -280,10 +281,9 @@ def _check_anchor(conn: Connection, anchor: Head) -> str | None:
     run_id = _resolve(conn, anchor.run_id)
     found = conn.exec_driver_sql(
         " UNION ALL ".join(
-            f"SELECT hash FROM {t} WHERE run_id = ? AND seq = ?"
-            for t in ("claims", "outcomes", "observations")
+            f"SELECT hash FROM {t} WHERE run_id = ? AND seq = ?" for t in RECORD_TABLES
         ),
-        (run_id, anchor.seq) * 3,
+        (run_id, anchor.seq) * len(RECORD_TABLES),
     ).first()
     if found is None:
         return (
@@ -317,8 +317,9 @@ def _verify(conn: Connection, progress: Callable[[int], None] | None) -> VerifyR
     problems.extend(f"schema: {p}" for p in schema)
     run_ids = [row[0] for row in conn.exec_driver_sql("SELECT run_id FROM runs ORDER BY run_id")]
     orphans = conn.exec_driver_sql(
-        "SELECT DISTINCT run_id FROM (SELECT run_id FROM claims UNION ALL"
-        " SELECT run_id FROM outcomes UNION ALL SELECT run_id FROM observations)"
+        "SELECT DISTINCT run_id FROM ("
+        + " UNION ALL ".join(f"SELECT run_id FROM {t}" for t in RECORD_TABLES)
+        + ")"
         " WHERE run_id NOT IN (SELECT run_id FROM runs) ORDER BY run_id"
     ).all()
     problems.extend(f"run {row[0]}: records without a row in runs" for row in orphans)

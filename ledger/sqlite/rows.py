@@ -32,6 +32,7 @@ from ledger._owner import Writer
 from ledger.effects import (
     Coverage,
     EffectClaim,
+    EffectKind,
     EffectOutcome,
     ExecutionOutcome,
     History,
@@ -41,6 +42,7 @@ from ledger.effects import (
     OperationRef,
     Postcondition,
     Predicate,
+    Resolution,
     ResourceRef,
     check_history,
 )
@@ -52,6 +54,7 @@ from ledger.sqlite.schema import (
     obligations,
     observations,
     outcomes,
+    resolutions,
     run_writers,
     runs,
 )
@@ -65,7 +68,7 @@ def run_exists(conn: Connection, run_id: str) -> bool:
     return conn.execute(select(exists().where(runs.c.run_id == run_id))).scalar_one()
 
 
-Record = EffectClaim | EffectOutcome | Observation
+Record = EffectClaim | EffectOutcome | Observation | Resolution
 Rows = tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]
 
 
@@ -109,6 +112,9 @@ def rows_of(run_id: str, record: Record) -> Rows:
             "scope_count": len(scope),
             "obligation_count": len(duties),
             "recorded_at": record.recorded_at,
+            "kind": record.kind.value,
+            "idempotency_key": record.idempotency_key,
+            "retry_of": record.retry_of,
         }
         return row, scope, duties
     if isinstance(record, EffectOutcome):
@@ -120,6 +126,17 @@ def rows_of(run_id: str, record: Record) -> Rows:
             "impact": record.impact.value,
             "execution_id": record.execution_id,
             "replayed": int(record.replayed),
+            "recorded_at": record.recorded_at,
+        }
+        return row, [], []
+    if isinstance(record, Resolution):
+        row = {
+            "run_id": run_id,
+            "seq": record.seq,
+            "effect_id": record.effect_id,
+            "applied": int(record.applied),
+            "resolved_by": record.by,
+            "note": record.note,
             "recorded_at": record.recorded_at,
         }
         return row, [], []
@@ -149,7 +166,12 @@ def chain_hash(run_id: str, record: Record, prev_hash: str) -> str:
     return _chain.link(prev_hash, _chain.encode(record.record_type, run_id, row, scope, duties))
 
 
-_TABLES = {"claim": claims, "outcome": outcomes, "observation": observations}
+_TABLES = {
+    "claim": claims,
+    "outcome": outcomes,
+    "observation": observations,
+    "resolution": resolutions,
+}
 
 
 # --------------------------------------------------------------------------- the hot path
@@ -202,7 +224,7 @@ _MAX_SEQ = _Compiled(
                     .scalar_subquery(),
                     literal_column("0"),
                 )
-                for t in (claims, outcomes, observations)
+                for t in _TABLES.values()
             )
         )
     )
@@ -317,6 +339,20 @@ def _outcome(row: Any) -> EffectOutcome:
     )
 
 
+def _resolution(row: Any) -> Resolution:
+    applied = _bool(row["applied"], "applied")
+    if applied is None:
+        raise _InvalidRowError("applied is NULL")
+    return Resolution(
+        effect_id=row["effect_id"],
+        seq=row["seq"],
+        applied=applied,
+        by=row["resolved_by"],
+        recorded_at=row["recorded_at"],
+        note=row["note"],
+    )
+
+
 def _observation(row: Any) -> Observation:
     return Observation(
         observation_id=row["observation_id"],
@@ -427,12 +463,16 @@ def load_run(conn: Connection, run_id: str) -> tuple[History, str]:
                         for d in duties.get(row["effect_id"], ())
                     ),
                     recorded_at=row["recorded_at"],
+                    kind=EffectKind(row["kind"]),
+                    idempotency_key=row["idempotency_key"],
+                    retry_of=row["retry_of"],
                 )
             )
-        loaded: dict[str, list[Any]] = {"outcome": [], "observation": []}
+        loaded: dict[str, list[Any]] = {"outcome": [], "observation": [], "resolution": []}
         for kind, source, build in (
             ("outcome", outcomes, _outcome),
             ("observation", observations, _observation),
+            ("resolution", resolutions, _resolution),
         ):
             for row in conn.execute(
                 select(source).where(source.c.run_id == run_id).order_by(source.c.seq)
@@ -440,9 +480,13 @@ def load_run(conn: Connection, run_id: str) -> tuple[History, str]:
                 where = f"{kind} at seq {row['seq']}"
                 links[row["seq"]] = (row["prev_hash"], row["hash"])
                 loaded[kind].append(build(row))
-        loaded_outcomes, loaded_observations = loaded["outcome"], loaded["observation"]
         where = "history"
-        history = History(tuple(loaded_claims), tuple(loaded_outcomes), tuple(loaded_observations))
+        history = History(
+            tuple(loaded_claims),
+            tuple(loaded["outcome"]),
+            tuple(loaded["observation"]),
+            tuple(loaded["resolution"]),
+        )
         check_history(history)
         where = "chain"
         head_hash = _check_chain(run_id, history, links)

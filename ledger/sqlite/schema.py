@@ -14,6 +14,8 @@ migrations can refer to them on every backend.
 
 from __future__ import annotations
 
+import re
+
 from sqlalchemy import (
     CheckConstraint,
     Column,
@@ -33,6 +35,7 @@ from ledger._chain import GENESIS, sql_hash
 from ledger.effects import (
     RESOURCE_KINDS,
     Coverage,
+    EffectKind,
     ExecutionOutcome,
     Impact,
     ObservationMechanism,
@@ -108,8 +111,20 @@ claims = Table(
     CheckConstraint(_hex("args_sha256", 64), name="args_sha256"),
     CheckConstraint("scope_count >= 0", name="scope_count"),
     CheckConstraint("obligation_count >= 0", name="obligation_count"),
+    # What repeating the effect could do, the key handed to the system it calls, and
+    # the earlier effect of the run it repeats (migration 0006).
+    Column("kind", Text, nullable=False),
+    Column("idempotency_key", Text, nullable=False),
+    Column("retry_of", Text, nullable=True),
+    CheckConstraint(_enum_words("kind", EffectKind), name="kind"),
+    CheckConstraint(_hex("idempotency_key", 32), name="idempotency_key"),
+    CheckConstraint(
+        "retry_of IS NULL OR (" + _identifier("retry_of") + " AND retry_of <> effect_id)",
+        name="retry_of",
+    ),
     sqlite_strict=True,
 )
+Index(None, claims.c.run_id, claims.c.retry_of)
 
 impact_scope = Table(
     "impact_scope",
@@ -229,6 +244,32 @@ observations = Table(
 )
 Index(None, observations.c.run_id, observations.c.resource_kind, observations.c.resource_locator)
 
+# A person's word on an effect, after checking the world: it landed, or it did not.
+resolutions = Table(
+    "resolutions",
+    metadata,
+    Column("run_id", Text, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("effect_id", Text, nullable=False),
+    Column("applied", Integer, nullable=False),
+    # "by" is an SQL keyword.
+    Column("resolved_by", Text, nullable=False),
+    Column("note", Text, nullable=False),
+    Column("recorded_at", Text, nullable=False),
+    # The run's hash chain (ledger._chain): the previous record's hash, and this one's.
+    Column("prev_hash", Text, nullable=False),
+    Column("hash", Text, nullable=False),
+    PrimaryKeyConstraint("run_id", "seq"),
+    UniqueConstraint("run_id", "effect_id"),
+    ForeignKeyConstraint(["run_id", "effect_id"], ["claims.run_id", "claims.effect_id"]),
+    CheckConstraint("seq >= 1", name="seq"),
+    CheckConstraint("applied IN (0, 1)", name="applied"),
+    CheckConstraint(_identifier("resolved_by"), name="resolved_by"),
+    CheckConstraint(_hex("prev_hash", 64), name="prev_hash"),
+    CheckConstraint(_hex("hash", 64), name="hash"),
+    sqlite_strict=True,
+)
+
 # Who writes each run now: host, boot and process. Not history: a run continued by
 # another process after a restart changes writer, so this table is updated in place.
 run_writers = Table(
@@ -246,8 +287,16 @@ run_writers = Table(
     sqlite_strict=True,
 )
 
-RECORD_TABLES = ("claims", "outcomes", "observations")
-APPEND_ONLY_TABLES = ("runs", "claims", "impact_scope", "obligations", "outcomes", "observations")
+RECORD_TABLES = ("claims", "outcomes", "observations", "resolutions")
+APPEND_ONLY_TABLES = (
+    "runs",
+    "claims",
+    "impact_scope",
+    "obligations",
+    "outcomes",
+    "observations",
+    "resolutions",
+)
 
 
 # --------------------------------------------------------------------------- derived objects
@@ -321,6 +370,28 @@ def _sqlite_triggers() -> dict[str, str]:
             " AND effect_id = NEW.effect_id AND seq >= NEW.seq)",
             "an outcome must come after its claim",
         ),
+        _guard(
+            "resolutions",
+            "guard_key",
+            "EXISTS (SELECT 1 FROM resolutions"
+            " WHERE run_id = NEW.run_id AND effect_id = NEW.effect_id)",
+            "resolutions is append-only, the effect is already resolved",
+        ),
+        _guard(
+            "resolutions",
+            "guard_claim",
+            "NOT EXISTS (SELECT 1 FROM claims WHERE run_id = NEW.run_id"
+            " AND effect_id = NEW.effect_id AND seq < NEW.seq)",
+            "a resolution must come after its claim",
+        ),
+        _guard(
+            "claims",
+            "guard_retry",
+            "NEW.retry_of IS NOT NULL AND NOT EXISTS (SELECT 1 FROM claims WHERE"
+            " run_id = NEW.run_id AND effect_id = NEW.retry_of AND seq < NEW.seq"
+            " AND idempotency_key = NEW.idempotency_key)",
+            "a retry must come after the claim it repeats and carry its idempotency key",
+        ),
     ]
     guards.extend(
         _guard(
@@ -363,7 +434,11 @@ def _sqlite_triggers() -> dict[str, str]:
             f"NEW.hash IS NOT {sql_hash(kind, 'NEW')}",
             f"{table} is append-only, the record hash does not match its fields",
         )
-        for table, kind in (("outcomes", "outcome"), ("observations", "observation"))
+        for table, kind in (
+            ("outcomes", "outcome"),
+            ("observations", "observation"),
+            ("resolutions", "resolution"),
+        )
     )
     guards.append(
         _guard(
@@ -458,26 +533,33 @@ def _scopes(where: str) -> str:
 
 
 # The locators a scope may have to overlap the target by equality: the target itself and,
-# for fs, "/" (everyone's ancestor) and each ancestor A (the target starts with A || '/').
-# One IN list, so that each is one index lookup. Never LIKE: file names hold % and _.
+# for fs and external, each prefix of it that ends at a '/' of it, with and without that
+# '/' (for fs, "/" is everyone's ancestor). One IN list, so that each is one index lookup.
+# Never LIKE: file names hold % and _.
 _AT_OR_ABOVE = """sc.locator IN (
             WITH RECURSIVE pos(i) AS (
                 SELECT 1 UNION ALL SELECT i + 1 FROM pos WHERE i < length(p.target_locator))
             SELECT p.target_locator
-            UNION ALL SELECT '/' WHERE p.target_kind = 'fs'
             UNION ALL SELECT substr(p.target_locator, 1, i - 1) FROM pos
-             WHERE p.target_kind = 'fs' AND substr(p.target_locator, i, 1) = '/')"""
+             WHERE p.target_kind <> 'owned' AND substr(p.target_locator, i, 1) = '/'
+            UNION ALL SELECT substr(p.target_locator, 1, i) FROM pos
+             WHERE p.target_kind <> 'owned' AND substr(p.target_locator, i, 1) = '/')"""
 
 # A candidate observation is stale when an overlapping claim is in flight: one scoped at
-# or above the target, or (fs) below it (a range of the index), or anywhere if the target
-# is "/".
+# or above the target, or below it: past the target's '/' (a range of the index), or,
+# for a target that ends with '/' ("/", a URI's directory), anywhere after it.
 _STALE = " OR ".join(
     (
         _scopes(_AT_OR_ABOVE),
-        "(p.target_kind = 'fs' AND "
+        "(p.target_kind <> 'owned' AND "
         + _scopes("sc.locator >= p.target_locator || '/' AND sc.locator < p.target_locator || '0'")
         + ")",
-        "(p.target_kind = 'fs' AND p.target_locator = '/' AND " + _scopes("1") + ")",
+        "(p.target_kind <> 'owned' AND substr(p.target_locator, -1) = '/' AND "
+        + _scopes(
+            "sc.locator > p.target_locator AND sc.locator <"
+            " substr(p.target_locator, 1, length(p.target_locator) - 1) || '0'"
+        )
+        + ")",
     )
 )
 
@@ -496,29 +578,69 @@ _DECISION = """CASE p.predicate
                        ELSE ob.revision = p.expected END
            END"""
 
-_EVIDENCE = f"""(
-        SELECT {_DECISION}
+
+def _evidence(column: str, after: str) -> str:
+    """The evidence's ``column`` (a decision or a column of ``ob``) for obligation p."""
+    return f"""(
+        SELECT {column}
           FROM observations AS ob
          WHERE ob.run_id = p.run_id
            AND ob.resource_kind = p.target_kind
            AND ob.resource_locator = p.target_locator
            AND ob.coverage = 'complete'
-           AND +ob.seq > o.seq
+           AND +ob.seq > {after}
            AND {_DECISION} IS NOT NULL
            AND NOT ({_STALE})
          ORDER BY +ob.seq DESC
          LIMIT 1)"""
 
+
+_EVIDENCE = _evidence(_DECISION, "o.seq")
+
 _DUTIES = "FROM obligations AS p WHERE p.run_id = c.run_id AND p.effect_id = c.effect_id"
 
-EFFECT_STATUS = f"""
-SELECT run_id, seq, effect_id, action_id, operation, backend, claimed_at,
-       execution, impact, verdict,
-       CASE WHEN verdict IN ('pending', 'unverified', 'contradicted')
-             AND coalesce(impact, 'possible') <> 'none' THEN 1 ELSE 0 END AS unresolved_impact
-  FROM (
+# Decision rule 7: every obligation of claim s that its evidence violates shows its target
+# exactly as the last complete observation made before the claim did: absent both times,
+# or one digest (one revision, where neither has a digest).
+_SAME_STATE = """CASE
+             WHEN ev.resource_exists = 0 OR bf.resource_exists = 0
+               THEN ev.resource_exists = 0 AND bf.resource_exists = 0
+             WHEN ev.sha256 IS NOT NULL OR bf.sha256 IS NOT NULL THEN ev.sha256 IS bf.sha256
+             ELSE ev.revision IS NOT NULL AND ev.revision = bf.revision
+           END"""
+
+_BEFORE = """(SELECT max(b.seq) FROM observations AS b
+                WHERE b.run_id = p.run_id AND b.resource_kind = p.target_kind
+                  AND b.resource_locator = p.target_locator AND b.coverage = 'complete'
+                  AND b.resource_exists IS NOT NULL AND b.seq < s.seq)"""
+
+_UNCHANGED = f"""NOT EXISTS (
+        SELECT 1 FROM obligations AS p
+         WHERE p.run_id = s.run_id AND p.effect_id = s.effect_id
+           AND {_evidence(_DECISION, "s.current_seq")} = 0
+           AND NOT coalesce((
+                SELECT {_SAME_STATE}
+                  FROM observations AS ev, observations AS bf
+                 WHERE ev.run_id = p.run_id AND ev.seq = {_evidence("ob.seq", "s.current_seq")}
+                   AND bf.run_id = p.run_id AND bf.seq = {_BEFORE}), 0))"""
+
+# The rules of docs/concepts.md#decisions, for one attempt; ledger.effects.decide.
+_OWN_STEP = f"""CASE
+             WHEN s.resolution = 'applied' THEN 'done'
+             WHEN s.resolution = 'not_applied' THEN 'retry'
+             WHEN s.verdict = 'verified' THEN 'done'
+             WHEN s.verdict = 'pending' THEN 'wait'
+             WHEN s.verdict = 'failed' THEN 'retry'
+             WHEN s.execution = 'reported_success' AND s.verdict = 'unverified' THEN 'done'
+             WHEN s.kind IN ('read', 'idempotent') THEN 'retry'
+             WHEN s.kind = 'write' AND s.verdict = 'contradicted' AND {_UNCHANGED} THEN 'retry'
+             ELSE 'escalate'
+           END"""
+
+_VERDICTS = f"""
     SELECT c.run_id, c.seq, c.effect_id, c.action_id, c.operation, c.backend,
            c.recorded_at AS claimed_at, o.execution, o.impact,
+           c.kind, c.idempotency_key, c.retry_of, o.seq AS current_seq,
            CASE
              WHEN o.execution IS NULL OR o.execution = 'running' THEN 'pending'
              WHEN o.execution = 'failed' AND o.impact = 'none' THEN 'failed'
@@ -534,8 +656,51 @@ SELECT run_id, seq, effect_id, action_id, operation, backend, claimed_at,
        AND o.seq = (SELECT x.seq FROM outcomes AS x
                      WHERE x.run_id = c.run_id AND x.effect_id = c.effect_id
                      ORDER BY (x.execution <> 'running') DESC, x.seq DESC
-                     LIMIT 1)
-  )
+                     LIMIT 1)"""
+
+# The attempt that speaks for claim t: its newest retry's newest retry ... or itself.
+_NEWEST_ATTEMPT = """(
+        WITH RECURSIVE attempt(effect_id, seq, n) AS (
+            SELECT t.effect_id, t.seq, 0
+            UNION ALL
+            SELECT r.effect_id, r.seq, attempt.n + 1
+              FROM attempt JOIN claims AS r
+                ON r.run_id = t.run_id
+               AND r.seq = (SELECT max(x.seq) FROM claims AS x
+                             WHERE x.run_id = t.run_id AND x.retry_of = attempt.effect_id
+                               AND x.seq > attempt.seq))
+        SELECT effect_id FROM attempt ORDER BY n DESC LIMIT 1)"""
+
+# Common table expressions rather than nested subqueries: SQLite's parser has a depth
+# limit. NOT MATERIALIZED keeps each one a view the planner folds into the query, so that
+# asking for one run or one effect still reads only its rows.
+EFFECT_STATUS = f"""
+WITH verdicts AS NOT MATERIALIZED ({_VERDICTS}
+),
+resolved AS NOT MATERIALIZED (
+    SELECT v.*,
+           (SELECT CASE r.applied WHEN 1 THEN 'applied' ELSE 'not_applied' END
+              FROM resolutions AS r
+             WHERE r.run_id = v.run_id AND r.effect_id = v.effect_id) AS resolution
+      FROM verdicts AS v
+),
+steps AS NOT MATERIALIZED (
+    SELECT s.*, {_OWN_STEP} AS own_step FROM resolved AS s
+)
+SELECT t.run_id, t.seq, t.effect_id, t.action_id, t.operation, t.backend, t.claimed_at,
+       t.execution, t.impact, t.verdict,
+       CASE WHEN t.resolution IS NULL
+             AND t.verdict IN ('pending', 'unverified', 'contradicted')
+             AND coalesce(t.impact, 'possible') <> 'none' THEN 1 ELSE 0 END AS unresolved_impact,
+       t.kind, t.idempotency_key, t.retry_of, t.resolution,
+       CASE WHEN NOT EXISTS (SELECT 1 FROM claims AS x
+                              WHERE x.run_id = t.run_id AND x.retry_of = t.effect_id
+                                AND x.seq > t.seq)
+            THEN t.own_step
+            ELSE (SELECT a.own_step FROM steps AS a
+                   WHERE a.run_id = t.run_id AND a.effect_id = {_NEWEST_ATTEMPT})
+       END AS next_step
+  FROM steps AS t
 """
 
 UNSETTLED_CLAIMS = """
@@ -549,6 +714,16 @@ SELECT c.run_id, c.seq, c.effect_id, c.action_id, c.operation, c.recorded_at AS 
 """
 
 SQLITE_TRIGGERS = _sqlite_triggers()
+# The tables each trigger fires on or reads: a store at an older revision (on its way to
+# head) gets the guards whose tables it has.
+TRIGGER_TABLES = {
+    name: frozenset(re.findall(r"\b(?:ON|FROM|JOIN) (\w+)", ddl)) & set(metadata.tables)
+    for name, ddl in SQLITE_TRIGGERS.items()
+}
+# ... and the columns of its own table it reads (NEW.x).
+TRIGGER_COLUMNS = {
+    name: frozenset(re.findall(r"\bNEW\.(\w+)", ddl)) for name, ddl in SQLITE_TRIGGERS.items()
+}
 # The views' queries: the stored views are made of them, and the library's own reads use
 # them directly (as common table expressions), so that no report is computed from a view
 # someone replaced in the store.
@@ -577,14 +752,29 @@ def install_derived(connection: Connection) -> None:
     for kind, name in existing:
         if name in SQLITE_TRIGGERS or name in VIEWS:
             connection.exec_driver_sql(f'DROP {kind.upper()} "{name}"')
-    for ddl in SQLITE_TRIGGERS.values():
-        connection.exec_driver_sql(ddl)
-    for ddl in VIEWS.values():
-        connection.exec_driver_sql(ddl)
+    # A store on its way up (an older revision, in a test of each step) may lack a table
+    # a later revision adds: the guards of the tables it has are installed all the same.
+    tables = {
+        table: set(
+            connection.exec_driver_sql(f'SELECT name FROM pragma_table_info("{table}")').scalars()
+        )
+        for table in connection.exec_driver_sql(
+            "SELECT name FROM sqlite_master WHERE type = 'table'"
+        ).scalars()
+    }
+    for name, ddl in SQLITE_TRIGGERS.items():
+        on = re.search(r" ON (\w+)\n", ddl).group(1)  # type: ignore[union-attr]
+        if TRIGGER_TABLES[name] <= tables.keys() and TRIGGER_COLUMNS[name] <= tables[on]:
+            connection.exec_driver_sql(ddl)
+    if tables.keys() >= set(metadata.tables):
+        for ddl in VIEWS.values():
+            connection.exec_driver_sql(ddl)
     # Indexes belong to the migrations; one dropped by hand (the unique index that allows
     # one terminal outcome per claim, say) is put back, and fails if forged rows forbid it.
     for index in _indexes().values():
-        index.create(connection, checkfirst=True)
+        table = index.table.name  # type: ignore[union-attr]
+        if tables.get(table, set()) >= {c.name for c in index.columns}:
+            index.create(connection, checkfirst=True)
 
 
 def _indexes() -> dict[str, Index]:

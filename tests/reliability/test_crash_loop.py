@@ -140,7 +140,7 @@ SERVER = textwrap.dedent(
             if log.degraded:  # an outcome or observation failed to persist, silently
                 emit(ev="error", run=r, trace=f"run {run_id} degraded at seq {nxt}")
                 os._exit(3)
-            emit(ev="ack" if durable else "held", run=r, kind=record.kind, id=ident,
+            emit(ev="ack" if durable else "held", run=r, kind=record.record_type, id=ident,
                  seq=record.seq)
             nxt += 1
             if rng.random() < 0.25:

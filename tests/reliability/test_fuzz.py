@@ -681,7 +681,7 @@ TERMINAL = (
 
 
 def _line(record: fx.EffectClaim | fx.EffectOutcome | fx.Observation) -> dict[str, Any]:
-    return {"v": 1, "type": record.kind, "record": record.to_dict()}
+    return {"v": 1, "type": record.record_type, "record": record.to_dict()}
 
 
 @st.composite

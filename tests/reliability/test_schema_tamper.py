@@ -407,7 +407,7 @@ def test_a_trigger_planted_while_a_log_is_open_fails_its_next_write(
     lost = [
         r
         for r in acknowledged
-        if (r.kind, getattr(r, "observation_id", None) or r.effect_id) not in stored
+        if (r.record_type, getattr(r, "observation_id", None) or r.effect_id) not in stored
     ]
     FIGURES["acknowledged_lost"] += len(lost)
     outcome.check(not lost, f"acknowledged records missing: {lost}")

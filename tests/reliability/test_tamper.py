@@ -588,7 +588,7 @@ def _rehash(base: Base, directory: Path, run_id: str, table: str) -> Iterator[Ca
     candidates = [
         r
         for r in records
-        if r.seq != base.head and r.kind == kind and (table in SEQ_TABLES or getattr(r, table))
+        if r.seq != base.head and r.record_type == kind and (table in SEQ_TABLES or getattr(r, table))
     ]
     for record in _middle_first(candidates):
         forged, column, value, key = _forge(record, table)
@@ -600,7 +600,7 @@ def _rehash(base: Base, directory: Path, run_id: str, table: str) -> Iterator[Ca
             first_broken=record.seq + 1,  # the next record no longer links to it
             statements=[
                 f"UPDATE {table} SET {column} = {_literal(value)} WHERE run_id = '{run_id}' AND {where};",
-                f"UPDATE {TABLE_OF[record.kind]} SET hash = '{digest}' WHERE run_id = '{run_id}' AND seq = {record.seq};",
+                f"UPDATE {TABLE_OF[record.record_type]} SET hash = '{digest}' WHERE run_id = '{run_id}' AND seq = {record.seq};",
             ],
         )
 
@@ -818,7 +818,7 @@ def test_a_recomputed_chain_passes_load_but_not_the_anchor_taken_before(
         changes |= {"prev_hash": prev, "hash": digest}
         sets = ", ".join(f"{k} = {_literal(v)}" for k, v in changes.items())
         statements.append(
-            f"UPDATE {TABLE_OF[record.kind]} SET {sets}"
+            f"UPDATE {TABLE_OF[record.record_type]} SET {sets}"
             f" WHERE run_id = '{base.control}' AND seq = {record.seq};"
         )
         prev = digest
