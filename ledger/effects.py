@@ -1271,8 +1271,8 @@ def _step(claim: EffectClaim, history: History) -> tuple[NextStep, str]:
     resolution = history.resolution(claim.effect_id)
     if resolution is not None:
         if resolution.applied:
-            return NextStep.DONE, f"{resolution.by} checked that it landed"
-        return NextStep.RETRY, f"{resolution.by} checked that it did not land"
+            return NextStep.DONE, f"a person ({resolution.by}) checked that it landed"
+        return NextStep.RETRY, f"a person ({resolution.by}) checked that it did not land"
     assessment = assess(claim, history)
     verdict = assessment.verdict
     if verdict is EffectVerdict.VERIFIED:

@@ -62,6 +62,13 @@ TRICKY_POOLS: tuple[Pool, ...] = (
     (("owned", "/"), ("fs", "/w/a")),
     (("owned", "/w/a"), ("owned", "/w/a/b")),
     (("owned", "rec:1"), ("owned", "rec:1/x")),
+    # External URIs overlap as paths do, and a URI ending in '/' is above what follows it.
+    (("external", "https://h/v1"), ("external", "https://h/v1/x")),
+    (("external", "https://h/v1/"), ("external", "https://h/v1/x")),
+    (("external", "https://h/v1"), ("external", "https://h/v10")),
+    (("external", "https://h/v1/"), ("external", "https://h/v1")),
+    (("external", "mcp://s"), ("external", "mcp://s/t")),
+    (("external", "x:/w/a"), ("fs", "/w/a/b")),
 )
 RESOURCES: Pool = tuple(sorted({res for pool in TRICKY_POOLS for res in pool}))
 
@@ -80,7 +87,8 @@ RUNNING_SHAPES = tuple((fx.ExecutionOutcome.RUNNING, impact) for impact in fx.Im
 OUTCOME_SHAPES = RUNNING_SHAPES + TERMINAL_SHAPES * 2
 COVERAGES = (fx.Coverage.COMPLETE, fx.Coverage.COMPLETE, fx.Coverage.PARTIAL)
 OPERATIONS = (op("write_file"), op("delete_file"))
-STEPS = ("claim", "outcome", "outcome", "outcome", "observe", "observe", "observe")
+KINDS = (*fx.EffectKind, fx.EffectKind.WRITE, fx.EffectKind.WRITE)  # rule 7 is WRITE's
+STEPS = ("claim", "outcome", "outcome", "outcome", "observe", "observe", "observe", "resolve")
 
 
 # --------------------------------------------------------------------------- strategy
@@ -152,11 +160,17 @@ def draw_observation(
     )
 
 
-def draw_claim(draw: st.DrawFn, seq: int, pool: Pool) -> fx.EffectClaim:
-    """A claim at ``seq`` with up to two obligations and a scope that often covers their targets."""
+def draw_claim(
+    draw: st.DrawFn, seq: int, pool: Pool, earlier: list[fx.EffectClaim]
+) -> fx.EffectClaim:
+    """A claim at ``seq`` with up to two obligations and a scope that often covers their targets.
+
+    Of any kind; now and then a retry of an earlier claim (same key, its own fields).
+    """
     obligations = tuple(draw_postcondition(draw, pool) for _ in range(draw(st.integers(0, 2))))
     own = [p.target for p in obligations] if draw(st.booleans()) else []
     extra = [draw_ref(draw, pool, ("target", "parent")) for _ in range(draw(st.integers(0, 1)))]
+    retried = pick(draw, earlier) if earlier and draw(st.integers(0, 3)) == 0 else None
     return fx.EffectClaim(
         effect_id=f"e{seq}",
         seq=seq,
@@ -165,6 +179,11 @@ def draw_claim(draw: st.DrawFn, seq: int, pool: Pool) -> fx.EffectClaim:
         impact_scope=(*own, *extra),
         obligations=obligations,
         recorded_at=NOW,
+        kind=pick(draw, KINDS),
+        idempotency_key=sha(f"e{seq}".encode())[:32]
+        if retried is None
+        else retried.idempotency_key,
+        retry_of=None if retried is None else retried.effect_id,
     )
 
 
@@ -194,6 +213,7 @@ def histories(draw: st.DrawFn) -> fx.History:
     claims: list[fx.EffectClaim] = []
     outcomes: list[fx.EffectOutcome] = []
     observations: list[fx.Observation] = []
+    resolutions: list[fx.Resolution] = []
     settled: set[str] = set()
     if draw(st.booleans()):
         pool = pick(draw, TRICKY_POOLS)
@@ -203,9 +223,16 @@ def histories(draw: st.DrawFn) -> fx.History:
         )
     for seq in range(1, draw(st.integers(0, 32)) + 1):
         unsettled = [c.effect_id for c in claims if c.effect_id not in settled]
-        step = pick(draw, STEPS if unsettled else ("claim", "observe"))
+        unresolved = [c.effect_id for c in claims if c.effect_id not in resolved(resolutions)]
+        step = pick(draw, STEPS if unsettled else ("claim", "observe", "resolve"))
+        if step == "resolve" and not unresolved:
+            step = "claim"
         if step == "claim":
-            claims.append(draw_claim(draw, seq, pool))
+            claims.append(draw_claim(draw, seq, pool, claims))
+        elif step == "resolve":
+            resolutions.append(
+                fx.Resolution(pick(draw, unresolved), seq, draw(st.booleans()), "ops", NOW)
+            )
         elif step == "outcome":
             outcomes.append(draw_outcome(draw, seq, pick(draw, unsettled)))
             if outcomes[-1].terminal:
@@ -216,7 +243,12 @@ def histories(draw: st.DrawFn) -> fx.History:
             duties = [p for c in claims for p in c.obligations]
             looked_at = done if done and draw(st.integers(0, 3)) > 0 else duties
             observations.append(draw_observation(draw, seq, pool, looked_at))
-    return fx.History(tuple(claims), tuple(outcomes), tuple(observations))
+    return fx.History(tuple(claims), tuple(outcomes), tuple(observations), tuple(resolutions))
+
+
+def resolved(resolutions: list[fx.Resolution]) -> set[str]:
+    """The effects a person has resolved."""
+    return {r.effect_id for r in resolutions}
 
 
 # --------------------------------------------------------------------------- store helpers
@@ -264,6 +296,11 @@ def expected_rows(history: fx.History) -> dict[str, tuple[Any, ...]]:
             None if a.impact is None else a.impact.value,
             a.verdict.value,
             int(a.unresolved_impact),
+            claim.kind.value,
+            claim.idempotency_key,
+            claim.retry_of,
+            a.resolution,
+            fx.decide(claim, history).step.value,
         )
     return rows
 
@@ -278,7 +315,8 @@ def checked_views(store: Store, histories: list[fx.History]) -> list[dict[str, t
         status = conn.execute(
             text(
                 "SELECT run_id, effect_id, operation, execution, impact, verdict,"
-                " unresolved_impact FROM effect_status WHERE run_id IN :run_ids ORDER BY seq"
+                " unresolved_impact, kind, idempotency_key, retry_of, resolution, next_step"
+                " FROM effect_status WHERE run_id IN :run_ids ORDER BY seq"
             ).bindparams(ids),
             {"run_ids": run_ids},
         ).all()
@@ -319,7 +357,11 @@ def view_rows(store: Store, history: fx.History) -> dict[str, tuple[Any, ...]]:
 )
 @given(history=histories())
 def test_effect_status_agrees_with_assess(store: Store, history: fx.History) -> None:
-    """For every valid generated history, effect_status and unsettled_claims agree with assess."""
+    """For every valid generated history, effect_status and unsettled_claims agree with assess.
+
+    Verdict, resolution and unresolved impact as assess says; next_step as decide says,
+    over histories with every kind, retries (and retries of retries) and resolutions.
+    """
     view_rows(store, history)
 
 
@@ -424,9 +466,15 @@ def test_running_then_terminal_uses_the_terminal(store: Store) -> None:
         fx.EffectOutcome("e1", 3, fx.ExecutionOutcome.RUNNING, fx.Impact.NONE, recorded_at=NOW),
     )
     still_running = fx.History((claim,), running)
-    assert view_rows(store, still_running)["e1"] == ("write_file", "running", "none", "pending", 0)
+    assert view_rows(store, still_running)["e1"][:5] == (
+        "write_file",
+        "running",
+        "none",
+        "pending",
+        0,
+    )
     failed = fx.EffectOutcome("e1", 4, fx.ExecutionOutcome.FAILED, fx.Impact.NONE, recorded_at=NOW)
-    assert view_rows(store, fx.History((claim,), (*running, failed)))["e1"] == (
+    assert view_rows(store, fx.History((claim,), (*running, failed)))["e1"][:5] == (
         "write_file",
         "failed",
         "none",
@@ -448,7 +496,7 @@ def test_running_then_terminal_uses_the_terminal(store: Store) -> None:
         revision=None,
         recorded_at=NOW,
     )
-    assert view_rows(store, fx.History((claim,), (*running, success), (seen,)))["e1"] == (
+    assert view_rows(store, fx.History((claim,), (*running, success), (seen,)))["e1"][:5] == (
         "write_file",
         "reported_success",
         "possible",

@@ -16,7 +16,10 @@ down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-_HEX32 = "length(idempotency_key) = 32 AND ltrim(idempotency_key, '0123456789abcdef') = ''"
+_HEX32 = (
+    "idempotency_key = '' OR"
+    " (length(idempotency_key) = 32 AND ltrim(idempotency_key, '0123456789abcdef') = '')"
+)
 _KINDS = "'read', 'idempotent', 'write', 'irreversible'"
 _RESOURCES = "'fs', 'owned', 'external'"
 
