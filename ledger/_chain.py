@@ -172,7 +172,7 @@ def _sql_children(table: str, columns: tuple[str, ...], row: str) -> str:
     )
 
 
-def sql_encoding(kind: str, row: str) -> str:
+def sql_encoding(kind: str, row: str, sep: str = " || ") -> str:
     """An SQL expression equal to :func:`encode` of the record row aliased ``row``.
 
     For a claim it reads the claim's impact-scope and obligation rows as they are in the
@@ -194,7 +194,7 @@ def sql_encoding(kind: str, row: str) -> str:
         parts.append(f"CASE WHEN {version_1} THEN '' ELSE {extra} END")
         parts.append(_sql_children("impact_scope", SCOPE_COLUMNS, row))
         parts.append(_sql_children("obligations", OBLIGATION_COLUMNS, row))
-    return " || ".join(parts)
+    return sep.join(parts)
 
 
 def sql_key(row: str) -> str:

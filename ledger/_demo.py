@@ -170,6 +170,32 @@ def _table(rows: Sequence[tuple[str, ...]], header: tuple[str, ...]) -> str:
     return "\n".join(lines)
 
 
+def _verdicts(log: EffectLog, sandbox: Path, echo: Callable[[str], None]) -> None:
+    """Each effect's verdict and next step, then the reasons."""
+    rows = []
+    decisions = []
+    for claim in log.history().claims:
+        a = log.assess(claim.effect_id)
+        decisions.append(log.decide(claim.effect_id))
+        rows.append(
+            (
+                claim.effect_id,
+                claim.operation.name,
+                claim.impact_scope[0].locator.removeprefix(str(sandbox) + "/"),
+                a.execution.value if a.execution else "-",
+                a.impact.value if a.impact else "-",
+                a.verdict.value,
+                "yes" if a.unresolved_impact else "no",
+                decisions[-1].step.value,
+            )
+        )
+    columns = ("effect", "operation", "target", "execution", "impact", "verdict", "unresolved")
+    echo(_table(rows, (*columns, "next")))
+    echo("\nWhat the worker should do next, and why:")
+    for d in decisions:
+        echo(f"  {d.effect_id}: {d.step.value.upper()}: {d.reason}")
+
+
 def run(store: Path, echo: Callable[[str], None] = print, report: Path | None = None) -> int:
     """Run the demo against the store at ``store``; return a process exit code.
 
@@ -209,34 +235,14 @@ def run(store: Path, echo: Callable[[str], None] = print, report: Path | None = 
     echo(f"worker {again.pid} restarted on the same run; {out.strip()}\n")
 
     with EffectLog.load(run_id, store) as log:
-        history = log.history()
-        rows = []
-        for claim in history.claims:
-            a = log.assess(claim.effect_id)
-            target = claim.impact_scope[0].locator.removeprefix(str(sandbox) + "/")
-            rows.append(
-                (
-                    claim.effect_id,
-                    claim.operation.name,
-                    target,
-                    a.execution.value if a.execution else "-",
-                    a.impact.value if a.impact else "-",
-                    a.verdict.value,
-                    "yes" if a.unresolved_impact else "no",
-                )
-            )
-    echo(
-        _table(
-            rows, ("effect", "operation", "target", "execution", "impact", "verdict", "unresolved")
-        )
-    )
+        _verdicts(log, sandbox, echo)
     echo(
         f"\n{KILLED_IN} was interrupted mid-write: the ledger holds its claim, recovery marked it "
         "interrupted with possible impact, and the file observed afterwards does not match "
         "the intended digest. The worker must not assume it happened, nor blindly run it again."
     )
     query = (
-        "SELECT effect_id, operation, execution, impact, verdict, unresolved_impact "
+        "SELECT effect_id, operation, execution, impact, verdict, unresolved_impact, next_step "
         f"FROM effect_status WHERE run_id = '{run_id}' ORDER BY seq;"
     )
     argv = storage.backend(store).reader(store).query_command(query)

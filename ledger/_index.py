@@ -17,12 +17,15 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ledger.effects import (
+    Decision,
     EffectClaim,
     EffectOutcome,
     History,
     Observation,
+    Record,
     Resolution,
     ResourceRef,
+    decide,
 )
 
 _Key = tuple[str, str]
@@ -47,6 +50,30 @@ class RunIndex:
         self._retries: dict[str, list[EffectClaim]] = defaultdict(list)
         self._resolutions: dict[str, Resolution] = {}
         self._unanswered: dict[str, EffectClaim] = {}  # insertion order is claim order
+
+    @classmethod
+    def of(cls, history: History) -> RunIndex:
+        """The index of a whole history."""
+        index = cls()
+        for record in history.records():
+            index.add(record)
+        return index
+
+    def add(self, record: Record) -> None:
+        """Index a record of any type (in ``seq`` order)."""
+        if isinstance(record, EffectClaim):
+            self.add_claim(record)
+        elif isinstance(record, EffectOutcome):
+            self.add_outcome(record)
+        elif isinstance(record, Resolution):
+            self.add_resolution(record)
+        else:
+            self.add_observation(record)
+
+    def decide(self, claim: EffectClaim) -> Decision:
+        """:func:`~ledger.effects.decide` of ``claim`` on the part of the run it consults."""
+        attempts = self.attempts(claim)
+        return decide(claim, self.relevant(attempts[-1], tuple(attempts[:-1])))
 
     def add_claim(self, claim: EffectClaim) -> None:
         """Index a claim (in ``seq`` order)."""

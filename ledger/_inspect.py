@@ -17,7 +17,7 @@ from ledger import storage
 from ledger._index import RunIndex
 from ledger._owner import Writer
 from ledger.effect_log import EffectLog
-from ledger.effects import Assessment, EffectClaim, EffectOutcome, History, Resolution, assess
+from ledger.effects import Assessment, Decision, EffectOutcome, History, Resolution, assess
 from ledger.storage import (
     VERDICTS,
     EffectRow,
@@ -72,6 +72,7 @@ class RunReport:
     writer: Writer | None
     history: History
     assessments: tuple[Assessment, ...]
+    decisions: tuple[Decision, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The documented JSON shape of ``ledger show --json``."""
@@ -84,13 +85,14 @@ class RunReport:
                 {"type": r.record_type, "record": r.to_dict()} for r in self.history.records()
             ],
             "effects": [a.to_dict() for a in self.assessments],
+            "decisions": [d.to_dict() for d in self.decisions],
         }
 
 
 def show_run(directory: Path, prefix: str) -> RunReport:
     """The run matching ``prefix``, validated like ``EffectLog.load`` does."""
     run_id, history, writer = reader(directory).run(prefix)
-    return RunReport(run_id, writer, history, assess_all(history))
+    return RunReport(run_id, writer, history, assess_all(history), decide_all(history))
 
 
 def assess_all(history: History) -> tuple[Assessment, ...]:
@@ -100,17 +102,14 @@ def assess_all(history: History) -> tuple[Assessment, ...]:
     does: assessing every claim against the whole history grows with the square of the
     run (30 s for a run of 10,000 records), this grows with the run.
     """
-    index = RunIndex()
-    for record in history.records():
-        if isinstance(record, EffectClaim):
-            index.add_claim(record)
-        elif isinstance(record, EffectOutcome):
-            index.add_outcome(record)
-        elif isinstance(record, Resolution):
-            index.add_resolution(record)
-        else:
-            index.add_observation(record)
+    index = RunIndex.of(history)
     return tuple(assess(claim, index.relevant(claim)) for claim in history.claims)
+
+
+def decide_all(history: History) -> tuple[Decision, ...]:
+    """The decision on every claim of ``history``, in claim order (as :func:`assess_all`)."""
+    index = RunIndex.of(history)
+    return tuple(index.decide(claim) for claim in history.claims)
 
 
 def effect_statuses(
@@ -191,6 +190,15 @@ def recover_dead(directory: Path) -> list[Recovery]:
     or that another process is recovering, is left alone, and said so.
     """
     return [_recover(directory, run_id) for run_id in reader(directory).unsettled()]
+
+
+def resolve_effect(
+    directory: Path, prefix: str, effect_id: str, *, applied: bool, by: str, note: str = ""
+) -> Resolution:
+    """Record a person's word on an effect of the matching run: it landed, or it did not."""
+    run_id, _writer = reader(directory).writer(prefix)
+    with EffectLog.load(run_id, directory) as log:
+        return log.resolve(effect_id, applied=applied, by=by, note=note)
 
 
 # --------------------------------------------------------------------------- verify

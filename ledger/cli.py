@@ -245,6 +245,7 @@ def show(run: str, store: Path | None, as_json: bool) -> None:
             "IMPACT",
             "VERDICT",
             "UNRESOLVED",
+            "NEXT",
             "EVIDENCE",
             "STALE",
         ),
@@ -256,12 +257,16 @@ def show(run: str, store: Path | None, as_json: bool) -> None:
                 None if a.impact is None else a.impact.value,
                 a.verdict.value,
                 "yes" if a.unresolved_impact else "no",
+                d.step.value,
                 ",".join(a.evidence) or None,
                 ",".join(a.stale) or None,
             )
-            for a in report.assessments
+            for a, d in zip(report.assessments, report.decisions, strict=True)
         ],
     )
+    click.echo()
+    for d in report.decisions:
+        click.echo(printable(f"{d.effect_id}: {d.step.value.upper()}: {d.reason}"))
 
 
 @main.command()
@@ -410,6 +415,52 @@ def recover(run: str | None, dead: bool, force: bool, store: Path | None, as_jso
             )
     if not results:
         click.echo("nothing to recover")
+
+
+@main.command(short_help="Record that a person checked whether an effect landed.")
+@click.argument("run")
+@click.argument("effect")
+@click.option(
+    "--applied/--not-applied",
+    default=None,
+    help="What the person found: the effect landed, or it did not (one is required).",
+)
+@click.option("--by", "by", required=True, metavar="NAME", help="Who checked (an identifier).")
+@click.option("--note", default="", metavar="TEXT", help="What they saw.")
+@_store_option
+@_json_option
+def resolve(
+    run: str,
+    effect: str,
+    *,
+    applied: bool | None,
+    by: str,
+    note: str,
+    store: Path | None,
+    as_json: bool,
+) -> None:
+    """Settle EFFECT of RUN after checking the world: it landed (--applied) or not.
+
+    RUN is a run id or a unique prefix of one. The resolution is a record of the run,
+    chained like the others, at most one per effect. It leaves the verdict as the
+    evidence says and settles the effect: it leaves the incident list, and its next
+    step becomes done (applied) or retry with the same idempotency key (not applied).
+    """
+    if applied is None:
+        raise click.UsageError("say what you found: --applied or --not-applied")
+    with _library_errors():
+        resolution = _inspect.resolve_effect(
+            _directory(store), run, effect, applied=applied, by=by, note=note
+        )
+    if as_json:
+        _print_json(resolution.to_dict())
+        return
+    click.echo(
+        printable(
+            f"{resolution.effect_id}: resolved {resolution.word.replace('_', ' ')} "
+            f"by {resolution.by} (seq {resolution.seq})"
+        )
+    )
 
 
 @main.command(short_help="Check the file, the schema and every run; exit 1 on a problem.")

@@ -61,7 +61,6 @@ from ledger.effects import (
     ResourceRef,
     assess,
     check_identifier,
-    decide,
     idempotency_key,
     utc_now,
 )
@@ -780,9 +779,7 @@ class EffectLog:
         Like :meth:`assess`, it looks only at the records the rules consult.
         """
         with self._cond:
-            claim = self._claim_of(effect_id)
-            attempts = self._index.attempts(claim)
-            return decide(claim, self._index.relevant(attempts[-1], tuple(attempts[:-1])))
+            return self._index.decide(self._claim_of(effect_id))
 
     def retry(self, effect_id: str, *, new_effect_id: str | None = None) -> EffectClaim:
         """Claim ``effect_id`` again: same operation, kind, scope, postconditions and key.

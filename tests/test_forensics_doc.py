@@ -257,6 +257,7 @@ def build_store(base: Path) -> Scenario:
         assert [o.effect_id for o in log.recover_interrupted()] == ["write-index", "append-log"]
         (box / "data" / "sub" / "_index.txt").write_bytes(b"")
         _observe(log, "read-index", index, mechanism=fx.ObservationMechanism.FILESYSTEM_STAT)
+        log.resolve("append-log", applied=False, by="ops", note="run.log unchanged")
         _effect(log, "write-late", "write_file", [ref("data/sub/late.txt")])  # dies again
 
     with EffectLog(other, store) as log:
@@ -370,7 +371,10 @@ def check_incident_list(s: Scenario, rows: list[dict[str, Any]]) -> None:
     assert {"copy-input", "write-sibling", "chmod-data", "write-index"}.isdisjoint(listed)
 
 
-def _what(record: fx.EffectClaim | fx.EffectOutcome | fx.Observation) -> tuple[str, str]:
+def _what(record: fx.Record) -> tuple[str, str]:
+    if isinstance(record, fx.Resolution):
+        word = "applied" if record.applied else "not applied"
+        return record.effect_id, f"{word}, checked by {record.by}"
     if isinstance(record, fx.EffectClaim):
         scope = ", ".join(r.locator for r in record.impact_scope) or "nothing"
         return record.effect_id, f"{record.operation.name} on {scope}"
@@ -398,7 +402,7 @@ def check_timeline(s: Scenario, rows: list[dict[str, Any]]) -> None:
         for rec in records
     ]
     assert rows == expected
-    assert {r["kind"] for r in rows} == {"claim", "outcome", "observation"}
+    assert {r["kind"] for r in rows} == {"claim", "outcome", "observation", "resolution"}
 
 
 def check_path(s: Scenario, rows: list[dict[str, Any]]) -> None:

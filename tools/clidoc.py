@@ -175,7 +175,7 @@ def _examples() -> dict[str, object]:
         "recover": [r.to_dict() for r in recover],
         "verify": _inspect.VerifyReport(2, 5, ()).to_dict(),
         "export": [
-            {"v": _jsonl.FORMAT_VERSION, "type": r.kind, "record": r.to_dict()}
+            {"v": _jsonl.FORMAT_VERSION, "type": r.record_type, "record": r.to_dict()}
             for r in history_a.records()
         ],
         "import": [_jsonl.Imported(Path(f"{_RUN_A}.jsonl"), _RUN_A, 3, torn_tail=False).to_dict()],
