@@ -27,8 +27,10 @@ the effect's fate needs, and only then lets the ``CancelledError`` go on.
 - Cancelled while the outcome is written: the outcome and the observations land, then
   the ``CancelledError`` is raised.
 
-The same holds for a ``KeyboardInterrupt`` that the log holds back until a claim's fate
-is known (see :meth:`ledger.effect_log.EffectLog.claim`) in synchronous code.
+In synchronous code, Ctrl-C is held back by the log until a write's fate is known (see
+``EffectLog._submit``); a ``KeyboardInterrupt`` raised as a claim lands settles the claim
+``FAILED`` with impact ``NONE`` like a cancellation, and one in the body records
+``FAILED`` / ``POSSIBLE`` like any exception.
 """
 
 from __future__ import annotations
