@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from ledger import effects as fx
-from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
+from ledger.effect_log import EffectLog, new_run_id
 from ledger.resources import ExternalResource, FilesystemResource, FilesystemRoot, OwnedResource
 
 from .conftest import file_ref, sha
@@ -164,10 +164,6 @@ def test_impact_scope_takes_references_and_resource_objects(
     )
 
 
-@pytest.mark.xfail(
-    raises=EffectPersistenceError,
-    reason="the store's schema admits kind 'external' with the storage half of kinds (migration)",
-)
 def test_an_external_resource_in_the_scope_is_claimed(log: EffectLog) -> None:
     """An ExternalResource in the scope is claimed as its external reference."""
     ticket = ExternalResource("https://Tickets.Example/t/42")

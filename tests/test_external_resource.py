@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ledger import effects as fx
-from ledger.effect_log import EffectLog, EffectPersistenceError
+from ledger.effect_log import EffectLog
 from ledger.resources import ExternalResource
 
 from .conftest import op
@@ -126,10 +126,6 @@ def test_the_locator_is_stable_and_idempotent(scheme: str, host: str, path: str)
     assert ExternalResource(locator).locator == locator
 
 
-@pytest.mark.xfail(
-    raises=EffectPersistenceError,
-    reason="the store's schema admits kind 'external' with the storage half of kinds (migration)",
-)
 def test_an_external_reference_round_trips_through_the_store(store_dir: Path, run_id: str) -> None:
     """A claim on an external resource and an observation of it are loaded back as written."""
     ref = ExternalResource("https://Tickets.Example/t/42", revision="r7").to_ref("target")
