@@ -35,7 +35,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from ledger import _paths, storage
+from ledger import _calls, _paths, storage
 from ledger._chain import GENESIS
 from ledger._combiner import Combiner, Entry, acquire_uninterrupted
 from ledger._index import RunIndex
@@ -961,6 +961,85 @@ class EffectLog:
         if job.error is not None:
             raise job.error
         return appended
+
+    # ------------------------------------------------------------------ tool calls
+
+    def effect(
+        self,
+        operation: str,
+        *,
+        args: object = None,
+        kind: EffectKind = EffectKind.WRITE,
+        impact_scope: Iterable[ResourceRef | _calls.Referable] = (),
+        obligations: Iterable[Postcondition] = (),
+        effect_id: str | None = None,
+        action_id: str | None = None,
+        backend: str = "",
+        no_impact: _calls.ExceptionTypes = (),
+    ) -> _calls.EffectScope:
+        """One tool call as one effect: ``with log.effect("op", args=...) as call:``.
+
+        Entering (``with`` or ``async with``) first observes every file a postcondition
+        names (the baseline :func:`~ledger.effects.decide` compares with), then claims
+        the effect, durably, before the body runs. A normal exit records
+        ``REPORTED_SUCCESS`` with impact ``CERTAIN`` (``NONE`` for a ``READ``); an
+        exception records ``FAILED`` with impact ``POSSIBLE`` (``NONE`` for a type in
+        ``no_impact``) and goes on unchanged; an outcome the body gave through
+        ``call.succeeded()`` or ``call.failed()`` is kept. Then those files are observed
+        again, so a write that landed is ``VERIFIED``.
+
+        ``args`` (``None``: ``{}``) is digested with :func:`~ledger.effects.args_digest`;
+        ``impact_scope`` takes references or resources (``FilesystemResource``,
+        ``OwnedResource``, ``ExternalResource``); ``effect_id`` defaults to a fresh
+        unique id, ``action_id`` to the effect id. Every argument is checked here:
+        nothing is written for a bad one (``ValueError`` / ``TypeError``). In asyncio
+        code the writes run off the event loop; see docs/api.md for cancellation.
+        """
+        return _calls.EffectScope(
+            self,
+            operation,
+            args=args,
+            kind=kind,
+            impact_scope=impact_scope,
+            obligations=obligations,
+            effect_id=effect_id,
+            action_id=action_id,
+            backend=backend,
+            no_impact=no_impact,
+        )
+
+    @property
+    def tool(self) -> _calls.Tool:
+        """A decorator making each call of a function (sync or async) one :meth:`effect`.
+
+        ``@log.tool`` or ``@log.tool(kind=..., operation=None, impact_scope=None,
+        obligations=None, backend="", no_impact=())``: the call's bound arguments
+        (defaults applied) are the effect's ``args``, the function's ``__name__`` its
+        operation unless one is given; ``impact_scope`` and ``obligations`` may be
+        callables taking the function's arguments. The wrapper keeps the function's
+        name, docstring and signature.
+        """
+        return _calls.Tool(self)
+
+    def observe_file(
+        self,
+        resource: _calls.FileTarget,
+        *,
+        source_action_id: str,
+        observation_id: str | None = None,
+    ) -> Observation:
+        """Read a file and record what it holds: its SHA-256, or that it is absent.
+
+        ``resource`` is a ``FilesystemResource`` or an ``fs`` :class:`ResourceRef`. A
+        regular file is read whole (``FILESYSTEM_READ``, ``COMPLETE``); symlinks are
+        followed, and a dangling one is absent. A directory, a FIFO, a socket, a device
+        or a file this process may not read is recorded as existing without a digest
+        (``FILESYSTEM_STAT``). ``OSError`` when not even its existence can be told.
+        ``observation_id`` defaults to a fresh unique id.
+        """
+        return _calls.observe_file(
+            self, resource, source_action_id=source_action_id, observation_id=observation_id
+        )
 
 
 class _Request(Entry):

@@ -1,4 +1,4 @@
-"""What an effect can touch: files inside a sealed root, and owned records.
+"""What an effect can touch: files inside a sealed root, owned records, external resources.
 
 A :class:`FilesystemRoot` is the sandbox agent file tools work in. Sealing one,
 and resolving a path with :meth:`FilesystemResource.resolve`, refuses anything
@@ -6,19 +6,23 @@ that escapes the root and anything that is, lies inside or contains a ledger
 store -- a store this process knows of, or any directory holding a ledger
 database -- so an agent's own tools can never reach the ledger that accounts
 for them.
+
+An :class:`ExternalResource` is held by another system (an HTTP API, a mailbox, an
+MCP server's tool) and named by a URI.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from pathlib import Path
 from typing import Self
 
 from ledger import _paths
-from ledger.effects import InvalidTypeError, ResourceRef, check_identifier
+from ledger.effects import MAX_LOCATOR, InvalidTypeError, ResourceRef, check_identifier
 
-__all__ = ["FilesystemResource", "FilesystemRoot", "OwnedResource"]
+__all__ = ["ExternalResource", "FilesystemResource", "FilesystemRoot", "OwnedResource"]
 
 
 def _real(path: Path) -> Path:
@@ -198,3 +202,77 @@ class OwnedResource:
     def to_ref(self, role: str) -> ResourceRef:
         """Return this record's :class:`ResourceRef` with ``role`` and its revision."""
         return ResourceRef("owned", self.locator, role, self.revision)
+
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
+
+
+def _external_locator(uri: str) -> str:
+    """The locator of ``uri``: scheme and host lower-cased, everything else as given."""
+    scheme, colon, rest = uri.partition(":")
+    if not colon or not _SCHEME.fullmatch(scheme):
+        raise ValueError(f"uri must start with a scheme (https:, mailto:, mcp:, ...): {uri!r:.80}")
+    if not rest:
+        raise ValueError(f"uri has nothing after its scheme: {uri!r:.80}")
+    if not rest.startswith("//"):  # no authority (mailto:, urn:): only the scheme is folded
+        return f"{scheme.lower()}:{rest}"
+    end = len(rest)
+    for mark in "/?#":
+        found = rest.find(mark, 2)
+        if found != -1:
+            end = min(end, found)
+    authority, tail = rest[2:end], rest[end:]
+    userinfo, at, host_port = authority.rpartition("@")
+    if host_port.startswith("["):  # an IPv6 literal, whose colons are not a port's
+        close = host_port.find("]")
+        host, port = (
+            (host_port, "") if close == -1 else (host_port[: close + 1], host_port[close + 1 :])
+        )
+    else:
+        host, colon, port = host_port.partition(":")
+        port = colon + port
+    if not host:
+        raise ValueError(f"uri has an empty host: {uri!r:.80}")
+    return f"{scheme.lower()}://{userinfo}{at}{host.lower()}{port}{tail}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ExternalResource:
+    """A resource held by another system (an HTTP API, a mailbox, an MCP server's tool).
+
+    ``uri`` names it; its ``external`` locator is ``uri`` with the scheme and the host
+    lower-cased (user information, port, path, query and fragment are kept as given,
+    since other systems may tell them apart by case). ``ValueError`` for a URI without a
+    scheme, with nothing after it, with ``//`` and an empty host, or with whitespace or
+    control characters. ``revision`` is carried in the :class:`ResourceRef`.
+    """
+
+    uri: str
+    revision: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.uri, str):
+            raise InvalidTypeError(f"uri must be a str, not {type(self.uri).__name__}")
+        if not self.uri:
+            raise ValueError("uri must not be empty")
+        if len(self.uri) > MAX_LOCATOR:
+            raise ValueError(f"uri is longer than {MAX_LOCATOR} characters")
+        if not self.uri.isprintable() or any(c.isspace() for c in self.uri):
+            raise ValueError(
+                f"uri must not contain whitespace or control characters: {self.uri!r:.80}"
+            )
+        try:
+            self.uri.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("uri must be Unicode text (no lone surrogate)") from None
+        _external_locator(self.uri)
+        check_identifier(self.revision, "revision", optional=True)
+
+    @property
+    def locator(self) -> str:
+        """The ``external`` locator: the URI with its scheme and host lower-cased."""
+        return _external_locator(self.uri)
+
+    def to_ref(self, role: str) -> ResourceRef:
+        """Return this resource's :class:`ResourceRef` with ``role`` and its revision."""
+        return ResourceRef("external", self.locator, role, self.revision)

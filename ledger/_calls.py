@@ -1,0 +1,729 @@
+"""One tool call, one effect: what ``log.effect``, ``log.tool`` and ``log.observe_file`` do.
+
+Agent code wraps a tool call in ``with log.effect(...) as call:`` (or ``async with``).
+For one call the log gets, in ``seq`` order:
+
+1. an observation of each file a postcondition names, made *before* the claim: the
+   baseline that :func:`ledger.effects.decide` compares with (a ``WRITE`` whose files are
+   seen exactly as they were before it may be retried);
+2. the claim, durable before the body runs;
+3. the outcome, unless the body gave one: ``REPORTED_SUCCESS`` when the body returns,
+   ``FAILED`` when it raises (the exception goes on unchanged);
+4. an observation of each of those files again: the evidence ``assess`` reads, so a
+   write that landed ends ``VERIFIED`` without more code.
+
+A file that cannot be observed (the observation raises ``OSError``) is logged and left
+out: the verdict then stays ``UNVERIFIED``, which is the truth.
+
+In asyncio code every step that waits for the disk runs in the event loop's default
+executor, so other tasks run meanwhile. A step in a worker thread cannot be stopped, so
+a cancellation never cuts one short: the task waits for the step to end, records what
+the effect's fate needs, and only then lets the ``CancelledError`` go on.
+
+- Cancelled while claiming: if the claim landed, the body never ran, so the effect is
+  settled ``FAILED`` with impact ``NONE``; otherwise nothing was claimed.
+- Cancelled in the body: ``FAILED`` with impact ``POSSIBLE`` (``NONE`` if
+  ``CancelledError`` is in ``no_impact``), and the ``CancelledError`` is re-raised.
+- Cancelled while the outcome is written: the outcome and the observations land, then
+  the ``CancelledError`` is raised.
+
+In synchronous code, Ctrl-C is held back by the log until a write's fate is known (see
+``EffectLog._submit``); a ``KeyboardInterrupt`` raised as a claim lands settles the claim
+``FAILED`` with impact ``NONE`` like a cancellation, and one in the body records
+``FAILED`` / ``POSSIBLE`` like any exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import dataclasses
+import functools
+import hashlib
+import inspect
+import logging
+import os
+import stat
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol, TypeAlias, TypeVar, cast, overload
+
+from ledger.effects import (
+    Assessment,
+    Coverage,
+    EffectClaim,
+    EffectKind,
+    EffectOutcome,
+    ExecutionOutcome,
+    History,
+    Impact,
+    InvalidTypeError,
+    Observation,
+    ObservationMechanism,
+    OperationRef,
+    Postcondition,
+    ResourceRef,
+    args_digest,
+    check_identifier,
+    resource_ref,
+    utc_now,
+)
+from ledger.resources import FilesystemResource
+
+__all__ = [
+    "AsyncEffectCall",
+    "EffectCall",
+    "EffectScope",
+    "FileTarget",
+    "Referable",
+    "Tool",
+    "observe_file",
+    "read_file",
+]
+
+log = logging.getLogger("ledger")
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Referable(Protocol):
+    """A resource object that gives its own reference (``FilesystemResource`` and the others)."""
+
+    def to_ref(self, role: str) -> ResourceRef:
+        """Return the resource's :class:`ResourceRef` with ``role``."""
+        ...
+
+
+FileTarget: TypeAlias = FilesystemResource | ResourceRef
+ExceptionTypes: TypeAlias = type[BaseException] | tuple[type[BaseException], ...]
+
+
+class _Log(Protocol):
+    """What this module needs of an :class:`~ledger.effect_log.EffectLog`."""
+
+    def claim(
+        self,
+        *,
+        effect_id: str,
+        action_id: str,
+        operation: OperationRef,
+        impact_scope: Iterable[ResourceRef],
+        obligations: Iterable[Postcondition] = ...,
+        kind: EffectKind = ...,
+        retry_of: str | None = ...,
+    ) -> EffectClaim: ...
+
+    def outcome(
+        self,
+        *,
+        effect_id: str,
+        execution: ExecutionOutcome,
+        impact: Impact,
+        execution_id: str | None = ...,
+    ) -> EffectOutcome: ...
+
+    def observe(
+        self,
+        *,
+        observation_id: str,
+        resource: ResourceRef,
+        mechanism: ObservationMechanism,
+        coverage: Coverage,
+        source_action_id: str,
+        exists: bool | None = ...,
+        sha256: str | None = ...,
+        revision: str | None = ...,
+    ) -> Observation: ...
+
+    def history(self) -> History: ...
+
+    def assess(self, effect_id: str) -> Assessment: ...
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+# --------------------------------------------------------------------------- files
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FileState:
+    """What one look at a path found: by which mechanism, whether it exists, its digest."""
+
+    mechanism: ObservationMechanism
+    exists: bool
+    sha256: str | None
+
+
+_ABSENT = FileState(ObservationMechanism.FILESYSTEM_READ, exists=False, sha256=None)
+_PRESENT = FileState(ObservationMechanism.FILESYSTEM_STAT, exists=True, sha256=None)
+# O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer; it changes
+# nothing for a regular file. O_NOCTTY: a terminal opened here must not become ours.
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+def read_file(path: str) -> FileState:
+    """Look at ``path`` as a reader would: its SHA-256, or that it is absent.
+
+    Symlinks are followed (the content is what a reader of the path gets); a dangling
+    one, or a path through a file, reads as absent. Anything there that has no content to
+    read (a directory, a FIFO, a socket, a device) or that this process may not read
+    exists without a digest, found by ``FILESYSTEM_STAT``. ``OSError`` when not even its
+    existence can be told (a parent directory that may not be searched, a symlink loop).
+    """
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except (FileNotFoundError, NotADirectoryError):
+        return _ABSENT
+    except OSError:
+        return _stat_only(path)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return _PRESENT
+        with open(fd, "rb", closefd=False) as f:
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
+    finally:
+        os.close(fd)
+    return FileState(ObservationMechanism.FILESYSTEM_READ, exists=True, sha256=digest)
+
+
+def _stat_only(path: str) -> FileState:
+    try:
+        Path(path).stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return _ABSENT  # removed meanwhile
+    return _PRESENT
+
+
+def _file_ref(resource: object) -> ResourceRef:
+    if isinstance(resource, FilesystemResource):
+        return resource.to_ref("target")
+    if isinstance(resource, ResourceRef):
+        if resource.kind != "fs":
+            raise ValueError(
+                f"observe_file reads files, not a resource of kind {resource.kind!r}: "
+                "record what the system holding it says with observe()"
+            )
+        return resource
+    raise InvalidTypeError(
+        f"resource must be a FilesystemResource or an fs ResourceRef, not {type(resource).__name__}"
+    )
+
+
+def observe_file(
+    log_: _Log,
+    resource: FileTarget,
+    *,
+    source_action_id: str,
+    observation_id: str | None = None,
+) -> Observation:
+    """Read a file and record what it holds (``EffectLog.observe_file``)."""
+    ref = _file_ref(resource)
+    check_identifier(source_action_id, "source_action_id")
+    if observation_id is None:
+        observation_id = _new_id()
+    check_identifier(observation_id, "observation_id")
+    state = read_file(ref.locator)
+    return log_.observe(
+        observation_id=observation_id,
+        resource=ref,
+        mechanism=state.mechanism,
+        coverage=Coverage.COMPLETE,
+        source_action_id=source_action_id,
+        exists=state.exists,
+        sha256=state.sha256,
+    )
+
+
+# --------------------------------------------------------------------------- one effect
+
+
+def _scope_refs(value: object) -> tuple[ResourceRef, ...]:
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise InvalidTypeError(
+            "impact_scope must be a sequence of ResourceRef or resources (FilesystemResource, "
+            f"OwnedResource, ExternalResource), not {type(value).__name__}"
+        )
+    return tuple(
+        item if isinstance(item, ResourceRef) else resource_ref(item, "target") for item in value
+    )
+
+
+def _exception_types(value: object) -> tuple[type[BaseException], ...]:
+    types = value if isinstance(value, tuple) else (value,)
+    for item in types:
+        if not (isinstance(item, type) and issubclass(item, BaseException)):
+            raise InvalidTypeError(
+                "no_impact must be an exception type or a tuple of them, "
+                f"not one holding {item!r:.60}"
+            )
+    return cast("tuple[type[BaseException], ...]", types)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Plan:
+    """One effect's checked arguments, and the steps that record it (each blocking)."""
+
+    log: _Log
+    probe: EffectClaim  # the claim as it will be, checked; seq and time are the log's
+    targets: tuple[ResourceRef, ...]  # the files its postconditions name, once each
+    no_impact: tuple[type[BaseException], ...]
+    chosen_id: bool  # whether the caller chose the effect id (it may be taken)
+
+    @property
+    def effect_id(self) -> str:
+        return self.probe.effect_id
+
+    def begin(self) -> EffectClaim:
+        """Observe the targets (the baseline), then claim: durable when it returns."""
+        if self.chosen_id and self.targets:
+            self._refuse_taken()  # before any baseline is written for it
+        self.observe_targets("before")
+        probe = self.probe
+        try:
+            return self.log.claim(
+                effect_id=probe.effect_id,
+                action_id=probe.action_id,
+                operation=probe.operation,
+                impact_scope=probe.impact_scope,
+                obligations=probe.obligations,
+                kind=probe.kind,
+            )
+        except BaseException as e:
+            # A caller's mistake or the store's trouble: the claim exists nowhere. A signal
+            # handler's exception (Ctrl-C) is held back until the log knows whether the
+            # claim landed: if it did, the body never runs.
+            if not isinstance(e, Exception) and self.log.history().claim(probe.effect_id):
+                self.abandon()
+            raise
+
+    def _refuse_taken(self) -> None:
+        try:
+            self.log.assess(self.effect_id)
+        except ValueError:
+            return
+        raise ValueError(f"effect {self.effect_id!r} is already claimed in this run")
+
+    def abandon(self) -> None:
+        """Settle a claim whose body never ran: FAILED, impact NONE (never raises)."""
+        try:
+            self.log.outcome(
+                effect_id=self.effect_id, execution=ExecutionOutcome.FAILED, impact=Impact.NONE
+            )
+        except Exception:
+            log.exception(
+                "effect %r: its body never ran, but that could not be recorded", self.effect_id
+            )
+
+    def finish(self, given: bool, error: BaseException | None) -> None:
+        """Record the outcome (unless ``given`` one already) and observe the targets again.
+
+        When the body raised ``error``, a failure here is logged rather than raised, so
+        the body's exception goes on unchanged.
+        """
+        try:
+            if not given and not self._settled():
+                if error is None:
+                    execution = ExecutionOutcome.REPORTED_SUCCESS
+                    impact = Impact.NONE if self.probe.kind is EffectKind.READ else Impact.CERTAIN
+                else:
+                    execution = ExecutionOutcome.FAILED
+                    impact = Impact.NONE if isinstance(error, self.no_impact) else Impact.POSSIBLE
+                self.log.outcome(effect_id=self.effect_id, execution=execution, impact=impact)
+            self.observe_targets("after")
+        except Exception:
+            if error is None:
+                raise
+            log.exception(
+                "effect %r: its outcome could not be recorded after its body raised %s",
+                self.effect_id,
+                type(error).__name__,
+            )
+
+    def _settled(self) -> bool:
+        """Whether the body recorded a terminal outcome itself, through the log."""
+        execution = self.log.assess(self.effect_id).execution
+        return execution is not None and execution is not ExecutionOutcome.RUNNING
+
+    def observe_targets(self, when: str) -> None:
+        for target in self.targets:
+            try:
+                observe_file(self.log, target, source_action_id=self.probe.action_id)
+            except OSError as e:
+                log.warning(
+                    "effect %r: %s could not be observed %s its call: %s",
+                    self.effect_id,
+                    target.locator,
+                    when,
+                    e,
+                )
+
+    def outcome(self, execution: ExecutionOutcome, impact: Impact) -> EffectOutcome:
+        return self.log.outcome(effect_id=self.effect_id, execution=execution, impact=impact)
+
+
+class _Call:
+    """What the body of ``log.effect`` gets: the effect's identity and its claim."""
+
+    __slots__ = ("_given", "_plan", "claim")
+
+    def __init__(self, plan: _Plan, claim: EffectClaim) -> None:
+        self._plan = plan
+        self._given = False
+        self.claim = claim
+        """The durable claim."""
+
+    @property
+    def effect_id(self) -> str:
+        """The effect's id."""
+        return self.claim.effect_id
+
+    @property
+    def idempotency_key(self) -> str:
+        """The key to hand to the system the call reaches (an ``Idempotency-Key`` header)."""
+        return self.claim.idempotency_key
+
+    @property
+    def kind(self) -> EffectKind:
+        """The effect's kind."""
+        return self.claim.kind
+
+    @property
+    def outcome_given(self) -> bool:
+        """Whether the body gave the outcome, through :meth:`succeeded` or :meth:`failed`."""
+        return self._given
+
+    def _take(self, impact: object, default: Impact | None = None) -> Impact:
+        if impact is None and default is not None:
+            impact = default
+        if not isinstance(impact, Impact):
+            raise InvalidTypeError(f"impact must be an Impact, not {type(impact).__name__}")
+        if self._given:
+            raise ValueError(f"effect {self.effect_id!r} already has its outcome from this call")
+        self._given = True
+        return impact
+
+    def _success_impact(self, impact: Impact | None) -> Impact:
+        default = Impact.NONE if self.kind is EffectKind.READ else Impact.CERTAIN
+        return self._take(impact, default)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} effect_id={self.effect_id!r} kind={self.kind.value}>"
+
+
+class EffectCall(_Call):
+    """The body's handle on its effect, in ``with log.effect(...) as call``."""
+
+    __slots__ = ()
+
+    def succeeded(self, *, impact: Impact | None = None) -> EffectOutcome:
+        """Record ``REPORTED_SUCCESS`` now (impact default: ``CERTAIN``, ``NONE`` for a READ).
+
+        The block then records no outcome of its own, even if the body raises later.
+        """
+        impact = self._success_impact(impact)
+        return self._plan.outcome(ExecutionOutcome.REPORTED_SUCCESS, impact)
+
+    def failed(self, *, impact: Impact = Impact.POSSIBLE) -> EffectOutcome:
+        """Record ``FAILED`` now; impact ``NONE`` says the call certainly did nothing."""
+        impact = self._take(impact)
+        return self._plan.outcome(ExecutionOutcome.FAILED, impact)
+
+
+class AsyncEffectCall(_Call):
+    """The body's handle on its effect, in ``async with log.effect(...) as call``.
+
+    :meth:`succeeded` and :meth:`failed` start writing the outcome off the event loop
+    at once and return a future of it: ``await`` it to wait until it is durable, or
+    let the block's exit wait for it.
+    """
+
+    __slots__ = ("_pending",)
+
+    def __init__(self, plan: _Plan, claim: EffectClaim) -> None:
+        super().__init__(plan, claim)
+        self._pending: asyncio.Future[EffectOutcome] | None = None
+
+    def succeeded(self, *, impact: Impact | None = None) -> asyncio.Future[EffectOutcome]:
+        """Record ``REPORTED_SUCCESS`` (impact default: ``CERTAIN``, ``NONE`` for a READ)."""
+        impact = self._success_impact(impact)
+        return self._start(ExecutionOutcome.REPORTED_SUCCESS, impact)
+
+    def failed(self, *, impact: Impact = Impact.POSSIBLE) -> asyncio.Future[EffectOutcome]:
+        """Record ``FAILED``; impact ``NONE`` says the call certainly did nothing."""
+        impact = self._take(impact)
+        return self._start(ExecutionOutcome.FAILED, impact)
+
+    @property
+    def pending_outcome(self) -> asyncio.Future[EffectOutcome] | None:
+        """The outcome the body gave, being written or written; ``None`` if it gave none."""
+        return self._pending
+
+    def _start(self, execution: ExecutionOutcome, impact: Impact) -> asyncio.Future[EffectOutcome]:
+        self._pending = _off_loop(functools.partial(self._plan.outcome, execution, impact))
+        return self._pending
+
+
+def _off_loop(fn: Callable[[], T]) -> asyncio.Future[T]:
+    """Start ``fn`` in the running loop's default executor, in this task's context."""
+    loop = asyncio.get_running_loop()
+    return loop.run_in_executor(None, contextvars.copy_context().run, fn)
+
+
+async def _wait(future: asyncio.Future[Any]) -> asyncio.CancelledError | None:
+    """Wait until ``future`` is done, even if this task is cancelled meanwhile.
+
+    Returns the (first) cancellation met, for the caller to raise once it has recorded
+    what the step's result needs. ``future`` itself is never cancelled: it is a thread.
+    """
+    cancelled = None
+    while not future.done():
+        try:
+            await asyncio.wait((future,))
+        except asyncio.CancelledError as e:
+            cancelled = cancelled or e
+    return cancelled
+
+
+class EffectScope:
+    """What :meth:`~ledger.effect_log.EffectLog.effect` returns: one effect, entered once.
+
+    ``with`` gives an :class:`EffectCall`, ``async with`` an :class:`AsyncEffectCall`.
+    Every argument was checked when it was made: nothing is written for a bad one.
+    """
+
+    __slots__ = ("_call", "_entered", "_plan")
+
+    def __init__(
+        self,
+        log_: _Log,
+        operation: str,
+        *,
+        args: object = None,
+        kind: EffectKind = EffectKind.WRITE,
+        impact_scope: Iterable[ResourceRef | Referable] = (),
+        obligations: Iterable[Postcondition] = (),
+        effect_id: str | None = None,
+        action_id: str | None = None,
+        backend: str = "",
+        no_impact: ExceptionTypes = (),
+    ) -> None:
+        if not isinstance(kind, EffectKind):
+            raise InvalidTypeError(f"kind must be an EffectKind, not {type(kind).__name__}")
+        digest = args_digest({} if args is None else args)
+        chosen = effect_id is not None
+        effect_id = _new_id() if effect_id is None else effect_id
+        check_identifier(effect_id, "effect_id")
+        # The record checks every other field as the claim will, before anything is written.
+        probe = EffectClaim(
+            effect_id=effect_id,
+            seq=1,
+            action_id=effect_id if action_id is None else action_id,
+            operation=OperationRef(operation, backend, digest),
+            impact_scope=_scope_refs(impact_scope),
+            obligations=obligations,  # type: ignore[arg-type]  # checked and made a tuple
+            recorded_at=utc_now(),
+            kind=kind,
+        )
+        targets: dict[str, ResourceRef] = {}
+        for condition in probe.obligations:
+            if condition.target.kind == "fs":
+                targets.setdefault(condition.target.locator, condition.target)
+        self._plan = _Plan(
+            log_, probe, tuple(targets.values()), _exception_types(no_impact), chosen
+        )
+        self._entered = False
+        self._call: _Call | None = None
+
+    @property
+    def effect_id(self) -> str:
+        """The id the effect is claimed under."""
+        return self._plan.effect_id
+
+    def _enter(self) -> None:
+        if self._entered:
+            raise RuntimeError(
+                "a log.effect(...) is entered once: make a new one for each tool call"
+            )
+        self._entered = True
+
+    def __enter__(self) -> EffectCall:
+        self._enter()
+        call = EffectCall(self._plan, self._plan.begin())
+        self._call = call
+        return call
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._call is not None  # noqa: S101 - entered, or there is no exit
+        self._plan.finish(self._call.outcome_given, exc)
+
+    async def __aenter__(self) -> AsyncEffectCall:
+        self._enter()
+        begun = _off_loop(self._plan.begin)
+        cancelled = await _wait(begun)
+        if cancelled is None:
+            call = AsyncEffectCall(self._plan, begun.result())
+            self._call = call
+            return call
+        error = begun.exception()
+        if error is not None:
+            raise cancelled from error  # nothing was claimed
+        await _wait(_off_loop(self._plan.abandon))  # claimed, and the body will never run
+        raise cancelled
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        call = self._call
+        assert isinstance(call, AsyncEffectCall)  # noqa: S101 - entered with async with
+        cancelled = None
+        given_error = None
+        pending = call.pending_outcome
+        if pending is not None:
+            cancelled = await _wait(pending)
+            given_error = pending.exception()
+        finished = _off_loop(functools.partial(self._plan.finish, call.outcome_given, exc))
+        cancelled = await _wait(finished) or cancelled
+        error = given_error or finished.exception()
+        if exc is not None:
+            if given_error is not None:
+                log.error(
+                    "effect %r: the outcome its body gave could not be recorded: %s",
+                    self.effect_id,
+                    given_error,
+                )
+            return  # the body's exception goes on unchanged
+        if cancelled is not None:
+            if error is not None:
+                log.error("effect %r: %s", self.effect_id, error)
+            raise cancelled from error
+        if error is not None:
+            raise error
+
+
+# --------------------------------------------------------------------------- tools
+
+
+def _per_call(value: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterable[Any]:
+    if value is None:
+        return ()
+    if callable(value):
+        return cast("Iterable[Any]", value(*args, **kwargs))
+    return cast("Iterable[Any]", value)
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - an object with an async __call__
+    )
+
+
+class Tool:
+    """``log.tool``: a decorator making each call of a function one effect of the log."""
+
+    __slots__ = ("_log",)
+
+    def __init__(self, log_: _Log) -> None:
+        self._log = log_
+
+    @overload
+    def __call__(self, fn: F, /) -> F: ...
+
+    @overload
+    def __call__(
+        self,
+        fn: None = None,
+        /,
+        *,
+        kind: EffectKind = ...,
+        operation: str | None = ...,
+        impact_scope: Iterable[ResourceRef | Referable]
+        | Callable[..., Iterable[ResourceRef | Referable]]
+        | None = ...,
+        obligations: Iterable[Postcondition] | Callable[..., Iterable[Postcondition]] | None = ...,
+        backend: str = ...,
+        no_impact: ExceptionTypes = ...,
+    ) -> Callable[[F], F]: ...
+
+    def __call__(
+        self,
+        fn: F | None = None,
+        /,
+        *,
+        kind: EffectKind = EffectKind.WRITE,
+        operation: str | None = None,
+        impact_scope: Iterable[ResourceRef | Referable]
+        | Callable[..., Iterable[ResourceRef | Referable]]
+        | None = None,
+        obligations: Iterable[Postcondition] | Callable[..., Iterable[Postcondition]] | None = None,
+        backend: str = "",
+        no_impact: ExceptionTypes = (),
+    ) -> F | Callable[[F], F]:
+        """Decorate ``fn`` (bare ``@log.tool``), or return a decorator with these options."""
+        if not isinstance(kind, EffectKind):
+            raise InvalidTypeError(f"kind must be an EffectKind, not {type(kind).__name__}")
+        if operation is not None:
+            check_identifier(operation, "operation")
+        OperationRef("tool", backend, "0" * 64)  # checks backend now, not at the first call
+        no_impact_types = _exception_types(no_impact)
+        log_ = self._log
+
+        def decorate(fn: F) -> F:
+            if not callable(fn):
+                raise InvalidTypeError(f"log.tool decorates a function, not {type(fn).__name__}")
+            if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+                raise InvalidTypeError(
+                    "log.tool cannot wrap a generator: its work happens after the call "
+                    "returns; wrap each step in log.effect instead"
+                )
+            name = operation if operation is not None else getattr(fn, "__name__", None)
+            if name is None:
+                raise InvalidTypeError(f"{fn!r:.60} has no __name__: give log.tool an operation")
+            check_identifier(name, "operation")
+            signature = inspect.signature(fn)
+
+            def scope(args: tuple[Any, ...], kwargs: dict[str, Any]) -> EffectScope:
+                bound = signature.bind(*args, **kwargs)  # a wrong call fails as it would
+                bound.apply_defaults()
+                return EffectScope(
+                    log_,
+                    name,
+                    args=dict(bound.arguments),
+                    kind=kind,
+                    impact_scope=_per_call(impact_scope, args, kwargs),
+                    obligations=_per_call(obligations, args, kwargs),
+                    backend=backend,
+                    no_impact=no_impact_types,
+                )
+
+            if _is_async(fn):
+
+                @functools.wraps(fn)
+                async def async_tool(*args: Any, **kwargs: Any) -> Any:
+                    async with scope(args, kwargs):
+                        return await fn(*args, **kwargs)
+
+                return cast("F", async_tool)
+
+            @functools.wraps(fn)
+            def sync_tool(*args: Any, **kwargs: Any) -> Any:
+                with scope(args, kwargs):
+                    return fn(*args, **kwargs)
+
+            return cast("F", sync_tool)
+
+        if fn is None:
+            return decorate
+        return decorate(fn)
