@@ -789,23 +789,24 @@ class EffectLog:
         ``effect_id`` and a fresh effect id unless ``new_effect_id`` is given; from then
         on, ``effect_id``'s decision is its newest retry's. Durable as :meth:`claim` is.
         """
-        with self._cond:
-            decision = self.decide(effect_id)
-            if decision.step is not NextStep.RETRY:
-                raise ValueError(
-                    f"effect {effect_id!r} is not to be retried: the decision is "
-                    f"{decision.step.value.upper()} ({decision.reason})"
-                )
-            claim = self._claimed[effect_id]
-            return self.claim(
-                effect_id=new_effect_id or _fresh_effect_id(),
-                action_id=claim.action_id,
-                operation=claim.operation,
-                impact_scope=claim.impact_scope,
-                obligations=claim.obligations,
-                kind=claim.kind,
-                retry_of=effect_id,
+        # Not under the log's lock: claim queues behind other writers, which needs it free.
+        decision = self.decide(effect_id)
+        if decision.step is not NextStep.RETRY:
+            raise ValueError(
+                f"effect {effect_id!r} is not to be retried: the decision is "
+                f"{decision.step.value.upper()} ({decision.reason})"
             )
+        with self._cond:
+            claim = self._claimed[effect_id]
+        return self.claim(
+            effect_id=new_effect_id or _fresh_effect_id(),
+            action_id=claim.action_id,
+            operation=claim.operation,
+            impact_scope=claim.impact_scope,
+            obligations=claim.obligations,
+            kind=claim.kind,
+            retry_of=effect_id,
+        )
 
     def resolve(self, effect_id: str, *, applied: bool, by: str, note: str = "") -> Resolution:
         """Record that a person checked whether ``effect_id`` landed: ``applied`` or not.
