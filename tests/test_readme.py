@@ -34,4 +34,4 @@ def test_usage_example_runs_and_verifies(tmp_path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["write-hello verified False"]
+    assert result.stdout.splitlines() == ["write-hello verified done"]
