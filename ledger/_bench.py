@@ -127,6 +127,7 @@ _WHAT = {
     "claim": "EffectLog.claim: one resource, one postcondition",
     "claim_outcome": "claim, then outcome: the pair",
     "claim_many8": "claim_many of 8 claims: the batch",
+    "effect": "log.effect with one fs postcondition: baseline, claim, outcome, observation",
     "raw_off": "raw with synchronous=OFF",
     "cpu_off": "claim with synchronous=OFF",
 }
@@ -152,6 +153,7 @@ def _writes(scratch: Path, plan: _Plan, say: Progress) -> dict[str, dict[str, An
             "claim": library.claim,
             "claim_outcome": library.claim_outcome,
             "claim_many8": library.claim_many8,
+            "effect": library.effect,
             "raw_off": raw_off.chunk,
             "cpu_off": off.chunk,
         }
@@ -372,6 +374,7 @@ def _report(
         "recovery_1m_vs_10k": _ratio(p50(f"recovery_{big_store}"), p50(f"recovery_{small_store}")),
     }
     extra_ratios = {
+        "effect_vs_claim_outcome": _ratio(p50("effect"), p50("claim_outcome")),
         "threads8_shared_vs_single": _ratio(
             cases["threads8_shared"]["per_s"], cases["threads1"]["per_s"]
         ),

@@ -209,14 +209,17 @@ class Jsonl:
 
 
 class Library:
-    """claim, claim + outcome, claim_many of 8: each its own run in one warmed store."""
+    """claim, claim + outcome, claim_many of 8, log.effect: each its own run in one warmed store."""
 
     def __init__(self, directory: Path) -> None:
-        self.logs = [EffectLog(new_run_id(), directory) for _ in range(3)]
-        self.single, self.pairs, self.batches = self.logs
+        self.logs = [EffectLog(new_run_id(), directory) for _ in range(4)]
+        self.single, self.pairs, self.batches, self.effects = self.logs
         _warm_log(self.single, "w")
-        for log in (self.pairs, self.batches):
+        for log in (self.pairs, self.batches, self.effects):
             _claim(log, "first", _ref(0))  # a run's first write also records the run
+        # The files log.effect writes and observes: a few, rewritten in turn.
+        self.files = (directory.parent / "files").resolve()
+        self.files.mkdir(exist_ok=True)
         self.next = 0
 
     def close(self) -> None:
@@ -243,6 +246,23 @@ class Library:
             )
 
         return timed(pair, refs)
+
+    def effect(self, count: int) -> list[int]:
+        ids = list(self._ids(count))
+
+        def one(i: int) -> None:
+            path = self.files / f"f{i % 16}"
+            ref = fx.ResourceRef("fs", str(path), "target")
+            with self.effects.effect(
+                "write_file",
+                args={"path": path.name},
+                effect_id=f"e{i}",
+                impact_scope=[ref],
+                obligations=[fx.Postcondition(ref, fx.Predicate.EXISTS)],
+            ):
+                path.write_bytes(b"x")
+
+        return timed(one, ids)
 
     def claim_many8(self, count: int) -> list[int]:
         batches = {

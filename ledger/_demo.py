@@ -12,8 +12,8 @@ Run the worker alone with ``python -m ledger._demo STORE SANDBOX RUN_ID first|re
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import json
 import shlex
 import shutil
 import signal
@@ -43,14 +43,12 @@ class Step:
     content: bytes | None  # None: delete the file
 
     @property
-    def args_sha256(self) -> str:
-        """Digest of the call's canonical arguments."""
-        args = {
+    def args(self) -> dict[str, str | None]:
+        """The call's arguments, as the tool takes them."""
+        return {
             "path": self.path,
             "content": None if self.content is None else self.content.decode(),
         }
-        canonical = json.dumps(args, sort_keys=True, separators=(",", ":")).encode()
-        return hashlib.sha256(canonical).hexdigest()
 
 
 PLAN = (
@@ -63,26 +61,13 @@ PLAN = (
 KILLED_IN = "e3-report"
 
 
-def _observe(log: EffectLog, root: FilesystemRoot, step: Step, observation_id: str) -> None:
+def _observe(log: EffectLog, root: FilesystemRoot, step: Step) -> None:
     resource = FilesystemResource.resolve(root, step.path, allow_missing=True)
-    try:
-        data = resource.path.read_bytes()
-    except FileNotFoundError:
-        exists, digest = False, None
-    else:
-        exists, digest = True, hashlib.sha256(data).hexdigest()
-    log.observe(
-        observation_id=observation_id,
-        resource=fx.resource_ref(resource, "target"),
-        mechanism=fx.ObservationMechanism.FILESYSTEM_READ,
-        coverage=fx.Coverage.COMPLETE,
-        source_action_id=f"check-{step.effect_id}",
-        exists=exists,
-        sha256=digest,
-    )
+    log.observe_file(resource, source_action_id=f"check-{step.effect_id}")
 
 
 def _perform(log: EffectLog, root: FilesystemRoot, step: Step, crash: Callable[[], None]) -> None:
+    """One tool call as an effect: claimed first, its outcome and the file recorded after."""
     resource = FilesystemResource.resolve(root, step.path, allow_missing=True)
     ref = fx.resource_ref(resource, "target")
     if step.content is None:
@@ -90,42 +75,33 @@ def _perform(log: EffectLog, root: FilesystemRoot, step: Step, crash: Callable[[
     else:
         digest = hashlib.sha256(step.content).hexdigest()
         obligations = (fx.Postcondition(ref, fx.Predicate.SHA256, digest),)
-    log.claim(
-        effect_id=step.effect_id,
-        action_id=f"act-{step.effect_id}",
-        operation=fx.OperationRef(
+    # Deleting twice deletes once: an idempotent call. A missing file fails before
+    # anything changed (no impact).
+    with (
+        contextlib.suppress(FileNotFoundError),
+        log.effect(
             "delete_file" if step.content is None else "write_file",
-            "sandbox-fs/1",
-            step.args_sha256,
+            args=step.args,
+            kind=fx.EffectKind.IDEMPOTENT if step.content is None else fx.EffectKind.WRITE,
+            effect_id=step.effect_id,
+            action_id=f"act-{step.effect_id}",
+            backend="sandbox-fs/1",
+            impact_scope=(resource,),
+            obligations=obligations,
+            no_impact=(FileNotFoundError,),
         ),
-        impact_scope=(ref,),
-        obligations=obligations,
-    )
-    # The claim is durable now; only then is the tool invoked.
-    try:
+    ):
+        # The claim is durable now; only then is the tool invoked.
         if step.content is None:
             resource.path.unlink()
-        else:
-            resource.path.parent.mkdir(parents=True, exist_ok=True)
-            with resource.path.open("wb") as f:
-                if step.effect_id == KILLED_IN:
-                    f.write(step.content[: len(step.content) // 2])
-                    f.flush()
-                    crash()
-                f.write(step.content)
-    except FileNotFoundError:
-        log.outcome(
-            effect_id=step.effect_id,
-            execution=fx.ExecutionOutcome.FAILED,
-            impact=fx.Impact.NONE,
-        )
-        return
-    log.outcome(
-        effect_id=step.effect_id,
-        execution=fx.ExecutionOutcome.REPORTED_SUCCESS,
-        impact=fx.Impact.CERTAIN,
-    )
-    _observe(log, root, step, f"obs-{step.effect_id}")
+            return
+        resource.path.parent.mkdir(parents=True, exist_ok=True)
+        with resource.path.open("wb") as f:
+            if step.effect_id == KILLED_IN:
+                f.write(step.content[: len(step.content) // 2])
+                f.flush()
+                crash()
+            f.write(step.content)
 
 
 def worker(store: Path, sandbox: Path, run_id: str, phase: str) -> None:
@@ -147,7 +123,7 @@ def worker(store: Path, sandbox: Path, run_id: str, phase: str) -> None:
         claimed = {c.effect_id for c in log.history().claims}
         for step in PLAN:
             if step.effect_id in claimed:
-                _observe(log, root, step, f"recheck-{step.effect_id}")
+                _observe(log, root, step)
             else:
                 _perform(log, root, step, lambda: None)
 

@@ -46,12 +46,22 @@ def test_demo_kills_the_worker_and_recovers_the_interrupted_effect(demo_run) -> 
 
 
 def test_demo_table_is_honest(demo_run) -> None:
-    """Completed writes verify, the clean failure fails, the torn write is contradicted and unresolved."""
+    """Completed writes verify, the clean failure fails, the torn write is contradicted and unresolved.
+
+    Beside each verdict the next step: done, retry the failed delete, a person for the torn write.
+    """
     _, out = demo_run
-    assert _row(out, "e1-plan")[3:] == ["reported_success", "certain", "verified", "no"]
-    assert _row(out, "e2-cleanup")[3:] == ["failed", "none", "failed", "no"]
-    assert _row(out, "e3-report")[3:] == ["interrupted", "possible", "contradicted", "yes"]
-    assert _row(out, "e5-summary")[3:] == ["reported_success", "certain", "verified", "no"]
+    assert _row(out, "e1-plan")[3:] == ["reported_success", "certain", "verified", "no", "done"]
+    assert _row(out, "e2-cleanup")[3:] == ["failed", "none", "failed", "no", "retry"]
+    assert _row(out, "e3-report")[3:] == [
+        "interrupted",
+        "possible",
+        "contradicted",
+        "yes",
+        "escalate",
+    ]
+    assert _row(out, "e5-summary")[3:] == ["reported_success", "certain", "verified", "no", "done"]
+    assert "e3-report: ESCALATE: The evidence contradicts it: a person must check." in out
 
 
 def test_demo_store_agrees_with_its_table(demo_run) -> None:
