@@ -22,15 +22,7 @@ from .test_view import histories
 
 
 def index_of(history: fx.History) -> RunIndex:
-    index = RunIndex()
-    for record in history.records():
-        if isinstance(record, fx.EffectClaim):
-            index.add_claim(record)
-        elif isinstance(record, fx.EffectOutcome):
-            index.add_outcome(record)
-        else:
-            index.add_observation(record)
-    return index
+    return RunIndex.of(history)
 
 
 @settings(max_examples=1500, deadline=None)
@@ -101,7 +93,7 @@ def test_root_and_deep_paths_meet_in_the_index() -> None:
 )
 @given(history=histories())
 def test_log_assess_equals_assess_of_its_history(tmp_path: Path, history: fx.History) -> None:
-    """Replayed through a real log (claims, outcomes, observations), then loaded again."""
+    """Replayed through a real log (every record type), then loaded again: verdicts and decisions."""
     store = tmp_path / new_run_id()
     with EffectLog(new_run_id(), store) as log:
         for record in history.records():
@@ -112,7 +104,11 @@ def test_log_assess_equals_assess_of_its_history(tmp_path: Path, history: fx.His
                     operation=record.operation,
                     impact_scope=record.impact_scope,
                     obligations=record.obligations,
+                    kind=record.kind,
+                    retry_of=record.retry_of,
                 )
+            elif isinstance(record, fx.Resolution):
+                log.resolve(record.effect_id, applied=record.applied, by=record.by)
             elif isinstance(record, fx.EffectOutcome):
                 log.outcome_many(
                     [
@@ -138,6 +134,8 @@ def test_log_assess_equals_assess_of_its_history(tmp_path: Path, history: fx.His
         whole = log.history()
         for claim in whole.claims:
             assert log.assess(claim.effect_id) == fx.assess(claim, whole)
+            assert log.decide(claim.effect_id) == fx.decide(claim, whole)
     with EffectLog.load(run_id, store) as loaded:
         for claim in whole.claims:
             assert loaded.assess(claim.effect_id) == fx.assess(claim, whole)
+            assert loaded.decide(claim.effect_id) == fx.decide(claim, whole)
