@@ -361,6 +361,7 @@ def test_the_sql_encoding_and_hash_equal_the_python_ones_for_every_record(
             ("claim", "claims"),
             ("outcome", "outcomes"),
             ("observation", "observations"),
+            ("resolution", "resolutions"),
         ):
             rows = conn.execute(
                 f"SELECT t.seq, t.prev_hash, t.hash, {_chain.sql_encoding(kind, 't')},"

@@ -34,9 +34,9 @@ from ledger.sqlite import rows as _records
 from .conftest import fs_ref, op, sha
 
 DB = "ledger.sqlite3"
-TABLES = ("claims", "impact_scope", "obligations", "outcomes", "observations")
-SEQ_TABLES = ("claims", "outcomes", "observations")
-BOOLEANS = ("replayed", "resource_exists")
+TABLES = ("claims", "impact_scope", "obligations", "outcomes", "observations", "resolutions")
+SEQ_TABLES = ("claims", "outcomes", "observations", "resolutions")
+BOOLEANS = ("replayed", "resource_exists", "applied")
 
 
 def _write(directory: Path, run_id: str) -> None:
@@ -78,6 +78,16 @@ def _write(directory: Path, run_id: str) -> None:
         log.claim(effect_id="e2", action_id="a2", operation=op("remove", b"2"), impact_scope=[b])
     with EffectLog.load(run_id, directory) as log:  # after a crash: e2 is recovered
         assert len(log.recover_interrupted()) == 1
+        # A person finds e2 did not land; e3 repeats it (a version 2 claim, with a retry).
+        log.resolve("e2", applied=False, by="ops", note="b untouched")
+        log.claim(
+            effect_id="e3",
+            action_id="a3",
+            operation=op("remove", b"2"),
+            impact_scope=[b],
+            kind=fx.EffectKind.IDEMPOTENT,
+            retry_of="e2",
+        )
         log.observe(
             observation_id="o1",
             resource=b,
@@ -145,7 +155,7 @@ def _other_value(value: object, column: str) -> object:
     if isinstance(value, int):  # a flag flipped, a number moved past every one in use
         return 1 - value if column in BOOLEANS else value + 1000
     text = str(value)
-    if len(text) == 64 and all(c in "0123456789abcdef" for c in text):  # a digest or a hash
+    if len(text) in (32, 64) and all(c in "0123456789abcdef" for c in text):  # digest, hash, key
         return ("1" if text[0] != "1" else "2") + text[1:]
     return text + "x"
 
@@ -208,6 +218,7 @@ def _candidates(old: object) -> list[object]:
         *fx.RESOURCE_KINDS,
         "2001-02-03T04:05:06.000007+00:00",
         "a" * 64,
+        "a" * 32,
     ]
 
 
@@ -258,7 +269,7 @@ def test_every_field_of_every_record_type_is_stored(base: Base) -> None:
     with EffectLog.load(base.run_id, base.directory) as log:
         records = log.history().records()
     kinds = {type(r) for r in records}
-    assert kinds == {fx.EffectClaim, fx.EffectOutcome, fx.Observation}
+    assert kinds == {fx.EffectClaim, fx.EffectOutcome, fx.Observation, fx.Resolution}
     fields, changed = set(), set()
     for record in records:
         rows = _records.rows_of(base.run_id, record)
