@@ -277,6 +277,17 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     exported = tmp / f"{done}.jsonl"
     exported.write_text(results["export"].stdout)
     results["recover"] = _run("recover", crashed, "--force", "--json", *at, env=env)
+    results["resolve"] = _run(
+        "resolve",
+        crashed[:8],
+        "append-notes",
+        "--not-applied",
+        "--by",
+        "alice",
+        "--json",
+        *at,
+        env=env,
+    )
     results["import"] = _run(
         "import", str(exported), "--json", "--store", str(other_store), env=env
     )

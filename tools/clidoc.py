@@ -41,8 +41,10 @@ from ledger.effects import (
     OperationRef,
     Postcondition,
     Predicate,
+    Resolution,
     ResourceRef,
     assess,
+    idempotency_key,
 )
 
 __all__ = ["DOC", "NOTES", "WIDTH", "document", "render", "run"]
@@ -79,6 +81,7 @@ def _example_run_a() -> tuple[History, str, str]:
         impact_scope=(hello,),
         obligations=(Postcondition(hello, Predicate.SHA256, digest),),
         recorded_at="2026-03-01T09:15:02.118734+00:00",
+        idempotency_key=idempotency_key(_RUN_A, "write-hello"),
     )
     outcome = EffectOutcome(
         effect_id="write-hello",
@@ -114,6 +117,7 @@ def _example_run_b() -> tuple[History, EffectOutcome]:
         impact_scope=(notes,),
         obligations=(Postcondition(notes, Predicate.EXISTS),),
         recorded_at="2026-03-01T09:17:40.502317+00:00",
+        idempotency_key=idempotency_key(_RUN_B, "append-notes"),
     )
     recovered = EffectOutcome(
         effect_id="append-notes",
@@ -164,13 +168,24 @@ def _examples() -> dict[str, object]:
         )
         for claim in history.claims
     ]
+    resolution = Resolution(
+        effect_id="append-notes",
+        seq=3,
+        applied=False,
+        by="alice",
+        recorded_at="2026-03-01T09:40:12.004518+00:00",
+        note="notes.md unchanged since before the call",
+    )
     recover = [
         _inspect.Recovery(_RUN_B, (recovered,)),
         _inspect.Recovery(_RUN_C, skipped="a live process has it loaded"),
     ]
     return {
         "runs": [r.to_dict() for r in runs],
-        "show": _inspect.RunReport(_RUN_A, _WRITER, history_a, tuple(effects_a)).to_dict(),
+        "show": _inspect.RunReport(
+            _RUN_A, _WRITER, history_a, tuple(effects_a), _inspect.decide_all(history_a)
+        ).to_dict(),
+        "resolve": resolution.to_dict(),
         "status": [r.to_dict() for r in status],
         "recover": [r.to_dict() for r in recover],
         "verify": _inspect.VerifyReport(2, 5, ()).to_dict(),
@@ -187,6 +202,10 @@ def _examples() -> dict[str, object]:
 _EXAMPLE_COMMANDS = {
     "runs": "ledger runs --json",
     "show": "ledger show 3f9c --json",
+    "resolve": (
+        "ledger resolve b81e append-notes --not-applied --by alice"
+        " --note 'notes.md unchanged since before the call' --json"
+    ),
     "status": "ledger status --json",
     "recover": "ledger recover --dead --json",
     "verify": "ledger verify --json",
@@ -322,14 +341,15 @@ _SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("writer", "writer or null", "the last process that wrote it; `null` if not recorded"),
         ("records", "array of record entry", "every record, in `seq` order"),
         ("effects", "array of assessment", "the verdict on each claimed effect, in claim order"),
+        ("decisions", "array of decision", "what to do next about each effect, in claim order"),
     ),
     "writer": (
         ("host", "string", "the host name it ran on"),
         ("pid", "integer", "its process id"),
     ),
     "record entry": (
-        ("type", "string", "`claim`, `outcome` or `observation`"),
-        ("record", "claim or outcome or observation", "the record, as `type` says"),
+        ("type", "string", "`claim`, `outcome`, `observation` or `resolution`"),
+        ("record", "claim or outcome or observation or resolution", "the record, as `type` says"),
     ),
     # ledger status
     "effect row": (
@@ -378,8 +398,8 @@ _SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
     # ledger export (and what ledger import reads)
     "exported line": (
         ("v", "integer", "the format version: `1`"),
-        ("type", "string", "`claim`, `outcome` or `observation`"),
-        ("record", "claim or outcome or observation", "the record, as `type` says"),
+        ("type", "string", "`claim`, `outcome`, `observation` or `resolution`"),
+        ("record", "claim or outcome or observation or resolution", "the record, as `type` says"),
     ),
     # ledger import
     "imported file": (
@@ -409,6 +429,23 @@ _SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("impact_scope", "array of resource reference", "what the effect may touch"),
         ("obligations", "array of postcondition", "what should hold afterwards"),
         ("recorded_at", "string", "when it was written"),
+        ("kind", "string", "`read`, `idempotent`, `write` or `irreversible`"),
+        ("idempotency_key", "string", "32 lowercase hex characters to hand downstream"),
+        ("retry_of", "string or null", "the effect of the run this claim repeats"),
+    ),
+    "resolution": (
+        ("effect_id", "string", "the claimed effect a person settled"),
+        ("seq", "integer", "the record's position in its run"),
+        ("applied", "boolean", "whether the person found that the effect landed"),
+        ("by", "string", "who checked"),
+        ("recorded_at", "string", "when it was written"),
+        ("note", "string", "what they saw; may be empty"),
+    ),
+    "decision": (
+        ("effect_id", "string", "the claimed effect"),
+        ("step", "string", "`done`, `wait`, `retry` or `escalate`"),
+        ("reason", "string", "why, in one sentence"),
+        ("idempotency_key", "string", "the key a retry carries"),
     ),
     "outcome": (
         ("effect_id", "string", "the claimed effect"),
@@ -436,7 +473,7 @@ _SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("recorded_at", "string", "when it was written"),
     ),
     "resource reference": (
-        ("kind", "string", "`fs` (a file or directory) or `owned` (an application record)"),
+        ("kind", "string", "`fs` (a file or directory), `owned` (a record) or `external` (a URI)"),
         ("locator", "string", "`fs`: the real absolute path; `owned`: the record's identity"),
         ("role", "string", "how the effect relates to it, e.g. `target`"),
         ("revision", "string or null", "the record revision it points at, when known"),
@@ -463,6 +500,7 @@ _SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("unresolved_impact", "boolean", "it may have changed the world, nobody can say how"),
         ("evidence", "array of string", "the `observation_id`s the verdict rests on"),
         ("stale", "array of string", "observations of its targets a later claim made stale"),
+        ("resolution", "string or null", "`applied` or `not_applied` once a person settled it"),
     ),
 }
 
@@ -492,6 +530,10 @@ def _shape(name: str, intro: str = "") -> str:
 
 
 _ASSESSMENT = "The verdict on one claim, by the rules in [concepts.md](concepts.md#verdicts)."
+_DECISION = (
+    "What to do next about one effect, by the rules in"
+    " [concepts.md](concepts.md#kinds-keys-and-decisions)."
+)
 _RECORDS = f"""\
 ## JSON records
 
@@ -503,10 +545,12 @@ mean is in [concepts.md](concepts.md).
 {_shape("claim", "Written before the tool is invoked.")}
 {_shape("outcome", "How the call of a claimed effect ended, or that it is still running.")}
 {_shape("observation", "What the worker saw of a resource.")}
+{_shape("resolution", "A person's word, after checking the world, that an effect landed or not.")}
 {_shape("resource reference")}
 {_shape("operation")}
 {_shape("postcondition")}
-{_shape("assessment", _ASSESSMENT)}"""
+{_shape("assessment", _ASSESSMENT)}
+{_shape("decision", _DECISION)}"""
 NOTES: dict[str, str] = {
     "": """\
 `ledger --version` prints the version of the installed package; `-h` is short for
@@ -590,6 +634,20 @@ run's table lists the records drawn, at most 1,000, folded away when there are m
 what it left out each time, and `ledger show RUN` or `ledger export RUN` lists
 everything. A run of 10,000 records gives a page of about 1 MB in a few seconds.
 """,
+    "resolve": """\
+Writes to the store. After a person has checked the world, records what they found
+about EFFECT of RUN (a run id or a unique prefix): `--applied` (it landed) or
+`--not-applied` (it did not); one of the two is required. `--by` names who checked, and
+`--note` says what they saw. The resolution is a record of the run, append-only and
+chained like the others; an effect is resolved at most once (a second resolve is an
+error, exit 1). It leaves the verdict as the evidence says, takes the effect off the
+incident list (`status --unresolved`), and sets its next step: `done` when applied,
+`retry` (with the same idempotency key) when not
+([concepts.md](concepts.md#kinds-keys-and-decisions)).
+The run is loaded as a worker loads it, so it is refused while another process is
+recovering it.
+
+`--json` prints one [resolution](#resolution) object: the one written.""",
     "recover": f"""\
 Writes to the store. To every claim of the run that has no outcome at all it appends
 an outcome `interrupted`, impact `possible`, `replayed: true`, in one transaction, as
