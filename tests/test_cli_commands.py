@@ -79,6 +79,7 @@ ASSESSMENT_KEYS = {
     "unresolved_impact",
     "evidence",
     "stale",
+    "resolution",
 }
 OUTCOME_KEYS = {
     "effect_id",
@@ -510,13 +511,16 @@ def test_runs_on_a_store_without_runs_prints_only_the_header(tmp_path) -> None:
 
 @pytest.mark.parametrize("name", SHOWN)
 def test_show_json_is_the_run_its_writer_its_records_and_assessments(built, cli, name) -> None:
-    """`show RUN --json` gives the writer, every record (type + record) and assess's verdicts."""
+    """`show RUN --json` gives the writer, every record, assess's verdicts and decide's steps."""
     report = _json(cli("show", built.run(name), "--json"))
     history = built.history(name)
-    assert set(report) == {"run_id", "writer", "records", "effects"}
+    assert set(report) == {"run_id", "writer", "records", "effects", "decisions"}
+    assert report["decisions"] == [fx.decide(c, history).to_dict() for c in history.claims]
     assert report["run_id"] == built.run(name)
     assert report["writer"] == {"host": socket.gethostname(), "pid": os.getpid()}
-    assert report["records"] == [{"type": r.record_type, "record": r.to_dict()} for r in history.records()]
+    assert report["records"] == [
+        {"type": r.record_type, "record": r.to_dict()} for r in history.records()
+    ]
     assert report["effects"] == [a.to_dict() for a in built.assessments(built.run(name))]
     for effect in report["effects"]:
         assert set(effect) == ASSESSMENT_KEYS
@@ -525,7 +529,7 @@ def test_show_json_is_the_run_its_writer_its_records_and_assessments(built, cli,
 def test_show_prints_the_timeline_and_the_verdicts(built, cli) -> None:
     """`show RUN` prints the writer, each record in seq order and each effect's verdict."""
     out = _ok(cli("show", built.run("crash")))
-    title, timeline, effects = out.strip().split("\n\n")
+    title, timeline, effects, reasons = out.strip().split("\n\n")
     assert _split(title) == [
         f"run {built.run('crash')}",
         f"writer {socket.gethostname()}:{os.getpid()}",
@@ -538,7 +542,10 @@ def test_show_prints_the_timeline_and_the_verdicts(built, cli) -> None:
     ]
     assert [r["ID"] for r in rows] == ["e-torn", "e-lost", "e-torn", "e-lost", "o-b"]
     b = history.claims[0].impact_scope[0].locator
-    assert rows[0]["WHAT"] == f"write_file on {b}; expects sha256={sha(b'bravo bravo')[:12]} {b}"
+    key = history.claims[0].idempotency_key
+    assert rows[0]["WHAT"] == (
+        f"write_file (write) on {b}; expects sha256={sha(b'bravo bravo')[:12]} {b}; key {key}"
+    )
     assert rows[2]["WHAT"] == "interrupted, impact possible (recovery)"
     assert rows[4]["WHAT"] == (
         f"{b}: exists, sha256 {sha(b'bravo')[:12]} (filesystem_read, complete)"
@@ -551,18 +558,46 @@ def test_show_prints_the_timeline_and_the_verdicts(built, cli) -> None:
         "IMPACT",
         "VERDICT",
         "UNRESOLVED",
+        "NEXT",
         "EVIDENCE",
         "STALE",
     ]
     assert [list(r.values()) for r in verdicts] == [
-        ["e-torn", "write_file", "interrupted", "possible", "contradicted", "yes", "o-b", "-"],
-        ["e-lost", "send_report", "interrupted", "possible", "unverified", "yes", "-", "-"],
+        [
+            "e-torn",
+            "write_file",
+            "interrupted",
+            "possible",
+            "contradicted",
+            "yes",
+            "escalate",
+            "o-b",
+            "-",
+        ],
+        [
+            "e-lost",
+            "send_report",
+            "interrupted",
+            "possible",
+            "unverified",
+            "yes",
+            "escalate",
+            "-",
+            "-",
+        ],
+    ]
+    assert reasons.splitlines() == [
+        f"{c.effect_id}: {d.step.value.upper()}: {d.reason}"
+        for c in history.claims
+        for d in [fx.decide(c, history)]
     ]
 
 
 def test_show_table_matches_assess_for_failed_and_stale_effects(built, cli) -> None:
     """Failed, unverified and stale-evidence effects print the words assess gives them."""
-    _title, _timeline, effects = _ok(cli("show", built.run("fail")[:1])).strip().split("\n\n")
+    _title, _timeline, effects, _reasons = (
+        _ok(cli("show", built.run("fail")[:1])).strip().split("\n\n")
+    )
     rows = _table(effects)
     expected = [
         [
@@ -1058,6 +1093,7 @@ def test_demo_kills_a_worker_and_reports_the_torn_write(tmp_path) -> None:
         "possible",
         "contradicted",
         "yes",
+        "escalate",
     ]
 
 
