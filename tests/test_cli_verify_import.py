@@ -621,7 +621,9 @@ def test_export_prints_one_line_per_record_in_seq_order(exported: Exported, tmp_
     assert all(list(e) == ["v", "type", "record"] for e in entries)
     assert [e["v"] for e in entries] == [1] * len(records)
     assert [e["record"]["seq"] for e in entries] == list(range(1, len(records) + 1))
-    assert [(e["type"], e["record"]) for e in entries] == [(r.record_type, r.to_dict()) for r in records]
+    assert [(e["type"], e["record"]) for e in entries] == [
+        (r.record_type, r.to_dict()) for r in records
+    ]
 
     assert written.returncode == 0, written.stderr
     assert written.stdout == ""
@@ -746,9 +748,9 @@ def test_a_torn_final_line_is_ignored_and_reported(tmp_path: Path) -> None:
     ]
     for name, store in stores.items():
         history = _history(store, files[name].stem)
-        assert [{"v": 1, "type": r.record_type, "record": r.to_dict()} for r in history.records()] == (
-            keyed(entries, files[name].stem)
-        )
+        assert [
+            {"v": 1, "type": r.record_type, "record": r.to_dict()} for r in history.records()
+        ] == (keyed(entries, files[name].stem))
 
 
 def keyed(entries: list[dict[str, Any]], run_id: str) -> list[dict[str, Any]]:

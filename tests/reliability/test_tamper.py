@@ -588,7 +588,9 @@ def _rehash(base: Base, directory: Path, run_id: str, table: str) -> Iterator[Ca
     candidates = [
         r
         for r in records
-        if r.seq != base.head and r.record_type == kind and (table in SEQ_TABLES or getattr(r, table))
+        if r.seq != base.head
+        and r.record_type == kind
+        and (table in SEQ_TABLES or getattr(r, table))
     ]
     for record in _middle_first(candidates):
         forged, column, value, key = _forge(record, table)
