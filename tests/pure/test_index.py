@@ -1,0 +1,142 @@
+"""The log's index hands ``assess`` a small history that gives the same verdict as the run.
+
+``EffectLog.assess`` does not scan the run: it assesses a claim against the records the
+index finds (its outcomes, its targets' observations, the claims overlapping them). These
+tests hold that shortcut to the pure ``assess`` over the whole history, on the tricky
+resource pools of the view tests (``%``, ``_``, ``/``, siblings sharing a prefix, kinds).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+
+from ledger import _inspect
+from ledger import effects as fx
+from ledger._index import RunIndex
+from ledger.effect_log import EffectLog, OutcomeRequest, new_run_id
+from tests.conftest import fs_ref, op
+from tests.contract.test_view import histories
+
+
+def index_of(history: fx.History) -> RunIndex:
+    index = RunIndex()
+    for record in history.records():
+        if isinstance(record, fx.EffectClaim):
+            index.add_claim(record)
+        elif isinstance(record, fx.EffectOutcome):
+            index.add_outcome(record)
+        else:
+            index.add_observation(record)
+    return index
+
+
+@settings(max_examples=1500, deadline=None)
+@given(history=histories())
+def test_relevant_history_gives_the_verdict_of_the_whole_run(history: fx.History) -> None:
+    index = index_of(history)
+    for claim in history.claims:
+        assert fx.assess(claim, index.relevant(claim)) == fx.assess(claim, history), claim
+
+
+@settings(max_examples=300, deadline=None)
+@given(history=histories())
+def test_reports_assess_every_claim_as_the_whole_run_does(history: fx.History) -> None:
+    """`ledger show` and `ledger report` assess through the index: the same verdicts, in claim order."""
+    assert _inspect.assess_all(history) == tuple(fx.assess(c, history) for c in history.claims)
+
+
+@settings(max_examples=300, deadline=None)
+@given(history=histories())
+def test_unanswered_is_every_claim_without_an_outcome_in_claim_order(
+    history: fx.History,
+) -> None:
+    answered = {o.effect_id for o in history.outcomes}
+    expected = [c for c in history.claims if c.effect_id not in answered]
+    assert index_of(history).unanswered() == expected
+
+
+def test_root_and_deep_paths_meet_in_the_index() -> None:
+    target = fs_ref("/w/a/b/c.txt")
+    claims = [
+        fx.EffectClaim("on-root", 1, "a", op(), (fs_ref("/"),), (), fx.utc_now()),
+        fx.EffectClaim("ancestor", 2, "a", op(), (fs_ref("/w/a"),), (), fx.utc_now()),
+        fx.EffectClaim("sibling", 3, "a", op(), (fs_ref("/w/ab"),), (), fx.utc_now()),
+        fx.EffectClaim(
+            "self",
+            4,
+            "a",
+            op(),
+            (target,),
+            (fx.Postcondition(target, fx.Predicate.EXISTS),),
+            fx.utc_now(),
+        ),
+    ]
+    index = index_of(fx.History(tuple(claims), (), ()))
+    relevant = {c.effect_id for c in index.relevant(claims[-1]).claims}
+    assert relevant == {"on-root", "ancestor", "self"}
+    below_root = fx.EffectClaim(
+        "root-duty",
+        5,
+        "a",
+        op(),
+        (fs_ref("/"),),
+        (fx.Postcondition(fs_ref("/"), fx.Predicate.EXISTS),),
+        fx.utc_now(),
+    )
+    index.add_claim(below_root)
+    assert {c.effect_id for c in index.relevant(below_root).claims} == {
+        "on-root",
+        "ancestor",
+        "sibling",
+        "self",
+        "root-duty",
+    }
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(history=histories())
+def test_log_assess_equals_assess_of_its_history(tmp_path: Path, history: fx.History) -> None:
+    """Replayed through a real log (claims, outcomes, observations), then loaded again."""
+    store = tmp_path / new_run_id()
+    with EffectLog(new_run_id(), store) as log:
+        for record in history.records():
+            if isinstance(record, fx.EffectClaim):
+                log.claim(
+                    effect_id=record.effect_id,
+                    action_id=record.action_id,
+                    operation=record.operation,
+                    impact_scope=record.impact_scope,
+                    obligations=record.obligations,
+                )
+            elif isinstance(record, fx.EffectOutcome):
+                log.outcome_many(
+                    [
+                        OutcomeRequest(
+                            effect_id=record.effect_id,
+                            execution=record.execution,
+                            impact=record.impact,
+                        )
+                    ]
+                )
+            else:
+                log.observe(
+                    observation_id=record.observation_id,
+                    resource=record.resource,
+                    mechanism=record.mechanism,
+                    coverage=record.coverage,
+                    source_action_id=record.source_action_id,
+                    exists=record.exists,
+                    sha256=record.sha256,
+                    revision=record.revision,
+                )
+        run_id = log.run_id
+        whole = log.history()
+        for claim in whole.claims:
+            assert log.assess(claim.effect_id) == fx.assess(claim, whole)
+    with EffectLog.load(run_id, store) as loaded:
+        for claim in whole.claims:
+            assert loaded.assess(claim.effect_id) == fx.assess(claim, whole)
