@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import PYTHON, REPO, missing, require_tool, subprocess_env
+from tests.builders import PYTHON, REPO, missing, require_tool, subprocess_env
 
 LEDGER = str(Path(PYTHON).with_name("ledger"))
 DB = "ledger.sqlite3"

@@ -19,7 +19,7 @@ from ledger import _bench, _bench_cases
 from ledger.cli import main
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.sqlite.store import unsynchronised
-from tests.conftest import PYTHON, op, subprocess_env
+from tests.builders import PYTHON, op, subprocess_env
 
 LATENCY = ["raw", "jsonl", "claim", "claim_outcome", "claim_many8", "raw_off", "cpu_off"]
 CONCURRENCY = ["threads1", "threads8", "threads8_shared", "processes4"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.conftest import PYTHON, subprocess_env
+from tests.builders import PYTHON, subprocess_env
 
 LEDGER = Path(PYTHON).with_name("ledger")
 

@@ -37,7 +37,7 @@ from ledger import effects as fx
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.resources import FilesystemRoot
 from ledger.sqlite.store import acquire, release
-from tests.conftest import PYTHON, file_ref, op, sha, subprocess_env
+from tests.builders import PYTHON, file_ref, op, sha, subprocess_env
 
 LEDGER = Path(PYTHON).with_name("ledger")
 HEX = "0123456789abcdef"

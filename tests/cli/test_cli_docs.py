@@ -24,7 +24,7 @@ from ledger import effects as fx
 from ledger.cli import main
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.resources import FilesystemRoot
-from tests.conftest import PYTHON, REPO, file_ref, op, sha, subprocess_env
+from tests.builders import PYTHON, REPO, file_ref, op, sha, subprocess_env
 from tools import clidoc
 
 LEDGER = Path(PYTHON).with_name("ledger")

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PYTHON, REPO, missing, subprocess_env
+from tests.builders import PYTHON, REPO, missing, subprocess_env
 
 LEDGER = Path(PYTHON).with_name("ledger")
 DB = "ledger.sqlite3"

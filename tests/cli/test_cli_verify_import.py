@@ -26,7 +26,7 @@ import pytest
 
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, new_run_id
-from tests.conftest import PYTHON, fs_ref, op, sha, subprocess_env
+from tests.builders import PYTHON, fs_ref, op, sha, subprocess_env
 
 LEDGER = Path(PYTHON).with_name("ledger")
 DB = "ledger.sqlite3"

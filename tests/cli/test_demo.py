@@ -9,7 +9,7 @@ import pytest
 
 from ledger import effects as fx
 from ledger.effect_log import EffectLog
-from tests.conftest import PYTHON, subprocess_env
+from tests.builders import PYTHON, subprocess_env
 
 LEDGER = Path(PYTHON).with_name("ledger")
 

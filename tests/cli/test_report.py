@@ -25,8 +25,8 @@ import pytest
 from ledger import _report
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, new_run_id
+from tests.builders import PYTHON, fs_ref, op, require_tool, sha, subprocess_env
 from tests.cli.test_cli_readonly import fingerprint
-from tests.conftest import PYTHON, fs_ref, op, require_tool, sha, subprocess_env
 
 LEDGER = Path(PYTHON).with_name("ledger")
 

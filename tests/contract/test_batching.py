@@ -37,7 +37,7 @@ from ledger.effect_log import (
     new_run_id,
 )
 from ledger.sqlite import store as _store
-from tests.conftest import PYTHON, REPO, fs_ref, op, sha, subprocess_env
+from tests.builders import PYTHON, REPO, fs_ref, op, sha, subprocess_env
 
 DB = "ledger.sqlite3"
 CHILD_TIMEOUT = 60

@@ -17,7 +17,7 @@ from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite.engine import _on_begin, _on_connect, alembic_config, head_revision
 from ledger.sqlite.rows import chain_hash, rows_of
-from tests.conftest import PYTHON, fs_ref, op
+from tests.builders import PYTHON, fs_ref, op
 
 LEDGER = Path(PYTHON).with_name("ledger")
 

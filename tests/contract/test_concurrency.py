@@ -28,7 +28,7 @@ from ledger import effects as fx
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.sqlite.engine import head_revision
 from ledger.sqlite.schema import SQLITE_TRIGGERS, VIEWS
-from tests.conftest import PYTHON, REPO, fs_ref, op, subprocess_env
+from tests.builders import PYTHON, REPO, fs_ref, op, subprocess_env
 
 # A generous bound for any child or thread: a deadlock fails instead of hanging.
 TIMEOUT = 120.0

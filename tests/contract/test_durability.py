@@ -20,7 +20,7 @@ import pytest
 
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
-from tests.conftest import PYTHON, fs_ref, missing, op, require_tool, subprocess_env
+from tests.builders import PYTHON, fs_ref, missing, op, require_tool, subprocess_env
 
 DB = "ledger.sqlite3"
 CHILD_TIMEOUT = 60

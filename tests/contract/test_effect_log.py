@@ -40,7 +40,7 @@ from ledger.errors import (
 )
 from ledger.resources import FilesystemRoot
 from ledger.sqlite.commit import GroupCommit, Job
-from tests.conftest import file_ref, fs_ref, op, sha
+from tests.builders import file_ref, fs_ref, op, sha
 
 EXISTS = fx.Predicate.EXISTS
 RUNNING = fx.ExecutionOutcome.RUNNING

@@ -38,7 +38,7 @@ from ledger.errors import (
 from ledger.sqlite.engine import alembic_config
 from ledger.sqlite.errors import classify, storage_errors
 from ledger.sqlite.store import Store
-from tests.conftest import PYTHON, op, subprocess_env
+from tests.builders import PYTHON, op, subprocess_env
 
 DB = "ledger.sqlite3"
 LEAVES = (

@@ -37,7 +37,7 @@ from ledger.effect_log import (
     OutcomeRequest,
     new_run_id,
 )
-from tests.conftest import PYTHON, REPO, fs_ref, op, subprocess_env
+from tests.builders import PYTHON, REPO, fs_ref, op, subprocess_env
 from tests.contract.test_batching import read_lines, wal_commits
 
 DB = "ledger.sqlite3"

@@ -20,7 +20,7 @@ import pytest
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite import liveness as _liveness
-from tests.conftest import PYTHON, op, subprocess_env
+from tests.builders import PYTHON, op, subprocess_env
 
 TIMEOUT = 60
 

@@ -2,7 +2,7 @@
 
 from ledger import effects as fx
 from ledger.effect_log import EffectLog
-from tests.conftest import fs_ref, op
+from tests.builders import fs_ref, op
 
 
 def test_claim_outcome_observe_verifies_and_reloads(log: EffectLog) -> None:

@@ -21,7 +21,7 @@ from ledger._chain import GENESIS
 from ledger.effect_log import new_run_id
 from ledger.sqlite.store import Store, acquire, release
 from ledger.storage import Batch
-from tests.conftest import op, sha
+from tests.builders import op, sha
 
 NOW = "2024-01-01T00:00:00.000000+00:00"
 DIGESTS = (sha(b"one"), sha(b"two"))

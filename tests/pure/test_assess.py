@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ledger import effects as fx
-from tests.conftest import fs_ref, op, sha
+from tests.builders import fs_ref, op, sha
 
 NOW = fx.utc_now()
 A = fs_ref("/sandbox/a.txt")

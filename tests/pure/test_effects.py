@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from ledger import effects as fx
 from ledger.resources import FilesystemRoot, OwnedResource
-from tests.conftest import file_ref, fs_ref, op, sha
+from tests.builders import file_ref, fs_ref, op, sha
 
 NOW = fx.utc_now()
 A = fs_ref("/sandbox/a.txt")

@@ -16,7 +16,7 @@ from ledger import _inspect
 from ledger import effects as fx
 from ledger._index import RunIndex
 from ledger.effect_log import EffectLog, OutcomeRequest, new_run_id
-from tests.conftest import fs_ref, op
+from tests.builders import fs_ref, op
 from tests.contract.test_view import histories
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, effects_dir
 from ledger.resources import FilesystemResource, FilesystemRoot, OwnedResource
-from tests.conftest import PYTHON, file_ref, op, subprocess_env
+from tests.builders import PYTHON, file_ref, op, subprocess_env
 
 
 def resolve(root: FilesystemRoot, path: str | Path, **kwargs: bool) -> Path:

@@ -32,7 +32,7 @@ import pytest
 from ledger import effects as fx
 from ledger._inspect import Head, list_runs, run_head, verify
 from ledger.effect_log import EffectLog, new_run_id
-from tests.conftest import PYTHON, fs_ref, op, subprocess_env
+from tests.builders import PYTHON, fs_ref, op, subprocess_env
 from tests.reliability.figures import report
 
 DB = "ledger.sqlite3"

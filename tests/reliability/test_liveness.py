@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, new_run_id
-from tests.conftest import PYTHON, op, subprocess_env
+from tests.builders import PYTHON, op, subprocess_env
 from tests.reliability.figures import report
 
 LONG = os.environ.get("LEDGER_RELIABILITY") == "long"

@@ -48,7 +48,7 @@ from ledger import _chain, _inspect
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite import schema as _schema
-from tests.conftest import PYTHON, REPO, fs_ref, op, require_tool, sha, subprocess_env
+from tests.builders import PYTHON, REPO, fs_ref, op, require_tool, sha, subprocess_env
 from tests.reliability.figures import report
 
 SQLITE3 = shutil.which("sqlite3")

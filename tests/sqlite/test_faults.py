@@ -21,7 +21,7 @@ import pytest
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, effects_dir, new_run_id
 from ledger.resources import FilesystemResource, FilesystemRoot
-from tests.conftest import PYTHON, fs_ref, op, subprocess_env
+from tests.builders import PYTHON, fs_ref, op, subprocess_env
 
 DB = "ledger.sqlite3"
 CHILD_TIMEOUT = 60

@@ -30,7 +30,7 @@ from ledger import _inspect
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite import rows as _records
-from tests.conftest import fs_ref, op, sha
+from tests.builders import fs_ref, op, sha
 
 DB = "ledger.sqlite3"
 TABLES = ("claims", "impact_scope", "obligations", "outcomes", "observations")

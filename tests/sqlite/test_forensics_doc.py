@@ -27,7 +27,7 @@ import pytest
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.resources import FilesystemRoot, OwnedResource
-from tests.conftest import REPO, file_ref, op, require_tool, sha
+from tests.builders import REPO, file_ref, op, require_tool, sha
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -35,7 +35,7 @@ from ledger._index import RunIndex
 from ledger.effect_log import ClaimRequest, EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite import store as _store
 from ledger.sqlite.commit import GroupCommit, Job
-from tests.conftest import fs_ref, op
+from tests.builders import fs_ref, op
 
 TIMEOUT = 10.0  # the longest any one wait may take before the test fails
 SUCCESS = fx.ExecutionOutcome.REPORTED_SUCCESS

@@ -26,7 +26,7 @@ from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite.engine import _migrations_dir, alembic_config, head_revision
 from ledger.sqlite.schema import SQLITE_TRIGGERS, VIEWS, install_derived, metadata
-from tests.conftest import REPO, fs_ref, op
+from tests.builders import REPO, fs_ref, op
 
 RUN_ID = "0123456789abcdef0123456789abcdef"
 

@@ -26,7 +26,7 @@ from ledger.sqlite.engine import _on_connect
 from ledger.sqlite.rows import chain_hash
 from ledger.sqlite.schema import APPEND_ONLY_TABLES
 from ledger.sqlite.store import Store
-from tests.conftest import fs_ref, op, sha
+from tests.builders import fs_ref, op, sha
 
 TS = "2024-01-01T00:00:00+00:00"
 # Attack rows carry well-formed chain columns; the chain guard itself is dropped by

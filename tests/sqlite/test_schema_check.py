@@ -20,7 +20,7 @@ from ledger.sqlite.engine import _foreign_keys_off, _on_begin, _on_connect, alem
 from ledger.sqlite.errors import translate
 from ledger.sqlite.rows import prepare
 from ledger.sqlite.schema import SQLITE_TRIGGERS, VIEWS
-from tests.conftest import fs_ref, op
+from tests.builders import fs_ref, op
 
 DB = "ledger.sqlite3"
 

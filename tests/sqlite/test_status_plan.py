@@ -20,7 +20,7 @@ from ledger import effects as fx
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.sqlite import schema as _schema
 from ledger.sqlite.engine import _on_begin, _on_connect, alembic_config, head_revision
-from tests.conftest import fs_ref, op
+from tests.builders import fs_ref, op
 
 QUERIES = {
     "effect_status of a run": "SELECT * FROM effect_status WHERE run_id = ?",

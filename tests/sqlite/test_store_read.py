@@ -10,7 +10,7 @@ from sqlalchemy import Connection
 
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.sqlite.reads import read
-from tests.conftest import PYTHON, op, subprocess_env
+from tests.builders import PYTHON, op, subprocess_env
 
 WRITER = """
 import sys
