@@ -6,15 +6,16 @@ The builders test modules import by name are in ``tests/builders.py``.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
 
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.resources import FilesystemRoot
-from tests.builders import missing, require_tool
+from tests.builders import TIMEOUT, Call, missing, require_tool
 
 # `make mutants` runs the property tests once per mutant: the same examples each time
 # (derandomized, no example database, 25 where a test sets no number), so a mutant's
@@ -68,3 +69,21 @@ def root() -> None:
     """The test acts as another user (chown, setpriv): it needs root."""
     if os.geteuid() != 0:
         missing("this test acts as another user, which needs root")
+
+
+@pytest.fixture
+def in_thread() -> Iterator[Callable[[Callable[[], Any]], Call]]:
+    """Start calls in threads; each is joined after the test, even a failed one."""
+    calls: list[Call] = []
+
+    def start(fn: Callable[[], Any]) -> Call:
+        calls.append(Call(fn))
+        return calls[-1]
+
+    yield start
+    stuck = []
+    for call in calls:
+        call.thread.join(TIMEOUT)
+        if call.thread.is_alive():
+            stuck.append(call)
+    assert not stuck, f"{len(stuck)} thread(s) still running after the test"

@@ -1,85 +1,38 @@
-"""The hash chain: every record row is chained to the one before, and loading checks it."""
+"""The hash chain on any backend: every record is chained to the one before, across reloads.
+
+What the chain's hashes are, and that a store refuses or detects a record changed behind
+the library's back, is shown on the SQLite backend's rows (``tests/sqlite/test_chain.py``).
+"""
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import sqlite3
-import subprocess
 from pathlib import Path
 
-import pytest
-import sqlalchemy as sa
-from alembic import command
-
-from ledger import _chain, _inspect
 from ledger import effects as fx
-from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
-from ledger.sqlite.engine import _on_begin, _on_connect, alembic_config, head_revision
-from ledger.sqlite.rows import chain_hash, rows_of
-from tests.builders import PYTHON, fs_ref, op
-
-LEDGER = Path(PYTHON).with_name("ledger")
+from ledger.effect_log import EffectLog
+from tests.backends import Backend
+from tests.builders import fs_ref, write_five_records
 
 
-def _run(log: EffectLog) -> None:
-    a = fs_ref("/w/a")
-    log.observe(
-        observation_id="o0",
-        resource=a,
-        mechanism=fx.ObservationMechanism.FILESYSTEM_STAT,
-        coverage=fx.Coverage.COMPLETE,
-        source_action_id="s0",
-        exists=False,
+def _links(backend: Backend, store: Path, run_id: str) -> list[tuple[int, str, str]]:
+    """(seq, prev_hash, hash) of every record of the run, in seq order, read outside the library."""
+    return backend.query(
+        store,
+        " UNION ALL ".join(
+            f"SELECT seq, prev_hash, hash FROM {t} WHERE run_id = ?"
+            for t in ("claims", "outcomes", "observations")
+        )
+        + " ORDER BY seq",
+        (run_id,) * 3,
     )
-    log.claim(
-        effect_id="e1",
-        action_id="a1",
-        operation=op(),
-        impact_scope=[a, fs_ref("/w")],
-        obligations=[fx.Postcondition(a, fx.Predicate.EXISTS)],
-    )
-    log.outcome(effect_id="e1", execution=fx.ExecutionOutcome.RUNNING, impact=fx.Impact.POSSIBLE)
-    log.outcome(
-        effect_id="e1", execution=fx.ExecutionOutcome.REPORTED_SUCCESS, impact=fx.Impact.CERTAIN
-    )
-    log.claim(effect_id="e2", action_id="a2", operation=op(), impact_scope=[])
 
 
-def _links(db: Path, run_id: str) -> list[tuple[int, str, str]]:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return conn.execute(
-            " UNION ALL ".join(
-                f"SELECT seq, prev_hash, hash FROM {t} WHERE run_id = ?"
-                for t in ("claims", "outcomes", "observations")
-            )
-            + " ORDER BY seq",
-            (run_id,) * 3,
-        ).fetchall()
-    finally:
-        conn.close()
-
-
-def test_every_record_extends_its_runs_chain(store_dir: Path, run_id: str) -> None:
-    """Each stored hash is SHA3-256 of the previous hash and the record; the first follows the genesis value."""
-    with EffectLog(run_id, store_dir) as log:
-        _run(log)
-        records = log.history().records()
-        db = log.path
-    prev = _chain.GENESIS
-    links = _links(db, run_id)
-    assert [seq for seq, _, _ in links] == [r.seq for r in records] == [1, 2, 3, 4, 5]
-    for record, (_seq, stored_prev, stored_hash) in zip(records, links, strict=True):
-        assert stored_prev == prev
-        assert stored_hash == chain_hash(run_id, record, prev)
-        prev = stored_hash
-
-
-def test_recovery_and_reload_continue_the_chain(store_dir: Path, run_id: str) -> None:
+def test_recovery_and_reload_continue_the_chain(
+    backend: Backend, store_dir: Path, run_id: str
+) -> None:
     """Outcomes appended by recovery after a reload are chained to the head the store held."""
     with EffectLog(run_id, store_dir) as log:
-        _run(log)
+        write_five_records(log)
     with EffectLog.load(run_id, store_dir) as log:
         (recovered,) = log.recover_interrupted()
         log.observe(
@@ -90,278 +43,8 @@ def test_recovery_and_reload_continue_the_chain(store_dir: Path, run_id: str) ->
             source_action_id="s1",
             exists=True,
         )
-    links = _links(store_dir / "ledger.sqlite3", run_id)
+    links = _links(backend, store_dir, run_id)
     assert recovered.seq == 6
     assert [prev for _, prev, _ in links[1:]] == [h for _, _, h in links[:-1]]
     with EffectLog.load(run_id, store_dir) as again:
         assert len(again.history().records()) == 7
-
-
-def test_a_changed_field_fails_load_naming_the_record(store_dir: Path, run_id: str) -> None:
-    """Changing one field of a stored record (triggers dropped) makes load fail at that record's seq."""
-    with EffectLog(run_id, store_dir) as log:
-        _run(log)
-    conn = sqlite3.connect(store_dir / "ledger.sqlite3", isolation_level=None)
-    conn.execute("DROP TRIGGER impact_scope_no_update")
-    conn.execute(
-        "UPDATE impact_scope SET locator = '/elsewhere' WHERE run_id = ? AND position = 1",
-        (run_id,),
-    )
-    conn.close()
-    with pytest.raises(
-        EffectPersistenceError, match="chain broken at seq 2: its hash does not match"
-    ):
-        EffectLog.load(run_id, store_dir)
-
-
-def test_a_removed_record_in_the_middle_fails_load(store_dir: Path, run_id: str) -> None:
-    """Deleting a record and renumbering the ones after it breaks the chain at the first renumbered one."""
-    with EffectLog(run_id, store_dir) as log:
-        _run(log)
-    conn = sqlite3.connect(store_dir / "ledger.sqlite3", isolation_level=None)
-    for table in ("outcomes", "claims"):
-        conn.execute(f"DROP TRIGGER {table}_no_update")
-        conn.execute(f"DROP TRIGGER {table}_no_delete")
-    conn.execute("DELETE FROM outcomes WHERE run_id = ? AND seq = 3", (run_id,))
-    conn.execute("UPDATE outcomes SET seq = 3 WHERE run_id = ? AND seq = 4", (run_id,))
-    conn.execute("UPDATE claims SET seq = 4 WHERE run_id = ? AND seq = 5", (run_id,))
-    conn.close()
-    with pytest.raises(EffectPersistenceError, match="chain broken at seq 3: its prev_hash"):
-        EffectLog.load(run_id, store_dir)
-
-
-def test_load_refuses_records_each_hashed_right_but_not_linked(
-    store_dir: Path, run_id: str
-) -> None:
-    """A record given another predecessor, its own hash recomputed over it, is refused.
-
-    Each record's hash then matches its own fields and prev_hash: only checking that
-    prev_hash is the previous record's hash can catch it, so this fails if load does not.
-    """
-    with EffectLog(run_id, store_dir) as log:
-        _run(log)
-        records = log.history().records()
-    conn = sqlite3.connect(store_dir / "ledger.sqlite3", isolation_level=None)
-    conn.execute("DROP TRIGGER outcomes_no_update")
-    other = "ab" * 32
-    conn.execute(
-        "UPDATE outcomes SET prev_hash = ?, hash = ? WHERE run_id = ? AND seq = 3",
-        (other, chain_hash(run_id, records[2], other), run_id),
-    )
-    conn.close()
-    for seq, prev, digest in _links(store_dir / "ledger.sqlite3", run_id):
-        assert digest == chain_hash(run_id, records[seq - 1], prev)  # every hash is right
-    with pytest.raises(EffectPersistenceError):
-        EffectLog.load(run_id, store_dir)
-    assert not _inspect.verify(store_dir).ok
-
-
-def test_the_database_refuses_a_record_that_does_not_extend_the_chain(
-    store_dir: Path, run_id: str
-) -> None:
-    """Inserting a record whose prev_hash is not the hash before it is refused by the schema itself."""
-    with EffectLog(run_id, store_dir) as log:
-        _run(log)
-    conn = sqlite3.connect(store_dir / "ledger.sqlite3", isolation_level=None)
-    row, _, _ = rows_of(
-        run_id,
-        fx.EffectOutcome(
-            "e2", 6, fx.ExecutionOutcome.FAILED, fx.Impact.NONE, recorded_at=fx.utc_now()
-        ),
-    )
-    row |= {"prev_hash": "1" * 64, "hash": "2" * 64}
-    conn.create_function("sha3", 2, _chain.sha3)  # as the stock shell has it
-    with pytest.raises(sqlite3.IntegrityError, match="does not extend the chain"):
-        conn.execute(
-            f"INSERT INTO outcomes ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
-            tuple(row.values()),
-        )
-    conn.close()
-
-
-def _verify(store: list[str], anchor: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [LEDGER, "verify", "--anchor", anchor, *store], capture_output=True, text=True, check=False
-    )
-
-
-@pytest.mark.program
-def test_head_and_anchor_detect_a_recomputed_chain(store_dir: Path, run_id: str) -> None:
-    """A forger who changes a record and recomputes every later hash passes load, but not the anchor."""
-    with EffectLog(run_id, store_dir) as log:
-        _run(log)
-        records = log.history().records()
-    store = ["--store", str(store_dir)]
-    anchor = subprocess.run(
-        [LEDGER, "head", run_id, *store], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    assert anchor.startswith(f"{run_id}:5:")
-    assert _verify(store, anchor).returncode == 0
-    forged = [dataclasses.replace(r, action_id="forged") if r.seq == 2 else r for r in records]
-    conn = sqlite3.connect(store_dir / "ledger.sqlite3", isolation_level=None)
-    for table in ("claims", "outcomes", "observations"):
-        conn.execute(f"DROP TRIGGER {table}_no_update")
-    conn.execute("UPDATE claims SET action_id = 'forged' WHERE run_id = ? AND seq = 2", (run_id,))
-    prev = _chain.GENESIS
-    for record in forged:
-        digest = chain_hash(run_id, record, prev)
-        table = {"claim": "claims", "outcome": "outcomes", "observation": "observations"}[
-            record.kind
-        ]
-        conn.execute(
-            f"UPDATE {table} SET prev_hash = ?, hash = ? WHERE run_id = ? AND seq = ?",
-            (prev, digest, run_id, record.seq),
-        )
-        prev = digest
-    conn.close()
-    with EffectLog.load(run_id, store_dir) as log:  # the rewritten chain is consistent
-        assert log.history().claims[0].action_id == "forged"
-    result = _verify(store, anchor)
-    assert result.returncode == 1
-    assert "anchor at seq 5: the hash differs" in result.stdout
-
-
-@pytest.mark.program
-def test_anchor_detects_a_truncated_run(store_dir: Path, run_id: str) -> None:
-    """Removing a run's last record leaves a consistent chain, and the anchor still catches it."""
-    with EffectLog(run_id, store_dir) as log:
-        _run(log)
-    store = ["--store", str(store_dir)]
-    anchor = subprocess.run(
-        [LEDGER, "head", run_id, *store], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    conn = sqlite3.connect(store_dir / "ledger.sqlite3", isolation_level=None)
-    conn.execute("DROP TRIGGER claims_no_delete")
-    conn.execute("DELETE FROM claims WHERE run_id = ? AND seq = 5", (run_id,))
-    conn.close()
-    with EffectLog.load(run_id, store_dir) as log:
-        assert len(log.history().records()) == 4
-    result = _verify(store, anchor)
-    assert result.returncode == 1
-    assert "anchor at seq 5: the record is gone (the run was truncated)" in result.stdout
-
-
-def test_a_store_made_before_the_chain_is_chained_when_opened(tmp_path: Path) -> None:
-    """A store at revision 0002 (no chain columns) with records is chained by migration 0003, guards intact."""
-    db = tmp_path / "store" / "ledger.sqlite3"
-    db.parent.mkdir(mode=0o700)
-    run_id = new_run_id()
-    with EffectLog(new_run_id(), tmp_path / "model") as model:  # records as the library makes them
-        _run(model)
-        records = model.history().records()
-    engine = sa.create_engine(f"sqlite:///{db}")
-    sa.event.listen(engine, "connect", _on_connect)
-    sa.event.listen(engine, "begin", _on_begin)
-    with engine.begin() as conn:
-        command.upgrade(alembic_config(conn), "0002")
-    engine.dispose()
-    db.chmod(0o600)
-    conn = sqlite3.connect(db, isolation_level=None)
-    for table in ("claims", "outcomes", "observations"):  # no chain at 0002: its guards postdate it
-        conn.execute(f"DROP TRIGGER {table}_guard_chain")
-    for table in ("claims", "outcomes", "observations", "impact_scope", "obligations"):
-        conn.execute(f"DROP TRIGGER {table}_guard_hash")
-    conn.execute("INSERT INTO runs VALUES (?, ?)", (run_id, fx.utc_now()))
-    for record in records:
-        row, scope, duties = rows_of(run_id, record)
-        table = {"claim": "claims", "outcome": "outcomes", "observation": "observations"}[
-            record.kind
-        ]
-        for name, values in (
-            (table, row),
-            *(("impact_scope", r) for r in scope),
-            *(("obligations", r) for r in duties),
-        ):
-            conn.execute(
-                f"INSERT INTO {name} ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
-                tuple(values.values()),
-            )
-    conn.close()
-    with EffectLog.load(run_id, db.parent) as log:
-        assert log.history().records() == records
-    links = _links(db, run_id)
-    assert links[0][1] == _chain.GENESIS
-    assert [prev for _, prev, _ in links[1:]] == [h for _, _, h in links[:-1]]
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        names = {
-            n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
-        }
-        assert {"claims_guard_chain", "outcomes_no_update", "claims_no_delete"} <= names
-        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [
-            (head_revision(),)
-        ]
-        strict = {r[1]: r[5] for r in conn.execute("PRAGMA table_list")}
-        assert strict["claims"] == strict["outcomes"] == strict["observations"] == 1
-    finally:
-        conn.close()
-
-
-def test_a_boolean_field_encodes_as_the_integer_the_store_holds() -> None:
-    """True and False encode as 1 and 0, the text SQLite's CAST gives the stored integers."""
-    row = {
-        "seq": 3,
-        "effect_id": "e1",
-        "execution": "succeeded",
-        "impact": "applied",
-        "execution_id": None,
-        "replayed": True,
-        "recorded_at": "2026-01-01T00:00:00.000000Z",
-    }
-    as_bool = _chain.encode("outcome", "r1", row)
-    assert as_bool == _chain.encode("outcome", "r1", {**row, "replayed": 1})
-    assert (
-        as_bool
-        == "ledger-v17:outcome2:r11:32:e19:succeeded7:applied~1:127:2026-01-01T00:00:00.000000Z"
-    )
-    assert _chain.encode("outcome", "r1", {**row, "replayed": False}) == as_bool.replace(
-        "~1:1", "~1:0"
-    )
-
-
-def test_sha3_is_the_shells_sha3_with_256_bits_only() -> None:
-    """sha3 digests text as UTF-8 and bytes as they are, passes NULL through, refuses other sizes."""
-    assert _chain.sha3("é") == _chain.sha3("é".encode()) == hashlib.sha3_256("é".encode()).digest()
-    assert _chain.sha3(None) is None
-    with pytest.raises(ValueError, match=r"^the ledger's chain uses sha3 with 256 bits only$"):
-        _chain.sha3("x", 512)
-
-
-def test_the_sql_encoding_and_hash_equal_the_python_ones_for_every_record(
-    store_dir: Path,
-) -> None:
-    """The SQL the guards and the shell recipe run gives each record's encoding and hash.
-
-    Built and evaluated here, in-process (sha3 registered as the shell has it), for a run
-    that sets every column: a changed SQL builder breaks it at once.
-    """
-    from tests.sqlite.test_field_tamper import (
-        _write,  # a run in which every column is set somewhere
-    )
-
-    run_id = new_run_id()
-    _write(store_dir, run_id)
-    with EffectLog.load(run_id, store_dir) as log:
-        records = {r.seq: r for r in log.history().records()}
-    conn = sqlite3.connect(f"file:{store_dir / 'ledger.sqlite3'}?mode=ro", uri=True)
-    conn.create_function("sha3", 2, _chain.sha3)
-    try:
-        seen = 0
-        for kind, table in (
-            ("claim", "claims"),
-            ("outcome", "outcomes"),
-            ("observation", "observations"),
-        ):
-            rows = conn.execute(
-                f"SELECT t.seq, t.prev_hash, t.hash, {_chain.sql_encoding(kind, 't')},"
-                f" {_chain.sql_hash(kind, 't')} FROM {table} AS t WHERE t.run_id = ?",
-                (run_id,),
-            ).fetchall()
-            for seq, prev, stored, encoding, digest in rows:
-                row, scope, duties = rows_of(run_id, records[seq])
-                assert encoding == _chain.encode(kind, run_id, row | {"seq": seq}, scope, duties)
-                assert digest == stored == chain_hash(run_id, records[seq], prev)
-                seen += 1
-        assert seen == len(records) >= 7
-    finally:
-        conn.close()
