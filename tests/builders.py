@@ -7,11 +7,14 @@ lives here, once.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import select
 import shutil
+import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +25,7 @@ import pytest
 from hypothesis import strategies as st
 
 from ledger import effects as fx
+from ledger import errors
 from ledger.effect_log import ClaimRequest, EffectLog, OutcomeRequest, new_run_id
 from ledger.resources import FilesystemResource, FilesystemRoot
 
@@ -55,6 +59,18 @@ def file_ref(root: FilesystemRoot, name: str, role: str = "target") -> fx.Resour
     return fx.resource_ref(FilesystemResource.resolve(root, name, allow_missing=True), role)
 
 
+def resolve(root: FilesystemRoot, path: str | Path, **kwargs: bool) -> Path:
+    """The real path ``path`` resolves to inside ``root``."""
+    return FilesystemResource.resolve(root, path, **kwargs).path
+
+
+def refusal(call: Callable[[], object]) -> str:
+    """The message of the ValueError ``call`` raises."""
+    with pytest.raises(ValueError) as refused:
+        call()
+    return str(refused.value)
+
+
 def missing(what: str) -> NoReturn:
     """This machine lacks what a test needs: fail saying what, never pass by skipping.
 
@@ -83,6 +99,31 @@ def subprocess_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     return env
+
+
+# The leaves of the error tree under EffectPersistenceError (ledger.errors).
+ERROR_LEAVES = (
+    errors.LogDegradedError,
+    errors.RunExistsError,
+    errors.RunHeldError,
+    errors.SchemaTooNewError,
+    errors.StoreCorruptError,
+    errors.StoreFileRefusedError,
+    errors.StoreTamperedError,
+    errors.StoreUnavailableError,
+)
+
+
+def subclasses(root: type[BaseException]) -> list[type[BaseException]]:
+    """``root`` and every class below it, each once."""
+    seen: list[type[BaseException]] = []
+    todo = [root]
+    while todo:
+        cls = todo.pop()
+        if cls not in seen:
+            seen.append(cls)
+            todo.extend(cls.__subclasses__())
+    return seen
 
 
 # --------------------------------------------------------------------------- records, through a log
@@ -136,6 +177,23 @@ def see(
         coverage=coverage,
         source_action_id="look",
         exists=exists,
+    )
+
+
+def claim_bare(log: EffectLog, effect_id: str = "e1") -> fx.EffectClaim:
+    """Claim an effect with an empty scope and no obligation."""
+    return log.claim(
+        effect_id=effect_id, action_id=f"a-{effect_id}", operation=op(), impact_scope=()
+    )
+
+
+def claim_small(log: EffectLog, effect_id: str) -> fx.EffectClaim:
+    """Claim a small write of ``/sandbox/a.txt``, with no obligation."""
+    return log.claim(
+        effect_id=effect_id,
+        action_id=f"a-{effect_id}",
+        operation=op(),
+        impact_scope=[fs_ref("/sandbox/a.txt")],
     )
 
 
@@ -208,9 +266,34 @@ def loaded(run_id: str, store: Path) -> fx.History:
         return log.history()
 
 
+def effect_ids(history: fx.History) -> list[str]:
+    """The claimed effect ids of ``history``, in seq order."""
+    return [c.effect_id for c in history.claims]
+
+
 def gap_free(history: fx.History) -> bool:
     """Whether the run's records are numbered 1, 2, 3, ... without gap or repeat."""
     return [r.seq for r in history.records()] == list(range(1, len(history.records()) + 1))
+
+
+def orphan_run(store: Path, run_id: str) -> None:
+    """Write run ``run_id`` in ``store``: one bare claim e1, never given an outcome; closed."""
+    with EffectLog(run_id, store) as log:
+        claim_bare(log, "e1")
+
+
+def run_of_forty_claims(store: Path) -> str:
+    """A new run of 40 claims with long fields (many pages) in ``store``, closed; its id."""
+    run_id = new_run_id()
+    with EffectLog(run_id, store) as log:
+        for i in range(40):
+            log.claim(
+                effect_id=f"e{i}",
+                action_id="a" * 150,
+                operation=op(),
+                impact_scope=[fs_ref(f"/sandbox/{i}-{j}.txt") for j in range(4)],
+            )
+    return run_id
 
 
 def interrupted_run(store: Path) -> str:
@@ -302,6 +385,116 @@ class Call:
 
 # --------------------------------------------------------------------------- child processes
 
+# What every script run_child runs starts with: imports, and the builders of claim_small
+# (claim) and of a directory's file sizes (sizes). Arguments arrive in sys.argv.
+CHILD_LOG_PRELUDE = textwrap.dedent(
+    """
+    import json, logging, os, resource, signal, sys
+    from pathlib import Path
+    from ledger import effects as fx
+    from ledger.effect_log import EffectLog, EffectPersistenceError
+
+    OP = fx.OperationRef("write_file", "test/1", "0" * 64)
+    REF = fx.ResourceRef("fs", "/sandbox/a.txt", "target")
+
+    def claim(log, effect_id, action_id=None):
+        return log.claim(effect_id=effect_id, action_id=action_id or "a-" + effect_id,
+                         operation=OP, impact_scope=[REF])
+
+    def sizes(directory):
+        return {p.name: p.stat().st_size for p in sorted(Path(directory).iterdir())}
+    """
+)
+
+
+def run_child(script: str, *args: object, signal_exit: int | None = None) -> str:
+    """Run ``script`` after CHILD_LOG_PRELUDE in a child Python; its stdout.
+
+    The child must exit 0, or be killed by ``signal_exit``; otherwise the test fails
+    with its stderr.
+    """
+    result = subprocess.run(
+        [PYTHON, "-c", CHILD_LOG_PRELUDE + textwrap.dedent(script), *map(str, args)],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=CHILD_TIMEOUT,
+        check=False,
+    )
+    expected = 0 if signal_exit is None else -signal_exit
+    assert result.returncode == expected, result.stderr
+    return result.stdout
+
+
+# One child process that does one thing to a run, says so on one JSON line, then waits
+# for its stdin to close (or for SIGKILL) before it exits.
+RUN_CHILD = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    from ledger import effects as fx, storage
+    from ledger.effect_log import EffectLog, EffectPersistenceError
+
+    what, store, run_id = sys.argv[1:4]
+    op = fx.OperationRef("write_file", "test/1", "0" * 64)
+    keep = None
+    try:
+        if what == "load":
+            keep = EffectLog.load(run_id, store)
+            answer = {"claims": [c.effect_id for c in keep.history().claims]}
+        elif what == "claim":
+            keep = EffectLog(run_id, store)
+            keep.claim(effect_id="e-child", action_id="a-child", operation=op, impact_scope=())
+            answer = {"claimed": True}
+        elif what == "exclusive":
+            held = storage.backend(Path(store)).acquire(Path(store))
+            keep = held.hold(run_id, storage.Mode.EXCLUSIVE)
+            answer = {"held": keep is not None}
+        elif what == "recover":
+            with EffectLog.load(run_id, store) as log:
+                answer = {"recovered": [o.effect_id for o in log.recover_interrupted()]}
+        else:
+            raise SystemExit(f"unknown {what}")
+    except EffectPersistenceError as e:
+        answer = {"error": str(e)}
+    print(json.dumps(answer), flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+class Child:
+    """A child process doing one thing to a run; ``answer`` is what it said."""
+
+    def __init__(self, what: str, store: Path, run_id: str) -> None:
+        self.proc = subprocess.Popen(
+            [PYTHON, "-c", RUN_CHILD, what, str(store), run_id],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=subprocess_env(),
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line, f"child {what} said nothing (exit {self.proc.wait(timeout=CHILD_TIMEOUT)})"
+        self.answer: dict[str, object] = json.loads(line)
+
+    def finish(self) -> int:
+        """Let the child exit; its return code."""
+        if self.proc.poll() is None and self.proc.stdin is not None:
+            self.proc.stdin.close()
+        return self.proc.wait(timeout=CHILD_TIMEOUT)
+
+    def kill(self) -> None:
+        """SIGKILL the child and reap it."""
+        self.proc.send_signal(signal.SIGKILL)
+        assert self.proc.wait(timeout=CHILD_TIMEOUT) == -signal.SIGKILL
+
+
+def listing(path: Path) -> list[str]:
+    """Every entry under ``path``, relative, sorted."""
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
 
 def read_lines(proc: subprocess.Popen[bytes], count: int) -> bytes:
     """Read the child's stdout until it holds ``count`` whole lines; fail if it dies or stalls."""
@@ -331,6 +524,7 @@ def read_lines(proc: subprocess.Popen[bytes], count: int) -> bytes:
 # Shared preamble: arguments, the barrier, and a module-level operation.
 CHILD_PRELUDE = r"""
 import hashlib
+import json
 import json
 import sys
 import time

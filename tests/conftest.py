@@ -15,7 +15,7 @@ from hypothesis import settings
 
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.resources import FilesystemRoot
-from tests.builders import TIMEOUT, Call, missing, require_tool
+from tests.builders import CHILD_TIMEOUT, TIMEOUT, Call, Child, missing, require_tool
 
 # `make mutants` runs the property tests once per mutant: the same examples each time
 # (derandomized, no example database, 25 where a test sets no number), so a mutant's
@@ -87,3 +87,23 @@ def in_thread() -> Iterator[Callable[[Callable[[], Any]], Call]]:
         if call.thread.is_alive():
             stuck.append(call)
     assert not stuck, f"{len(stuck)} thread(s) still running after the test"
+
+
+@pytest.fixture
+def spawn() -> Iterator[type[Child]]:
+    """Start :class:`Child` processes; every one still running is killed and reaped at the end."""
+    started: list[Child] = []
+
+    class Tracked(Child):
+        def __init__(self, what: str, store: Path, run_id: str) -> None:
+            super().__init__(what, store, run_id)
+            started.append(self)
+
+    yield Tracked
+    for child in started:
+        if child.proc.poll() is None:
+            child.proc.kill()
+        child.proc.wait(timeout=CHILD_TIMEOUT)
+        for stream in (child.proc.stdin, child.proc.stdout):
+            if stream is not None:
+                stream.close()

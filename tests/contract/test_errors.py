@@ -1,78 +1,26 @@
-"""The error tree, and storage errors becoming its leaves at one boundary.
+"""The error tree as the public API raises it, on any backend.
 
-Every leaf is met for real: real stores, real files, a real child process, a real limit
-on file size.
+``EffectPersistenceError`` is one class under its public names, and a run created twice,
+a degraded log and a run another process holds raise their leaves. What only the SQLite
+backend's files lead to, and how its driver's errors are translated, is in
+``tests/sqlite/test_errors.py``.
 """
 
 from __future__ import annotations
 
-import inspect
-import os
-import resource
-import sqlite3
 import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
-import sqlalchemy
-import sqlalchemy.exc
-from alembic import command
-from alembic.util import CommandError
 
 import ledger.errors
 from ledger import effects as fx
 from ledger.effect_log import EffectLog
 from ledger.effect_log import EffectPersistenceError as PublicError
-from ledger.errors import (
-    EffectPersistenceError,
-    LogDegradedError,
-    RunExistsError,
-    RunHeldError,
-    SchemaTooNewError,
-    StoreCorruptError,
-    StoreFileRefusedError,
-    StoreTamperedError,
-    StoreUnavailableError,
-)
-from ledger.sqlite.engine import alembic_config
-from ledger.sqlite.errors import classify, storage_errors
-from ledger.sqlite.store import Store
-from tests.builders import PYTHON, op, subprocess_env
-
-DB = "ledger.sqlite3"
-LEAVES = (
-    LogDegradedError,
-    RunExistsError,
-    RunHeldError,
-    SchemaTooNewError,
-    StoreCorruptError,
-    StoreFileRefusedError,
-    StoreTamperedError,
-    StoreUnavailableError,
-)
-
-
-def _subclasses(root: type[BaseException]) -> list[type[BaseException]]:
-    seen: list[type[BaseException]] = []
-    todo = [root]
-    while todo:
-        cls = todo.pop()
-        if cls not in seen:
-            seen.append(cls)
-            todo.extend(cls.__subclasses__())
-    return seen
-
-
-def _instance(cls: type[BaseException]) -> BaseException:
-    if issubclass(cls, sqlalchemy.exc.DBAPIError):
-        return cls("SELECT 1", {}, sqlite3.OperationalError("disk I/O error"))
-    if issubclass(cls, sqlalchemy.exc.StatementError):
-        return cls("boom", "SELECT 1", {}, sqlite3.OperationalError("disk I/O error"))
-    try:
-        return cls("boom")
-    except TypeError:
-        return cls.__new__(cls)
+from ledger.errors import EffectPersistenceError, LogDegradedError, RunExistsError, RunHeldError
+from tests.backends import Backend
+from tests.builders import ERROR_LEAVES, PYTHON, claim_bare, orphan_run, subprocess_env
 
 
 def test_public_name_is_the_same_class() -> None:
@@ -81,220 +29,34 @@ def test_public_name_is_the_same_class() -> None:
     assert EffectPersistenceError.__module__ == "ledger.effect_log"
 
 
-@pytest.mark.parametrize(
-    "root",
-    [sqlalchemy.exc.SQLAlchemyError, sqlite3.Error, CommandError, OSError],
-    ids=lambda c: c.__name__,
-)
-def test_every_storage_error_class_is_translated(root: type[BaseException]) -> None:
-    """Every subclass of each storage error family becomes EffectPersistenceError, chained."""
-    classes = [c for c in _subclasses(root) if not inspect.isabstract(c)]
-    assert classes
-    for cls in classes:
-        error = _instance(cls)
-        with pytest.raises(EffectPersistenceError) as caught, storage_errors("doing a thing"):
-            raise error
-        assert caught.value.__cause__ is error
-        assert str(caught.value).startswith("doing a thing: ")
-
-
-@pytest.mark.parametrize("error", [ValueError("bad"), TypeError("bad"), KeyError("k")])
-def test_caller_mistakes_are_not_translated(error: Exception) -> None:
-    """A caller's ValueError or TypeError (or a bug) passes through untouched."""
-    with pytest.raises(type(error)), storage_errors("doing a thing"):
-        raise error
-
-
-def test_real_driver_error_is_translated_with_its_cause(tmp_path) -> None:
-    """A real sqlite3 failure (the database path is a directory) arrives as EffectPersistenceError."""
-    (tmp_path / "ledger.sqlite3").mkdir()
-    store = Store(tmp_path)
-    with pytest.raises(EffectPersistenceError, match="not a regular file"):
-        store.open_for_writing()
-    engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'ledger.sqlite3'}")
-    with pytest.raises(EffectPersistenceError) as caught, storage_errors("opening"):
-        engine.connect()
-    assert isinstance(caught.value.__cause__, sqlalchemy.exc.OperationalError)
-    engine.dispose()
-
-
-def test_real_alembic_error_is_translated(tmp_path) -> None:
-    """Alembic refusing an unknown revision arrives as EffectPersistenceError."""
-    engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'x.db'}")
-    with (
-        pytest.raises(EffectPersistenceError) as caught,
-        storage_errors("migrating"),
-        engine.begin() as conn,
-    ):
-        command.upgrade(alembic_config(conn), "no-such-revision")
-    assert isinstance(caught.value.__cause__, CommandError)
-    engine.dispose()
-
-
-def test_real_os_error_is_translated(tmp_path) -> None:
-    """An OS error (a missing path) arrives as EffectPersistenceError naming the file."""
-    with (
-        pytest.raises(EffectPersistenceError, match="missing-file") as caught,
-        storage_errors("checking"),
-    ):
-        os.lstat(tmp_path / "missing-file")
-    assert isinstance(caught.value.__cause__, FileNotFoundError)
-
-
-# --------------------------------------------------------------------------- the tree
-
-
-def test_every_leaf_is_an_effect_persistence_error() -> None:
-    """Every leaf subclasses EffectPersistenceError, so catching the root still catches all."""
-    for leaf in LEAVES:
-        assert issubclass(leaf, EffectPersistenceError)
-        assert leaf.__module__ == "ledger.errors"
-    assert set(_subclasses(EffectPersistenceError)) == {EffectPersistenceError, *LEAVES}
-
-
 def test_the_tree_is_importable_from_ledger_errors_and_its_old_homes() -> None:
     """ledger.errors exports the whole tree; ledger.effect_log still exports the root."""
     assert sorted(ledger.errors.__all__) == sorted(
-        ["EffectPersistenceError", *(leaf.__name__ for leaf in LEAVES)]
+        ["EffectPersistenceError", *(leaf.__name__ for leaf in ERROR_LEAVES)]
     )
     assert PublicError is ledger.errors.EffectPersistenceError
 
 
-def test_every_leaf_is_drawn_in_the_module_docstring() -> None:
-    """The tree in ledger.errors' docstring names every class it holds."""
-    assert ledger.errors.__doc__ is not None
-    for name in ledger.errors.__all__:
-        assert name in ledger.errors.__doc__
-
-
-@pytest.mark.parametrize(
-    ("error", "leaf"),
-    [
-        (OSError(28, "No space left on device"), StoreUnavailableError),
-        (OSError(2, "No such file or directory"), StoreUnavailableError),
-        (OSError(40, "Too many levels of symbolic links"), StoreFileRefusedError),
-        (sqlite3.OperationalError("database is locked"), StoreUnavailableError),
-        (sqlite3.OperationalError("database or disk is full"), StoreUnavailableError),
-        (sqlite3.DatabaseError("database disk image is malformed"), StoreCorruptError),
-        (sqlite3.DatabaseError("file is not a database"), StoreCorruptError),
-        (sqlite3.IntegrityError("UNIQUE constraint failed: claims.seq"), EffectPersistenceError),
-        (CommandError("Can't locate revision identified by 'ffffffffffff'"), SchemaTooNewError),
-        (CommandError("Multiple heads are present"), EffectPersistenceError),
-    ],
-    ids=str,
-)
-def test_driver_errors_are_classified_by_what_they_mean(
-    error: BaseException, leaf: type[EffectPersistenceError]
-) -> None:
-    """A driver, Alembic or OS error becomes the leaf that says what kind of trouble it is."""
-    with pytest.raises(EffectPersistenceError) as caught, storage_errors("doing a thing"):
-        raise error
-    assert type(caught.value) is leaf
-    assert caught.value.__cause__ is error
-
-
-def test_sqlite_result_codes_choose_the_leaf(tmp_path: Path) -> None:
-    """A real sqlite3 error carries its result code, and the code decides the leaf."""
-    garbage = tmp_path / "garbage"
-    garbage.write_bytes(b"this is not a database, not even close " * 200)
-    conn = sqlite3.connect(garbage)
-    try:
-        with pytest.raises(sqlite3.DatabaseError) as caught:
-            conn.execute("SELECT * FROM sqlite_master")
-    finally:
-        conn.close()
-    assert caught.value.sqlite_errorcode == sqlite3.SQLITE_NOTADB
-    assert classify(caught.value) is StoreCorruptError
-    wrapped = sqlalchemy.exc.DatabaseError("SELECT 1", {}, caught.value)
-    assert classify(wrapped) is StoreCorruptError
-
-
-# --------------------------------------------------------------------------- each leaf, for real
-
-
-def _claim(log: EffectLog, effect_id: str = "e1") -> None:
-    log.claim(effect_id=effect_id, action_id=f"a-{effect_id}", operation=op(), impact_scope=())
-
-
-def _store_with_a_claim(store_dir: Path, run_id: str) -> Path:
-    with EffectLog(run_id, store_dir) as log:
-        _claim(log)
-    return store_dir / DB
-
-
-def _sql(db: Path, statement: str) -> None:
-    conn = sqlite3.connect(db, isolation_level=None)
-    try:
-        conn.execute(statement)
-    finally:
-        conn.close()
-
-
 def test_a_run_created_twice_raises_run_exists(store_dir: Path, run_id: str) -> None:
     """A new log whose run is already in the store fails its first claim with RunExistsError."""
-    _store_with_a_claim(store_dir, run_id)
+    orphan_run(store_dir, run_id)
     with EffectLog(run_id, store_dir) as again, pytest.raises(RunExistsError, match="load"):
-        _claim(again, "e2")
+        claim_bare(again, "e2")
 
 
 def test_a_degraded_logs_claim_and_recovery_raise_log_degraded(
-    store_dir: Path, run_id: str
+    backend: Backend, store_dir: Path, run_id: str
 ) -> None:
     """Once an outcome could not be written, claim and recover_interrupted raise LogDegradedError."""
     with EffectLog(run_id, store_dir) as log:
-        _claim(log)
-        db = store_dir / DB
-        db.chmod(0o666)  # refused at the next write: the outcome degrades the log
-        log.outcome(effect_id="e1", execution=fx.ExecutionOutcome.FAILED, impact=fx.Impact.NONE)
-        db.chmod(0o600)
+        claim_bare(log)
+        with backend.unavailable(store_dir):  # refused: the outcome degrades the log
+            log.outcome(effect_id="e1", execution=fx.ExecutionOutcome.FAILED, impact=fx.Impact.NONE)
         assert log.degraded
         with pytest.raises(LogDegradedError, match="degraded"):
-            _claim(log, "e2")
+            claim_bare(log, "e2")
         with pytest.raises(LogDegradedError, match="degraded"):
             log.recover_interrupted()
-
-
-@pytest.mark.parametrize("what", ["directory writable by others", "symlinked database"])
-def test_a_refused_store_file_raises_store_file_refused(
-    store_dir: Path, run_id: str, tmp_path: Path, what: str
-) -> None:
-    """A store that fails the trust checks is refused at load with StoreFileRefusedError."""
-    db = _store_with_a_claim(store_dir, run_id)
-    if what == "directory writable by others":
-        store_dir.chmod(0o777)
-    else:
-        real = tmp_path / "elsewhere.sqlite3"
-        db.rename(real)
-        db.symlink_to(real)
-    with pytest.raises(StoreFileRefusedError, match=r"refusing|chmod go-w"):
-        EffectLog.load(run_id, store_dir)
-
-
-def test_garbage_bytes_as_the_database_raise_store_corrupt(store_dir: Path, run_id: str) -> None:
-    """A database file that is not a database is refused with StoreCorruptError."""
-    store_dir.mkdir(mode=0o700)
-    db = store_dir / DB
-    db.write_bytes(os.urandom(8192))
-    db.chmod(0o600)
-    with pytest.raises(StoreCorruptError, match="not a database") as caught:
-        EffectLog.load(run_id, store_dir)
-    assert isinstance(caught.value.__cause__, sqlalchemy.exc.DBAPIError | sqlite3.Error)
-
-
-def test_a_store_from_a_newer_library_raises_schema_too_new(store_dir: Path, run_id: str) -> None:
-    """A store at a schema revision this library does not ship is refused with SchemaTooNewError."""
-    db = _store_with_a_claim(store_dir, run_id)
-    _sql(db, "UPDATE alembic_version SET version_num = 'ffffffffffff'")
-    with pytest.raises(SchemaTooNewError, match="ffffffffffff"):
-        EffectLog.load(run_id, store_dir)
-
-
-def test_a_planted_trigger_raises_store_tampered(store_dir: Path, run_id: str) -> None:
-    """A trigger that drops claims, planted in the store, is refused with StoreTamperedError."""
-    db = _store_with_a_claim(store_dir, run_id)
-    _sql(db, "CREATE TRIGGER eat BEFORE INSERT ON claims BEGIN SELECT RAISE(IGNORE); END")
-    with pytest.raises(StoreTamperedError, match="trigger eat"):
-        EffectLog.load(run_id, store_dir)
 
 
 HOLDER = textwrap.dedent(
@@ -313,7 +75,7 @@ def test_recovering_a_run_another_process_holds_raises_run_held(
     store_dir: Path, run_id: str
 ) -> None:
     """Recovery of a run a live child process has loaded is refused with RunHeldError."""
-    _store_with_a_claim(store_dir, run_id)
+    orphan_run(store_dir, run_id)
     child = subprocess.Popen(
         [PYTHON, "-c", HOLDER, run_id, str(store_dir)],
         stdin=subprocess.PIPE,
@@ -332,40 +94,3 @@ def test_recovering_a_run_another_process_holds_raises_run_held(
     finally:
         child.communicate(timeout=60)
     assert child.returncode == 0
-
-
-FULL = textwrap.dedent(
-    """
-    import resource, signal, sys
-    from ledger import effects as fx
-    from ledger.effect_log import EffectLog, EffectPersistenceError
-
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead
-    resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))
-    op = fx.OperationRef("write_file", "test/1", "0" * 64)
-    with EffectLog(sys.argv[1], sys.argv[2]) as log:
-        try:
-            log.claim(effect_id="e1", action_id="a1", operation=op, impact_scope=())
-        except EffectPersistenceError as e:
-            print(type(e).__name__, e)
-        else:
-            print("written")
-    """
-)
-
-
-def test_a_full_disk_raises_store_unavailable(store_dir: Path, run_id: str) -> None:
-    """A claim that cannot be written because files may not grow raises StoreUnavailableError."""
-    assert resource.RLIMIT_FSIZE  # the limit exists on this platform
-    _store_with_a_claim(store_dir, "0" * 32)
-    result = subprocess.run(
-        [PYTHON, "-c", FULL, run_id, str(store_dir)],
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-        timeout=60,
-        check=True,
-    )
-    assert result.stdout.startswith(f"{StoreUnavailableError.__name__} "), result.stdout
-    with EffectLog.load(run_id, store_dir) as log:
-        assert log.history().claims == ()

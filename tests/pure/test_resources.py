@@ -1,11 +1,12 @@
-"""Behaviour of ``ledger.resources``: sealed roots, filesystem resources, owned records."""
+"""Behaviour of ``ledger.resources``: sealed roots, filesystem resources, owned records.
+
+That a store on disk, and every path in or above it, is refused as sensitive is the
+SQLite backend's (its files): ``tests/sqlite/test_resources.py``.
+"""
 
 from __future__ import annotations
 
 import os
-import re
-import subprocess
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,14 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ledger import effects as fx
-from ledger.effect_log import EffectLog, effects_dir
 from ledger.resources import FilesystemResource, FilesystemRoot, OwnedResource
-from tests.builders import PYTHON, file_ref, op, subprocess_env
-
-
-def resolve(root: FilesystemRoot, path: str | Path, **kwargs: bool) -> Path:
-    """The real path ``path`` resolves to inside ``root``."""
-    return FilesystemResource.resolve(root, path, **kwargs).path
+from tests.builders import file_ref, refusal, resolve
 
 
 @pytest.fixture
@@ -199,209 +194,7 @@ def test_filesystem_resource_ref(files: FilesystemRoot) -> None:
     assert file_ref(files, "sub/../a.txt") == ref
 
 
-# --------------------------------------------------------------------------- sensitive
-
-
-def test_a_store_an_effect_log_opened_is_sensitive(sandbox: FilesystemRoot, run_id: str) -> None:
-    """A store directory an EffectLog has opened, and everything in it, resolves to a 'sensitive' ValueError."""
-    store = sandbox.path / "store"
-    log = EffectLog(run_id, store)
-    # Refused even before the store exists: the log will create it.
-    for path in ("store", "store/ledger.sqlite3", str(store / "ledger.sqlite3")):
-        with pytest.raises(ValueError, match="sensitive"):
-            FilesystemResource.resolve(sandbox, path, allow_missing=True)
-    log.claim(effect_id="e1", action_id="a1", operation=op(), impact_scope=())
-    for path in (
-        "store",
-        "store/ledger.sqlite3",
-        "store/ledger.sqlite3-wal",
-        "store/./x/../ledger.sqlite3",
-    ):
-        with pytest.raises(ValueError, match="sensitive"):
-            FilesystemResource.resolve(sandbox, path, allow_missing=True)
-    log.close()
-    with pytest.raises(ValueError, match="sensitive"):  # still sensitive once the log is closed
-        FilesystemResource.resolve(sandbox, "store/ledger.sqlite3")
-    (sandbox.path / "store-file").write_text("not a store")  # a name prefix is not inside
-    assert resolve(sandbox, "store-file") == sandbox.path / "store-file"
-
-
-def test_a_loaded_store_is_sensitive(sandbox: FilesystemRoot, run_id: str) -> None:
-    """A store opened with EffectLog.load is sensitive too."""
-    with EffectLog.load(run_id, sandbox.path / "loaded"):
-        pass
-    with pytest.raises(ValueError, match="sensitive"):
-        FilesystemResource.resolve(sandbox, "loaded/ledger.sqlite3", allow_missing=True)
-
-
-def test_a_store_reached_by_a_symlink_is_sensitive(sandbox: FilesystemRoot, run_id: str) -> None:
-    """A store is sensitive by its real path: through a symlink inside the root, or opened through one."""
-    (sandbox.path / "real").mkdir()
-    (sandbox.path / "via").symlink_to(sandbox.path / "real", target_is_directory=True)
-    with EffectLog(run_id, sandbox.path / "via" / "store") as log:
-        log.claim(effect_id="e1", action_id="a1", operation=op(), impact_scope=())
-    (sandbox.path / "shortcut").symlink_to(sandbox.path / "real" / "store" / "ledger.sqlite3")
-    for path in ("real/store/ledger.sqlite3", "via/store", "shortcut"):
-        with pytest.raises(ValueError, match="sensitive"):
-            FilesystemResource.resolve(sandbox, path)
-
-
-def test_the_default_store_is_sensitive(
-    sandbox: FilesystemRoot, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """effects_dir(), everything in it and every directory above it is sensitive, even if no log ever opened it."""
-    monkeypatch.setenv("LEDGER_DIR", str(sandbox.path / "state" / "ledger"))
-    assert effects_dir() == sandbox.path / "state" / "ledger"
-    for path in ("state/ledger", "state/ledger/ledger.sqlite3", "state/ledger/anything"):
-        with pytest.raises(ValueError, match="sensitive"):
-            FilesystemResource.resolve(sandbox, path, allow_missing=True)
-    (sandbox.path / "state" / "ledger").mkdir(parents=True)
-    (sandbox.path / "state" / "other").mkdir()
-    for path in ("state", "."):
-        with pytest.raises(
-            ValueError, match=re.escape(f"contains the ledger store {effects_dir()}")
-        ):
-            FilesystemResource.resolve(sandbox, path)
-    # A sibling of the store neither holds nor is inside it.
-    assert resolve(sandbox, "state/other") == sandbox.path / "state" / "other"
-
-
-def test_a_root_inside_a_store_reaches_nothing(tmp_path: Path, run_id: str) -> None:
-    """A root at or inside a store is refused when sealed, or every path in it is refused as sensitive."""
-    store = tmp_path / "store"
-    with EffectLog(run_id, store) as log:
-        log.claim(effect_id="e1", action_id="a1", operation=op(), impact_scope=())
-    (store / "inner").mkdir(mode=0o700)
-    for candidate in (store, store / "inner"):
-        try:
-            root = FilesystemRoot.seal(candidate)
-        except ValueError as e:
-            message = str(e)
-        else:
-            with pytest.raises(ValueError) as refused:
-                FilesystemResource.resolve(root, "ledger.sqlite3", allow_missing=True)
-            message = str(refused.value)
-        assert "sensitive" in message
-
-
-def test_a_store_outside_the_root_is_named_sensitive(
-    sandbox: FilesystemRoot, tmp_path: Path, run_id: str
-) -> None:
-    """A path that is a store outside the root, given absolute or through a symlink, says 'sensitive'."""
-    store = tmp_path / "elsewhere" / "store"
-    with EffectLog(run_id, store) as log:
-        log.claim(effect_id="e1", action_id="a1", operation=op(), impact_scope=())
-    (sandbox.path / "ledger-link").symlink_to(store / "ledger.sqlite3")
-    for path in (str(store), str(store / "ledger.sqlite3"), "ledger-link", str(effects_dir())):
-        with pytest.raises(ValueError, match="sensitive"):
-            FilesystemResource.resolve(sandbox, path, allow_missing=True)
-
-
-# --------------------------------------------------------------------------- stores on disk
-
-# Writes one claim into each store directory given, in a process of its own: the test
-# process never opens these stores, so only what is on disk can make them sensitive.
-FOREIGN_WRITER = """
-import sys
-from ledger import effects as fx
-from ledger.effect_log import EffectLog, new_run_id
-
-for directory in sys.argv[1:]:
-    with EffectLog(new_run_id(), directory) as log:
-        log.claim(effect_id="e1", action_id="a1",
-                  operation=fx.OperationRef("write_file", "test/1", "0" * 64), impact_scope=())
-"""
-
-
-def write_foreign_stores(*directories: Path) -> None:
-    """Create a store with one claim in each of ``directories``, from another process."""
-    result = subprocess.run(
-        [PYTHON, "-c", FOREIGN_WRITER, *map(str, directories)],
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    for directory in directories:
-        assert (directory / "ledger.sqlite3").is_file()
-
-
-def refusal(call: Callable[[], object]) -> str:
-    """The message of the ValueError ``call`` raises."""
-    with pytest.raises(ValueError) as refused:
-        call()
-    return str(refused.value)
-
-
-def test_a_store_another_process_made_is_sensitive(sandbox: FilesystemRoot) -> None:
-    """A store this process never opened is refused by what is on disk: itself, inside it, and above it."""
-    store = sandbox.path / "work" / "foreign"
-    (sandbox.path / "work" / "notes").mkdir(parents=True)
-    write_foreign_stores(store)
-    for path in ("work/foreign", str(store)):
-        assert refusal(lambda p=path: resolve(sandbox, p)) == (
-            f"{store} is sensitive: it is the ledger store {store}, "
-            "which agent tools must never touch"
-        )
-    for path in (
-        "work/foreign/ledger.sqlite3",
-        "work/foreign/ledger.sqlite3-wal",
-        "work/foreign/x",
-    ):
-        message = refusal(lambda p=path: resolve(sandbox, p, allow_missing=True))
-        assert f"sensitive: it lies inside the ledger store {store}," in message
-    for path, real in (("work", store.parent), (".", sandbox.path)):
-        message = refusal(lambda p=path: resolve(sandbox, p))
-        assert message.startswith(f"{real} is sensitive: it contains the ledger store {store},")
-    # Beside the store, the sandbox is as usable as before.
-    assert resolve(sandbox, "work/notes") == sandbox.path / "work" / "notes"
-    assert resolve(sandbox, "work/new.txt", allow_missing=True) == sandbox.path / "work" / "new.txt"
-
-
-def test_seal_refuses_a_root_that_is_inside_or_holds_a_store(tmp_path: Path) -> None:
-    """Sealing a store, a directory in one, or any directory above one (however deep) is refused."""
-    store = tmp_path / "home" / "projects" / "app" / "state" / "store"
-    (tmp_path / "home" / "other").mkdir(parents=True)
-    write_foreign_stores(store)
-    (store / "inner").mkdir()
-    cases = {
-        store: "is",
-        store / "inner": "lies inside",
-        store.parent: "contains",
-        tmp_path / "home": "contains",
-        tmp_path: "contains",
-    }
-    for candidate, relation in cases.items():
-        message = refusal(lambda c=candidate: FilesystemRoot.seal(c))
-        assert f"sensitive: it {relation} the ledger store {store}," in message
-        assert message.startswith(str(candidate))
-    assert FilesystemRoot.seal(tmp_path / "home" / "other").path == tmp_path / "home" / "other"
-
-
-def test_the_search_below_a_root_does_not_follow_symlinks(tmp_path: Path, run_id: str) -> None:
-    """A link inside the root to a store elsewhere does not stop sealing, but every path through it is refused."""
-    store = tmp_path / "elsewhere" / "store"
-    write_foreign_stores(store)
-    box = tmp_path / "box"
-    box.mkdir()
-    (box / "to-store").symlink_to(store, target_is_directory=True)
-    (box / "to-parent").symlink_to(store.parent, target_is_directory=True)
-    root = FilesystemRoot.seal(box)
-    for path in ("to-store", "to-store/ledger.sqlite3", "to-parent/store"):
-        assert "sensitive" in refusal(lambda p=path: resolve(root, p))
-    # Through the link to its parent, the store's directory is outside the root anyway.
-    assert "escapes" in refusal(lambda: resolve(root, "to-parent"))
-
-
-def test_a_store_made_after_sealing_is_found_when_resolving(sandbox: FilesystemRoot) -> None:
-    """A root sealed before a store appeared in it still refuses the store and every directory holding it."""
-    (sandbox.path / "deep" / "er").mkdir(parents=True)
-    assert resolve(sandbox, "deep") == sandbox.path / "deep"
-    write_foreign_stores(sandbox.path / "deep" / "er" / "later")
-    for path in ("deep", "deep/er", "deep/er/later", "deep/er/later/ledger.sqlite3"):
-        assert "sensitive" in refusal(lambda p=path: resolve(sandbox, p))
+# --------------------------------------------------------------------------- the search for stores
 
 
 def test_a_tree_too_large_to_search_is_refused_unchecked(tmp_path: Path) -> None:
@@ -504,43 +297,6 @@ def test_owned_resource_refuses_bad_fields(
     """An owned record's identity fields are identifiers: empty, control characters or non-str are refused."""
     with pytest.raises(error):
         OwnedResource(*fields)  # type: ignore[arg-type]
-
-
-def test_owned_revision_round_trips_through_the_store(store_dir: Path, run_id: str) -> None:
-    """A claim on an owned record with a revision reads back equal after load, revision included."""
-    before = OwnedResource("notes", "alice", "acme", "in/box", "n%1", revision="r7")
-    after = OwnedResource("notes", "alice", "acme", "in/box", "n%1", revision="r8")
-    with EffectLog(run_id, store_dir) as log:
-        claim = log.claim(
-            effect_id="e1",
-            action_id="edit",
-            operation=op("edit_note"),
-            impact_scope=(fx.resource_ref(before, "target"),),
-            obligations=(
-                fx.Postcondition(fx.resource_ref(after, "target"), fx.Predicate.REVISION, "r8"),
-            ),
-        )
-        log.outcome(
-            effect_id="e1", execution=fx.ExecutionOutcome.REPORTED_SUCCESS, impact=fx.Impact.CERTAIN
-        )
-        log.observe(
-            observation_id="o1",
-            resource=fx.resource_ref(after, "target"),
-            mechanism=fx.ObservationMechanism.RECORD_READ,
-            coverage=fx.Coverage.COMPLETE,
-            source_action_id="read",
-            exists=True,
-            revision="r8",
-        )
-        history = log.history()
-    with EffectLog.load(run_id, store_dir) as again:
-        assert again.history() == history
-        (loaded,) = again.history().claims
-        assert loaded == claim
-        assert loaded.impact_scope[0].revision == "r7"
-        assert loaded.obligations[0].target.revision == "r8"
-        assert again.history().observations[0].resource.revision == "r8"
-        assert again.assess("e1").verdict is fx.EffectVerdict.VERIFIED
 
 
 # --------------------------------------------------------------------------- resource_ref

@@ -11,67 +11,19 @@ import os
 import re
 import signal
 import stat
-import subprocess
-import textwrap
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, effects_dir, new_run_id
 from ledger.resources import FilesystemResource, FilesystemRoot
-from tests.builders import PYTHON, fs_ref, op, subprocess_env
+from tests.builders import claim_small, effect_ids, listing, run_child
 
 DB = "ledger.sqlite3"
-CHILD_TIMEOUT = 60
 NOBODY = 65534
 
 needs_root = pytest.mark.usefixtures("root")  # chown to another uid
-
-# Imports and builders every child script starts with; arguments arrive in sys.argv.
-PRELUDE = textwrap.dedent(
-    """
-    import json, logging, os, resource, signal, sys
-    from pathlib import Path
-    from ledger import effects as fx
-    from ledger.effect_log import EffectLog, EffectPersistenceError
-
-    OP = fx.OperationRef("write_file", "test/1", "0" * 64)
-    REF = fx.ResourceRef("fs", "/sandbox/a.txt", "target")
-
-    def claim(log, effect_id, action_id=None):
-        return log.claim(effect_id=effect_id, action_id=action_id or "a-" + effect_id,
-                         operation=OP, impact_scope=[REF])
-
-    def sizes(directory):
-        return {p.name: p.stat().st_size for p in sorted(Path(directory).iterdir())}
-    """
-)
-
-
-def run_child(script: str, *args: object, killed: bool = False) -> Any:
-    """Run ``script`` in a child Python; return the JSON it prints, failing with its stderr."""
-    result = subprocess.run(
-        [PYTHON, "-c", PRELUDE + textwrap.dedent(script), *map(str, args)],
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=CHILD_TIMEOUT,
-        check=False,
-    )
-    assert result.returncode == (-signal.SIGKILL if killed else 0), result.stderr
-    return json.loads(result.stdout)
-
-
-def claim(log: EffectLog, effect_id: str) -> fx.EffectClaim:
-    """Claim a small write effect in ``log``."""
-    return log.claim(
-        effect_id=effect_id,
-        action_id=f"a-{effect_id}",
-        operation=op(),
-        impact_scope=[fs_ref("/sandbox/a.txt")],
-    )
 
 
 def succeed(log: EffectLog, effect_id: str) -> fx.EffectOutcome:
@@ -81,16 +33,6 @@ def succeed(log: EffectLog, effect_id: str) -> fx.EffectOutcome:
         execution=fx.ExecutionOutcome.REPORTED_SUCCESS,
         impact=fx.Impact.CERTAIN,
     )
-
-
-def effect_ids(history: fx.History) -> list[str]:
-    """The claimed effect ids of ``history``, in seq order."""
-    return [c.effect_id for c in history.claims]
-
-
-def tree(path: Path) -> list[str]:
-    """Every entry under ``path``, relative, sorted."""
-    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
 
 
 def mode(path: Path) -> int:
@@ -141,7 +83,7 @@ print(json.dumps(result))
 
 def test_claim_on_a_full_disk_raises_and_leaves_no_trace(store_dir: Path, run_id: str) -> None:
     """A claim that meets a full disk raises EffectPersistenceError and exists nowhere."""
-    result = run_child(FULL_DISK_SETUP + FAILED_CLAIM_CHILD, store_dir, run_id)
+    result = json.loads(run_child(FULL_DISK_SETUP + FAILED_CLAIM_CHILD, store_dir, run_id))
     assert result["limit"] > 0
     assert result["error"].startswith(f"cannot record claim 'e1' in run {run_id}")
     assert re.search(DISK_ERROR, result["error"]), result["error"]
@@ -190,8 +132,9 @@ log.close()
 @pytest.mark.parametrize("ending", ["close", "kill"])
 def test_outcome_on_a_full_disk_degrades_the_log(store_dir: Path, run_id: str, ending: str) -> None:
     """An outcome that meets a full disk degrades the log: kept in memory, never durable success."""
-    result = run_child(
-        FULL_DISK_SETUP + DEGRADED_CHILD, store_dir, run_id, ending, killed=ending == "kill"
+    killed = signal.SIGKILL if ending == "kill" else None
+    result = json.loads(
+        run_child(FULL_DISK_SETUP + DEGRADED_CHILD, store_dir, run_id, ending, signal_exit=killed)
     )
     assert result["degraded"] is True
     assert len(result["errors"]) == 1
@@ -241,7 +184,7 @@ def test_first_claim_on_a_full_disk_fails_cleanly_and_can_be_retried(
     store_dir: Path, run_id: str, limit: int
 ) -> None:
     """A first claim that cannot create the store raises; once space returns it succeeds whole."""
-    result = run_child(FIRST_CLAIM_CHILD, store_dir, run_id, limit)
+    result = json.loads(run_child(FIRST_CLAIM_CHILD, store_dir, run_id, limit))
     assert re.search(DISK_ERROR, result["error"]), result["error"]
     assert result["claims"] == []
     # The observation made before it is still unwritten, and goes in with the retried claim.
@@ -263,11 +206,11 @@ def test_store_directory_that_is_a_file_is_refused(tmp_path: Path, run_id: str) 
     store.write_bytes(b"not a directory\n")
     with EffectLog(run_id, store) as log:
         with pytest.raises(EffectPersistenceError, match="not a directory"):
-            claim(log, "e1")
+            claim_small(log, "e1")
         assert log.history() == fx.History((), (), ())
     with pytest.raises(EffectPersistenceError):
         EffectLog.load(run_id, store)
-    assert tree(tmp_path) == ["store"]
+    assert listing(tmp_path) == ["store"]
     assert store.read_bytes() == b"not a directory\n"
 
 
@@ -276,9 +219,9 @@ def test_store_under_a_file_is_refused(tmp_path: Path, run_id: str) -> None:
     (tmp_path / "file").write_bytes(b"x")
     with EffectLog(run_id, tmp_path / "file" / "store") as log:
         with pytest.raises(EffectPersistenceError):
-            claim(log, "e1")
+            claim_small(log, "e1")
         assert log.history() == fx.History((), (), ())
-    assert tree(tmp_path) == ["file"]
+    assert listing(tmp_path) == ["file"]
 
 
 # --------------------------------------------------------------------------- hard links
@@ -290,13 +233,13 @@ def test_hard_link_added_after_first_claim_is_refused(
 ) -> None:
     """A hard link to a store file made after the first claim fails the next claim, degrades, refuses load."""
     with EffectLog(run_id, store_dir) as log:
-        claim(log, "e1")
+        claim_small(log, "e1")
         target = store_dir / f"{DB}{suffix}"
         os.link(target, tmp_path / "stolen")
         assert os.stat(target).st_nlink == 2
 
         with pytest.raises(EffectPersistenceError, match="hard links"):
-            claim(log, "e2")
+            claim_small(log, "e2")
         assert effect_ids(log.history()) == ["e1"]
         with pytest.raises(EffectPersistenceError, match="hard links"):
             log.recover_interrupted()
@@ -327,7 +270,7 @@ def real_store(tmp_path: Path) -> tuple[Path, str]:
     store = tmp_path / "real"
     run_id = new_run_id()
     with EffectLog(run_id, store) as log:
-        claim(log, "e1")
+        claim_small(log, "e1")
     return store, run_id
 
 
@@ -342,7 +285,7 @@ def test_symlinked_store_directory_is_refused(real_store: tuple[Path, str], tmp_
         EffectLog.load(run_id, link)
     with EffectLog(new_run_id(), link) as log:
         with pytest.raises(EffectPersistenceError, match="is a symlink"):
-            claim(log, "e1")
+            claim_small(log, "e1")
         assert log.history().claims == ()
     assert sorted(os.listdir(store)) == ["ledger.lock", DB]  # the lock file is the writer's
     assert (store / DB).read_bytes() == before
@@ -360,7 +303,7 @@ def test_symlinked_database_file_is_refused(real_store: tuple[Path, str], tmp_pa
         EffectLog.load(run_id, other)
     with EffectLog(new_run_id(), other) as log:
         with pytest.raises(EffectPersistenceError, match="is a symlink"):
-            claim(log, "e1")
+            claim_small(log, "e1")
         assert log.history().claims == ()
     assert os.listdir(other) == [DB]
     assert sorted(os.listdir(store)) == ["ledger.lock", DB]  # the lock file is the writer's
@@ -382,8 +325,8 @@ def test_dangling_symlinks_are_refused_and_not_followed(tmp_path: Path, run_id: 
             EffectLog(run_id, store) as log,
             pytest.raises(EffectPersistenceError, match="is a symlink"),
         ):
-            claim(log, "e1")
-    assert tree(tmp_path) == ["dir-link", "other", f"other/{DB}"]
+            claim_small(log, "e1")
+    assert listing(tmp_path) == ["dir-link", "other", f"other/{DB}"]
 
 
 @pytest.mark.parametrize("suffix", ["-wal", "-shm"])
@@ -402,7 +345,7 @@ def test_planted_wal_or_shm_symlink_is_refused_and_its_target_untouched(
         EffectLog(new_run_id(), store) as log,
         pytest.raises(EffectPersistenceError, match="is a symlink"),
     ):
-        claim(log, "e1")
+        claim_small(log, "e1")
     assert victim.read_bytes() == b"precious\n"
 
 
@@ -414,11 +357,11 @@ def test_planted_wal_or_shm_symlink_is_refused_and_its_target_untouched(
 def test_file_owned_by_another_uid_is_refused(store_dir: Path, run_id: str, suffix: str) -> None:
     """A store file chowned to another uid is refused at load and at the next write."""
     with EffectLog(run_id, store_dir) as log:
-        claim(log, "e1")
+        claim_small(log, "e1")
         os.chown(store_dir / f"{DB}{suffix}", NOBODY, NOBODY)
 
         with pytest.raises(EffectPersistenceError, match="owned by uid 65534"):
-            claim(log, "e2")
+            claim_small(log, "e2")
         with pytest.raises(EffectPersistenceError, match="owned by uid 65534"):
             EffectLog.load(run_id, store_dir)
         succeed(log, "e1")  # does not raise
@@ -433,10 +376,10 @@ def test_file_owned_by_another_uid_is_refused(store_dir: Path, run_id: str, suff
 def test_store_directory_owned_by_another_uid_is_refused(store_dir: Path, run_id: str) -> None:
     """A store directory chowned to another uid is refused at load and at the next write."""
     with EffectLog(run_id, store_dir) as log:
-        claim(log, "e1")
+        claim_small(log, "e1")
         os.chown(store_dir, NOBODY, NOBODY)
         with pytest.raises(EffectPersistenceError, match="owned by uid 65534"):
-            claim(log, "e2")
+            claim_small(log, "e2")
     with pytest.raises(EffectPersistenceError, match="owned by uid 65534"):
         EffectLog.load(run_id, store_dir)
 
@@ -455,7 +398,7 @@ print(json.dumps(modes))
 
 def test_store_files_are_private_even_with_umask_zero(store_dir: Path, run_id: str) -> None:
     """Under umask 0 the store directory is created 0700 and the database, -wal and -shm 0600."""
-    modes = run_child(PERMISSIONS_CHILD, store_dir, run_id)
+    modes = json.loads(run_child(PERMISSIONS_CHILD, store_dir, run_id))
     assert modes == {
         "store": "0o700",
         DB: "0o600",
@@ -486,7 +429,7 @@ def test_resolve_refuses_paths_inside_an_opened_store(tmp_path: Path, run_id: st
     root = FilesystemRoot.seal(sandbox)
     (sandbox / "notes.txt").write_text("hello")
     with EffectLog(run_id, sandbox / "store") as log:
-        claim(log, "e1")
+        claim_small(log, "e1")
         (sandbox / "alias").symlink_to(sandbox / "store", target_is_directory=True)
         for path in ("store", f"store/{DB}", f"store/{DB}-wal", str(log.path), f"alias/{DB}"):
             with pytest.raises(ValueError, match="sensitive"):

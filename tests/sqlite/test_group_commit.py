@@ -107,12 +107,12 @@ FULL_DISK_CHILD = textwrap.dedent(
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     OP = fx.OperationRef("write_file", "test/1", "0" * 64)
 
-    def claim_target(log, effect_id):
+    def claim(log, effect_id):
         ref = fx.ResourceRef("fs", f"/sandbox/{log.run_id}/{effect_id}", "target")
         return log.claim(effect_id=effect_id, action_id="a", operation=OP, impact_scope=[ref])
 
     logs = [EffectLog(new_run_id(), store) for _ in range(8)]
-    report = {log.run_id: {"ok": [claim_target(log, "first").effect_id], "raised": [], "errors": []}
+    report = {log.run_id: {"ok": [claim(log, "first").effect_id], "raised": [], "errors": []}
               for log in logs}
     wal = store / "ledger.sqlite3-wal"
     resource.setrlimit(resource.RLIMIT_FSIZE, (wal.stat().st_size + slack, resource.RLIM_INFINITY))
@@ -123,7 +123,7 @@ FULL_DISK_CHILD = textwrap.dedent(
         start.wait(60)
         for i in range(60):
             try:
-                mine["ok"].append(claim_target(log, f"e{i}").effect_id)
+                mine["ok"].append(claim(log, f"e{i}").effect_id)
             except EffectPersistenceError as e:
                 mine["raised"].append(f"e{i}")
                 mine["errors"].append(str(e))
