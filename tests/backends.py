@@ -12,12 +12,14 @@ per entry. Adding a backend to the suite is adding its driver here.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
 
+from ledger import effects as fx
+from ledger.effect_log import EffectLog
 from ledger.storage import Mode
 from tests.sqlite.driver import SQLITE
 
@@ -74,6 +76,18 @@ class Backend(Protocol):
     def elsewhere(self, store: Path, run_id: str) -> Holder:
         """The run as another process holds it, held by this one (no child process needed)."""
         ...
+
+
+@contextlib.contextmanager
+def writes_nothing(backend: Backend, store: Path, log: EffectLog) -> Iterator[fx.History]:
+    """The block leaves the log's history, and every table of the store, as they were.
+
+    Yields the history from before the block.
+    """
+    counts, history = backend.row_counts(store), log.history()
+    yield history
+    assert log.history() == history
+    assert backend.row_counts(store) == counts
 
 
 BACKENDS = [pytest.param(SQLITE, id=SQLITE.name)]

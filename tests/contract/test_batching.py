@@ -33,7 +33,7 @@ from ledger.effect_log import (
     OutcomeRequest,
     new_run_id,
 )
-from tests.backends import Backend
+from tests.backends import Backend, writes_nothing
 from tests.builders import (
     CHILD_TIMEOUT,
     PYTHON,
@@ -128,10 +128,8 @@ def test_empty_claim_many_writes_nothing(backend: Backend, tmp_path: Path, run_i
         assert log.history() == fx.History()
         assert list(tmp_path.iterdir()) == []
         log.claim_many(claim_requests("e1"))
-        counts, history = backend.row_counts(store), log.history()
-        assert log.claim_many(()) == ()
-        assert backend.row_counts(store) == counts
-        assert log.history() == history
+        with writes_nothing(backend, store, log):
+            assert log.claim_many(()) == ()
         assert log.claim_many(claim_requests("e2"))[0].seq == 2
 
 
@@ -170,12 +168,10 @@ def test_a_bad_item_anywhere_writes_nothing(
     """A bad item anywhere in a batch raises before anything of the batch is written."""
     with EffectLog(run_id, store_dir) as log:
         log.claim_many(claim_requests("e1"))
-        counts, history = backend.row_counts(store_dir), log.history()
-        batch = _bad_batch(position, change)
-        with pytest.raises(error, match=next(iter(change))):
-            log.claim_many(batch)
-        assert log.history() == history
-        assert backend.row_counts(store_dir) == counts
+        with writes_nothing(backend, store_dir, log):
+            batch = _bad_batch(position, change)
+            with pytest.raises(error, match=next(iter(change))):
+                log.claim_many(batch)
         assert stored_effect_ids(backend, store_dir) == {"e1"}
         # No seq was spent, and no id of the refused batch is taken.
         assert [c.seq for c in log.claim_many(claim_requests("b0", "b1"))] == [2, 3]
@@ -216,14 +212,12 @@ def test_an_item_that_is_not_a_claim_request_is_a_type_error(
     """An item that is not a ClaimRequest is a TypeError, wherever it is, and nothing is written."""
     with EffectLog(run_id, store_dir) as log:
         log.claim_many(claim_requests("e1"))
-        counts, history = backend.row_counts(store_dir), log.history()
-        for position in (0, 2):
-            batch: list[object] = [*claim_requests("b0", "b1"), *claim_requests("b2")]
-            batch.insert(position, item)
-            with pytest.raises(TypeError, match="ClaimRequest"):
-                log.claim_many(batch)  # type: ignore[arg-type]
-        assert log.history() == history
-        assert backend.row_counts(store_dir) == counts
+        with writes_nothing(backend, store_dir, log):
+            for position in (0, 2):
+                batch: list[object] = [*claim_requests("b0", "b1"), *claim_requests("b2")]
+                batch.insert(position, item)
+                with pytest.raises(TypeError, match="ClaimRequest"):
+                    log.claim_many(batch)  # type: ignore[arg-type]
         assert log.claim_many(claim_requests("b0"))[0].seq == 2
 
 
@@ -233,16 +227,16 @@ def test_duplicate_effect_ids_are_refused_whole(
     """An id twice in a batch, or an id claimed before (also after a restart), refuses the batch."""
     with EffectLog(run_id, store_dir) as log:
         log.claim_many(claim_requests("e1", "e2"))
-        counts, history = backend.row_counts(store_dir), log.history()
         for batch in (
             claim_requests("n1", "n2", "n1"),  # twice in the batch
             claim_requests("n1", "n2", "e2"),  # claimed by an earlier batch
             [claim_request("n1"), claim_request("n2", action_id="other"), claim_request("n2")],
         ):
-            with pytest.raises(ValueError, match="already claimed"):
+            with (
+                writes_nothing(backend, store_dir, log),
+                pytest.raises(ValueError, match="already claimed"),
+            ):
                 log.claim_many(batch)
-            assert log.history() == history
-            assert backend.row_counts(store_dir) == counts
     with EffectLog.load(run_id, store_dir) as again:
         with pytest.raises(ValueError, match="e1"):
             again.claim_many(claim_requests("n1", "e1"))
@@ -367,11 +361,8 @@ def test_a_bad_outcome_anywhere_writes_nothing(
     with EffectLog(run_id, store_dir) as log:
         log.claim_many(claim_requests("e1", "e2", "e3", "settled"))
         log.outcome_many([outcome_request("settled")])
-        counts, history = backend.row_counts(store_dir), log.history()
-        with pytest.raises(ValueError):
+        with writes_nothing(backend, store_dir, log), pytest.raises(ValueError):
             log.outcome_many(batch)
-        assert log.history() == history
-        assert backend.row_counts(store_dir) == counts
         assert not log.degraded
         # Every effect is still open, and no seq was spent.
         outcomes = log.outcome_many(
@@ -394,11 +385,8 @@ def test_a_wrong_type_in_outcome_many_is_a_type_error(
     backend: Backend, claimed: EffectLog, store_dir: Path, item: object, error: str
 ) -> None:
     """A wrong type anywhere in a batch of outcomes is a TypeError, and nothing is written."""
-    counts, history = backend.row_counts(store_dir), claimed.history()
-    with pytest.raises(TypeError, match=error):
+    with writes_nothing(backend, store_dir, claimed), pytest.raises(TypeError, match=error):
         claimed.outcome_many([outcome_request("e2"), item])  # type: ignore[list-item]
-    assert claimed.history() == history
-    assert backend.row_counts(store_dir) == counts
     assert claimed.outcome_many([outcome_request("e2")])[0].seq == 4
 
 

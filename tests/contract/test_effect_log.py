@@ -30,7 +30,7 @@ from ledger.errors import (
 )
 from ledger.resources import FilesystemRoot
 from ledger.storage import Mode
-from tests.backends import Backend, Holder
+from tests.backends import Backend, Holder, writes_nothing
 from tests.builders import (
     Call,
     claim_write,
@@ -274,11 +274,8 @@ def test_duplicate_effect_id_is_a_value_error(
     """A second claim of an effect_id in the run is a ValueError and writes nothing."""
     with EffectLog(run_id, store_dir) as log:
         claim_write(log, "e1")
-        before, history = backend.row_counts(store_dir), log.history()
-        with pytest.raises(ValueError, match="e1"):
+        with writes_nothing(backend, store_dir, log), pytest.raises(ValueError, match="e1"):
             claim_write(log, "e1", B, action_id="other")
-        assert backend.row_counts(store_dir) == before
-        assert log.history() == history
         assert claim_write(log, "e2").seq == 2  # no seq was spent
     with EffectLog.load(run_id, store_dir) as again:
         with pytest.raises(ValueError, match="e1"):  # also across a restart
@@ -342,11 +339,8 @@ def test_bad_claim_writes_nothing(
     """A claim with a bad argument raises, leaving history, rows and the seq counter untouched."""
     with EffectLog(run_id, store_dir) as log:
         claim_write(log)
-        before, history = backend.row_counts(store_dir), log.history()
-        with pytest.raises(error):
+        with writes_nothing(backend, store_dir, log), pytest.raises(error):
             log.claim(**{**GOOD_CLAIM, **change})
-        assert log.history() == history
-        assert backend.row_counts(store_dir) == before
         assert log.claim(**GOOD_CLAIM).seq == 2
 
 
@@ -360,11 +354,8 @@ def test_outcome_needs_a_claimed_effect(backend: Backend, store_dir: Path, run_i
             settle(log, "e1")
         assert not store_dir.exists()
         claim_write(log, "e1")
-        before, history = backend.row_counts(store_dir), log.history()
-        with pytest.raises(ValueError, match="e2"):
+        with writes_nothing(backend, store_dir, log), pytest.raises(ValueError, match="e2"):
             settle(log, "e2")
-        assert log.history() == history
-        assert backend.row_counts(store_dir) == before
         assert not log.degraded
 
 
@@ -389,16 +380,14 @@ def test_nothing_follows_a_terminal_outcome(
     with EffectLog(run_id, store_dir) as log:
         claim_write(log)
         settle(log, "e1", execution, impact)
-        before, history = backend.row_counts(store_dir), log.history()
-        for later_execution, later_impact in [
-            (RUNNING, POSSIBLE),
-            (SUCCESS, CERTAIN),
-            (execution, impact),
-        ]:
-            with pytest.raises(ValueError, match="e1"):
-                settle(log, "e1", later_execution, later_impact)
-        assert log.history() == history
-        assert backend.row_counts(store_dir) == before
+        with writes_nothing(backend, store_dir, log) as history:
+            for later_execution, later_impact in [
+                (RUNNING, POSSIBLE),
+                (SUCCESS, CERTAIN),
+                (execution, impact),
+            ]:
+                with pytest.raises(ValueError, match="e1"):
+                    settle(log, "e1", later_execution, later_impact)
     with EffectLog.load(run_id, store_dir) as again:
         with pytest.raises(ValueError, match="e1"):
             settle(again, "e1", FAILED, NONE)
@@ -430,11 +419,11 @@ def test_interrupted_needs_possible_impact(
     """An INTERRUPTED outcome with impact other than POSSIBLE is a ValueError and writes nothing."""
     with EffectLog(run_id, store_dir) as log:
         claim_write(log)
-        before, history = backend.row_counts(store_dir), log.history()
-        with pytest.raises(ValueError, match=r"(?i)interrupted"):
+        with (
+            writes_nothing(backend, store_dir, log),
+            pytest.raises(ValueError, match=r"(?i)interrupted"),
+        ):
             settle(log, "e1", INTERRUPTED, impact)
-        assert log.history() == history
-        assert backend.row_counts(store_dir) == before
         accepted = settle(log, "e1", INTERRUPTED, POSSIBLE)
         assert (accepted.seq, accepted.replayed) == (2, False)
 
@@ -479,11 +468,8 @@ def test_bad_outcome_writes_nothing(
     """An outcome with a bad argument raises and writes nothing; the effect stays open."""
     with EffectLog(run_id, store_dir) as log:
         claim_write(log)
-        before, history = backend.row_counts(store_dir), log.history()
-        with pytest.raises(error):
+        with writes_nothing(backend, store_dir, log), pytest.raises(error):
             log.outcome(**{"effect_id": "e1", "execution": SUCCESS, "impact": CERTAIN, **change})
-        assert log.history() == history
-        assert backend.row_counts(store_dir) == before
         assert settle(log).seq == 2
 
 
