@@ -18,6 +18,7 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -31,6 +32,7 @@ from ledger.resources import FilesystemResource, FilesystemRoot
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
+LEDGER = str(Path(PYTHON).with_name("ledger"))  # the installed console script
 TIMEOUT = 10.0  # the longest one wait in this process may take before the test fails
 CHILD_TIMEOUT = 60  # the longest a child process may take
 BURST_TIMEOUT = 120.0  # the longest a burst of threads, or of children, may take
@@ -381,6 +383,43 @@ class Call:
         if self._error is not None:
             raise self._error
         return self._result
+
+
+# --------------------------------------------------------------------------- the ledger command
+
+
+def ledger(
+    *args: str | bytes,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """Run the installed ``ledger`` console script to its end; the caller checks the result.
+
+    Its output is text; bytes that are not UTF-8 (a store path that is not) come back as
+    surrogates, as Python's own file names do.
+    """
+    return subprocess.run(
+        [LEDGER, *args],
+        capture_output=True,
+        text=True,
+        errors="surrogateescape",
+        env=env or subprocess_env(),
+        cwd=cwd,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def ledger_all(*argvs: Sequence[str]) -> list[subprocess.CompletedProcess[str]]:
+    """Run independent ``ledger`` invocations side by side; results in the order given.
+
+    Each one costs a Python start-up with SQLAlchemy and Alembic (most of a second).
+    """
+    calls = [tuple(argv) for argv in argvs]
+    workers = max(1, min(len(calls), 2 * (os.cpu_count() or 1), 8))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(lambda argv: ledger(*argv), calls))
 
 
 # --------------------------------------------------------------------------- child processes

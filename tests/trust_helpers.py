@@ -16,7 +16,6 @@ import pytest
 
 from tests.builders import PYTHON, REPO, missing, require_tool, subprocess_env
 
-LEDGER = str(Path(PYTHON).with_name("ledger"))
 DB = "ledger.sqlite3"
 WAL = DB + "-wal"
 SHM = DB + "-shm"
@@ -87,21 +86,6 @@ def fingerprint(*roots: Path) -> Fingerprint:
                 st.st_mtime_ns,
             )
     return prints
-
-
-def ledger(
-    *args: str | bytes, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """Run the console script as this user."""
-    return subprocess.run(
-        [LEDGER, *args],
-        capture_output=True,
-        text=True,
-        errors="surrogateescape",
-        env=env or subprocess_env(),
-        timeout=TIMEOUT,
-        check=False,
-    )
 
 
 def setpriv() -> str:

@@ -28,7 +28,6 @@ import socket
 import sqlite3
 import subprocess
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -37,9 +36,8 @@ from ledger import effects as fx
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.resources import FilesystemRoot
 from ledger.sqlite.store import acquire, release
-from tests.builders import PYTHON, file_ref, op, sha, subprocess_env
+from tests.builders import LEDGER, PYTHON, file_ref, ledger, ledger_all, op, sha, subprocess_env
 
-LEDGER = Path(PYTHON).with_name("ledger")
 HEX = "0123456789abcdef"
 RUN_NAMES = ("ok", "crash", "slow", "fail", "orphan")
 SHOWN = ("crash", "slow", "fail")  # between them: every execution, verdict and evidence kind
@@ -106,23 +104,6 @@ Result = subprocess.CompletedProcess[str]
 
 
 # --------------------------------------------------------------------------- running
-
-
-def _ledger(*args: str, env: dict[str, str] | None = None) -> Result:
-    return subprocess.run(
-        [str(LEDGER), *args],
-        capture_output=True,
-        text=True,
-        env=env or subprocess_env(),
-        timeout=60,
-        check=False,
-    )
-
-
-def _ledger_all(argvs: Sequence[Sequence[str]]) -> list[Result]:
-    """Run independent invocations concurrently; results in the order given."""
-    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        return list(pool.map(lambda argv: _ledger(*argv), argvs))
 
 
 def _ok(result: Result) -> str:
@@ -412,7 +393,7 @@ class Cached:
 
     def prefetch(self, argvs: Sequence[Sequence[str]]) -> None:
         wanted = [self._argv(a) for a in argvs if self._argv(a) not in self._results]
-        self._results.update(zip(wanted, _ledger_all(wanted), strict=True))
+        self._results.update(zip(wanted, ledger_all(*wanted), strict=True))
 
     def __call__(self, *args: str) -> Result:
         self.prefetch([args])
@@ -500,7 +481,7 @@ def test_runs_on_a_store_without_runs_prints_only_the_header(tmp_path) -> None:
         store.open_for_writing()  # what a worker's first write does before its transaction
     finally:
         release(store)
-    out = _ok(_ledger("runs", "--store", str(tmp_path / "store")))
+    out = _ok(ledger("runs", "--store", str(tmp_path / "store")))
     assert _split(out) == RUNS_HEADER
 
 
@@ -730,15 +711,15 @@ def test_recover_run_refuses_a_run_a_live_process_has_loaded(tmp_path) -> None:
     with EffectLog(run_id, directory) as log:  # this process is the run's live writer
         log.claim(effect_id="e1", action_id="a1", operation=op(), impact_scope=[])
         before = log.history()
-        line = _one_line_error(_ledger("recover", run_id, "--store", str(directory)), 1)
+        line = _one_line_error(ledger("recover", run_id, "--store", str(directory)), 1)
         assert "is loaded by a live process" in line
         assert f"pid {os.getpid()}" in line
         assert _loaded(directory, run_id) == before
-        forced = _json(_ledger("recover", run_id, "--force", "--json", "--store", str(directory)))
+        forced = _json(ledger("recover", run_id, "--force", "--json", "--store", str(directory)))
         assert [o["effect_id"] for o in forced[0]["outcomes"]] == ["e1"]
     # Once the log is closed nothing holds the run: recovery needs no --force (and finds
     # nothing left to do).
-    again = _json(_ledger("recover", run_id, "--json", "--store", str(directory)))
+    again = _json(ledger("recover", run_id, "--json", "--store", str(directory)))
     assert again == [{"run_id": run_id, "outcomes": [], "skipped": None}]
 
 
@@ -750,7 +731,7 @@ def _loaded(directory: Path, run_id: str) -> fx.History:
 def test_recover_run_appends_and_prints_the_interrupted_outcomes(tmp_path) -> None:
     """`recover RUN` marks claims without outcome interrupted; a second time there is nothing."""
     directory, run_id, before = _orphan_store(tmp_path)
-    first = _ok(_ledger("recover", run_id, "--store", str(directory)))
+    first = _ok(ledger("recover", run_id, "--store", str(directory)))
     after = _loaded(directory, run_id)
     appended = after.outcomes[len(before.outcomes) :]
     assert [(o.effect_id, o.execution, o.impact, o.replayed) for o in appended] == [
@@ -760,7 +741,7 @@ def test_recover_run_appends_and_prints_the_interrupted_outcomes(tmp_path) -> No
     assert first.splitlines() == [
         f"run {run_id}: {o.effect_id} interrupted, impact possible (seq {o.seq})" for o in appended
     ]
-    second = _ok(_ledger("recover", run_id, "--store", str(directory)))
+    second = _ok(ledger("recover", run_id, "--store", str(directory)))
     assert second.splitlines() == [f"run {run_id}: nothing to recover"]
     assert _loaded(directory, run_id) == after
 
@@ -768,7 +749,7 @@ def test_recover_run_appends_and_prints_the_interrupted_outcomes(tmp_path) -> No
 def test_recover_json_by_prefix_gives_the_appended_outcomes(tmp_path) -> None:
     """`recover PREFIX --json` is a list of {run_id, outcomes, skipped} with the outcomes written."""
     directory, run_id, before = _orphan_store(tmp_path)
-    result = _json(_ledger("recover", run_id[:4], "--json", "--store", str(directory)))
+    result = _json(ledger("recover", run_id[:4], "--json", "--store", str(directory)))
     appended = _loaded(directory, run_id).outcomes[len(before.outcomes) :]
     assert len(appended) == 2
     assert result == [
@@ -781,7 +762,7 @@ def test_recover_needs_a_run_or_dead_but_not_both(tmp_path) -> None:
     """`recover` with neither RUN nor --dead, or with both, is a usage error: exit 2, nothing written."""
     directory, run_id, before = _orphan_store(tmp_path)
     store = ["--store", str(directory)]
-    for result in _ledger_all([["recover", *store], ["recover", run_id, "--dead", *store]]):
+    for result in ledger_all(["recover", *store], ["recover", run_id, "--dead", *store]):
         assert result.returncode == 2
         assert "give a RUN or --dead (exactly one)" in result.stderr
         assert "Traceback" not in result.stderr
@@ -845,7 +826,7 @@ def test_recover_dead_recovers_a_killed_writer_and_leaves_a_live_one(tmp_path, c
     dead.send_signal(signal.SIGKILL)
     assert dead.wait(timeout=60) == -signal.SIGKILL
 
-    out = _ok(_ledger("recover", "--dead", "--store", str(directory)))
+    out = _ok(ledger("recover", "--dead", "--store", str(directory)))
 
     dead_history = _loaded(directory, dead_run)
     assert [
@@ -861,7 +842,7 @@ def test_recover_dead_recovers_a_killed_writer_and_leaves_a_live_one(tmp_path, c
     }
     assert out.splitlines() == [expected[r] for r in sorted(expected)]
 
-    again = _json(_ledger("recover", "--dead", "--json", "--store", str(directory)))
+    again = _json(ledger("recover", "--dead", "--json", "--store", str(directory)))
     assert again == [
         {"run_id": live_run, "outcomes": [], "skipped": "a live process has it loaded"}
     ]
@@ -888,8 +869,8 @@ def test_recover_dead_decides_by_the_lock_not_by_the_recorded_writer(tmp_path) -
 
     with EffectLog(alive, directory) as log:  # held by this live process throughout
         log.claim(effect_id="e-1", action_id="act-1", operation=op(), impact_scope=())
-        runs_before = _json(_ledger("runs", "--json", "--store", str(directory)))
-        result = _json(_ledger("recover", "--dead", "--json", "--store", str(directory)))
+        runs_before = _json(ledger("runs", "--json", "--store", str(directory)))
+        result = _json(ledger("recover", "--dead", "--json", "--store", str(directory)))
         assert [(r["run_id"], len(r["outcomes"]), r["skipped"]) for r in result] == [
             (remote, 1, None),
             (unknown, 1, None),
@@ -913,7 +894,7 @@ def test_recover_dead_with_nothing_unsettled_says_so(tmp_path) -> None:
     with EffectLog(new_run_id(), directory) as log:
         log.claim(effect_id="e-1", action_id="act-1", operation=op(), impact_scope=())
         log.outcome(effect_id="e-1", execution=fx.ExecutionOutcome.FAILED, impact=fx.Impact.NONE)
-    assert _ok(_ledger("recover", "--dead", "--store", str(directory))) == "nothing to recover\n"
+    assert _ok(ledger("recover", "--dead", "--store", str(directory))) == "nothing to recover\n"
 
 
 # --------------------------------------------------------------------------- path, sql
@@ -927,7 +908,7 @@ def test_path_json_of_an_existing_store(built, cli) -> None:
 
 def test_path_json_of_a_missing_store(tmp_path) -> None:
     """`path --json` on a store that does not exist says so and creates nothing."""
-    result = _json(_ledger("path", "--json", "--store", str(tmp_path / "none")))
+    result = _json(ledger("path", "--json", "--store", str(tmp_path / "none")))
     assert result == {"path": str(tmp_path / "none" / "ledger.sqlite3"), "exists": False}
     assert not (tmp_path / "none").exists()
 
@@ -948,7 +929,7 @@ def test_sql_without_the_sqlite3_shell_names_how_to_install_it(built, tmp_path) 
     empty = tmp_path / "bin"
     empty.mkdir()
     env = subprocess_env() | {"PATH": str(empty)}
-    result = _ledger("sql", "--store", str(built.directory), "SELECT 1", env=env)
+    result = ledger("sql", "--store", str(built.directory), "SELECT 1", env=env)
     line = _one_line_error(result, 1)
     assert "apt install sqlite3" in line
     assert str(built.directory / "ledger.sqlite3") in line
@@ -975,7 +956,7 @@ def test_a_missing_store_is_one_line_and_exit_1_for_every_command(tmp_path) -> N
     argvs = _read_commands(missing, new_run_id())
     if shutil.which("sqlite3") is not None:
         argvs.append(["sql", "--store", str(missing), "SELECT 1"])
-    for argv, result in zip(argvs, _ledger_all(argvs), strict=True):
+    for argv, result in zip(argvs, ledger_all(*argvs), strict=True):
         line = _one_line_error(result, 1)
         assert f"there is no store at {missing}" in line, argv
     assert not missing.exists()
@@ -988,7 +969,7 @@ def test_a_corrupt_database_is_one_line_and_exit_1_for_every_command(tmp_path) -
     garbage = random.Random(7).randbytes(8192)
     (directory / "ledger.sqlite3").write_bytes(garbage)
     argvs = _read_commands(directory, new_run_id())
-    for argv, result in zip(argvs, _ledger_all(argvs), strict=True):
+    for argv, result in zip(argvs, ledger_all(*argvs), strict=True):
         line = _one_line_error(result, 1)
         assert "not a database" in line, argv
     assert (directory / "ledger.sqlite3").read_bytes() == garbage
@@ -1003,7 +984,7 @@ def _on_a_terminal(*args: str) -> str:
     master, slave = pty.openpty()
     try:
         proc = subprocess.Popen(
-            [str(LEDGER), *args],
+            [LEDGER, *args],
             stdout=slave,
             stderr=subprocess.PIPE,
             env=subprocess_env(),
@@ -1045,7 +1026,7 @@ def test_status_is_coloured_on_a_terminal_only(built, cli) -> None:
 def test_demo_kills_a_worker_and_reports_the_torn_write(tmp_path) -> None:
     """`ledger demo` exits 0 and reports the SIGKILLed write as interrupted and contradicted."""
     env = subprocess_env() | {"TMPDIR": str(tmp_path)}  # the demo's sandbox goes here
-    out = _ok(_ledger("demo", "--store", str(tmp_path / "store"), env=env))
+    out = _ok(ledger("demo", "--store", str(tmp_path / "store"), env=env))
     assert "killed with SIGKILL in the middle of e3-report" in out
     assert "recovered: e3-report" in out
     row = next(line for line in out.splitlines() if line.startswith("e3-report "))
@@ -1063,12 +1044,12 @@ def test_demo_kills_a_worker_and_reports_the_torn_write(tmp_path) -> None:
 def test_version_is_the_installed_distribution_version() -> None:
     """`ledger --version` prints the version of the installed effect-ledger distribution."""
     version = importlib.metadata.version("effect-ledger")
-    assert _ok(_ledger("--version")) == f"ledger, version {version}\n"
+    assert _ok(ledger("--version")) == f"ledger, version {version}\n"
 
 
 def test_help_lists_every_command() -> None:
     """`ledger --help` lists every command."""
-    listed = _ok(_ledger("--help")).split("Commands:")[1].split()
+    listed = _ok(ledger("--help")).split("Commands:")[1].split()
     for command in (
         "demo",
         "export",

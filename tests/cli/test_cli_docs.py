@@ -24,10 +24,9 @@ from ledger import effects as fx
 from ledger.cli import main
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.resources import FilesystemRoot
-from tests.builders import PYTHON, REPO, file_ref, op, sha, subprocess_env
+from tests.builders import PYTHON, REPO, file_ref, ledger, op, sha, subprocess_env
 from tools import clidoc
 
-LEDGER = Path(PYTHON).with_name("ledger")
 DOC_PATH = REPO / "docs" / "cli.md"
 STALE = "docs/cli.md is stale: run `make docs` (python -m tools.clidoc > docs/cli.md)"
 PRIMITIVES: dict[str, type] = {
@@ -204,17 +203,6 @@ def _key_paths(value: Any, prefix: str = "") -> set[str]:
 # --------------------------------------------------------------------------- real output
 
 
-def _run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(LEDGER), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-
-
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """What each --json command (and export) prints for a small store built with the library.
@@ -271,12 +259,12 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     }
     with ThreadPoolExecutor(len(reads)) as pool:
         results = dict(
-            zip(reads, pool.map(lambda a: _run(*a, env=env), reads.values()), strict=True)
+            zip(reads, pool.map(lambda a: ledger(*a, env=env), reads.values()), strict=True)
         )
     exported = tmp / f"{done}.jsonl"
     exported.write_text(results["export"].stdout)
-    results["recover"] = _run("recover", crashed, "--force", "--json", *at, env=env)
-    results["import"] = _run(
+    results["recover"] = ledger("recover", crashed, "--force", "--json", *at, env=env)
+    results["import"] = ledger(
         "import", str(exported), "--json", "--store", str(other_store), env=env
     )
     outputs: dict[str, Any] = {}

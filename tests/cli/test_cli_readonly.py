@@ -33,9 +33,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.builders import PYTHON, REPO, missing, subprocess_env
+from tests.builders import LEDGER, PYTHON, REPO, ledger, missing, subprocess_env
 
-LEDGER = Path(PYTHON).with_name("ledger")
 DB = "ledger.sqlite3"
 WAL = DB + "-wal"
 SHM = DB + "-shm"
@@ -346,19 +345,11 @@ def _traversable_by_others(path: Path) -> bool:
 # --------------------------------------------------------------------------- processes
 
 
-def ledger(args: list[str], *, home: Path) -> subprocess.CompletedProcess[str]:
+def ledger_at_home(args: list[str], *, home: Path) -> subprocess.CompletedProcess[str]:
     """Run the console script as this (root) user, with ``home`` as $HOME."""
     env = subprocess_env() | {"HOME": str(home)}
     env.pop("XDG_STATE_HOME", None)
-    return subprocess.run(
-        [str(LEDGER), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=home,
-        timeout=TIMEOUT,
-        check=False,
-    )
+    return ledger(*args, env=env, cwd=home)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -513,7 +504,7 @@ def nobody(public_tmp: Path) -> Unprivileged:
     if not _traversable_by_others(REPO):
         missing(f"uid 65534 cannot reach the repository {REPO}")
     home = make_public_dir(public_tmp, "probe-home")
-    candidates = [Unprivileged((str(LEDGER),), str(REPO), "the venv's console script")]
+    candidates = [Unprivileged((LEDGER,), str(REPO), "the venv's console script")]
     minor = f"python{sys.version_info.major}.{sys.version_info.minor}"
     system = shutil.which(minor, path="/usr/bin:/bin:/usr/local/bin")
     if system is not None and os.path.realpath(system) != os.path.realpath(PYTHON):
@@ -552,7 +543,7 @@ def test_a_read_command_changes_and_creates_nothing(
     home = tmp_path / "home"
     home.mkdir()
     before = fingerprint(tmp_path)
-    result = ledger(command.argv(CLOSED, store), home=home)
+    result = ledger_at_home(command.argv(CLOSED, store), home=home)
     assert_ok(result)
     command.check(result.stdout, CLOSED, store)
     assert_unchanged(before, fingerprint(tmp_path), sql_session_in=command.sql_session("store"))
@@ -571,7 +562,7 @@ def test_a_read_command_sees_a_live_writers_claim_and_changes_neither_database_n
     home.mkdir()
     before = fingerprint(store)
     assert set(before) == {".", DB, WAL, SHM, "ledger.lock"}
-    result = ledger(command.argv(LIVE, store), home=home)
+    result = ledger_at_home(command.argv(LIVE, store), home=home)
     after = fingerprint(store)
     assert_ok(result)
     command.check(result.stdout, LIVE, store)
@@ -639,7 +630,7 @@ def test_a_read_command_reads_a_read_only_copy(
     home = make_public_dir(public_dir, "home")
     before = fingerprint(public_dir)
     if user == "root":
-        result = ledger(command.argv(CLOSED, store), home=home)
+        result = ledger_at_home(command.argv(CLOSED, store), home=home)
         session = command.sql_session("store")  # root may write a 0555 directory
     else:
         result = request.getfixturevalue("nobody").run(command.argv(CLOSED, store), home=home)
@@ -667,7 +658,7 @@ def test_a_read_command_on_a_missing_store_creates_nothing(
     home.mkdir()
     default = Path(os.environ["LEDGER_DIR"])
     before = fingerprint(tmp_path)
-    result = ledger(command.argv(CLOSED, store), home=home)
+    result = ledger_at_home(command.argv(CLOSED, store), home=home)
     line = assert_one_line_error(result)
     assert "no store" in line
     assert fingerprint(tmp_path) == before
@@ -714,7 +705,7 @@ def test_an_empty_wal_without_its_shm_is_read_like_a_closed_store(
     command = Command(("status", "--json"), _status_json)
     before = fingerprint(public_dir)
     if user == "root":
-        result = ledger(command.argv(CLOSED, store), home=home)
+        result = ledger_at_home(command.argv(CLOSED, store), home=home)
     else:
         result = request.getfixturevalue("nobody").run(command.argv(CLOSED, store), home=home)
     after = fingerprint(public_dir)

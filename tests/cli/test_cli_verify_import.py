@@ -18,7 +18,6 @@ import stat
 import subprocess
 import urllib.parse
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +25,8 @@ import pytest
 
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, new_run_id
-from tests.builders import PYTHON, fs_ref, op, sha, subprocess_env
+from tests.builders import fs_ref, ledger, ledger_all, op, sha
 
-LEDGER = Path(PYTHON).with_name("ledger")
 DB = "ledger.sqlite3"
 T0 = "2026-03-01T12:00:00.000000+00:00"
 # click prints a progress bar's label once when stderr is not a terminal; see
@@ -48,28 +46,6 @@ Result = subprocess.CompletedProcess[str]
 
 
 # --------------------------------------------------------------------------- running
-
-
-def _run(args: tuple[str, ...]) -> Result:
-    return subprocess.run(
-        [str(LEDGER), *args],
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-        timeout=120,
-        check=False,
-    )
-
-
-def _ledger_all(*calls: tuple[str, ...]) -> list[Result]:
-    """Run independent invocations side by side; results in the order given."""
-    workers = min(len(calls), 2 * (os.cpu_count() or 1), 8)
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(_run, calls))
-
-
-def _ledger(*args: str) -> Result:
-    return _run(args)
 
 
 def _error(result: Result, code: int = 1) -> str:
@@ -392,7 +368,7 @@ def test_verify_a_clean_store_reports_its_runs_and_records(store_dir: Path) -> N
     for settled in (0, 1, 2):
         _write_run(store_dir, settled=settled)
     before = _snapshot(store_dir)
-    human, as_json = _ledger_all(
+    human, as_json = ledger_all(
         ("verify", "--store", str(store_dir)), ("verify", "--store", str(store_dir), "--json")
     )
     assert human.returncode == 0, human.stderr
@@ -410,7 +386,7 @@ def test_verify_leaves_a_live_store_byte_identical(store_dir: Path, run_id: str)
         log.outcome(effect_id="e1", execution=fx.ExecutionOutcome.FAILED, impact=fx.Impact.POSSIBLE)
         assert (store_dir / f"{DB}-wal").exists()
         before = _snapshot(store_dir)
-        result = _ledger("verify", "--store", str(store_dir))
+        result = ledger("verify", "--store", str(store_dir))
         after = _snapshot(store_dir)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("ok: 1 runs, 2 records")
@@ -504,7 +480,7 @@ def damaged(tmp_path_factory: pytest.TempPathFactory, template: tuple[Path, str]
     run_ids = {name: _write_run(store) for name in DAMAGES}
     expected = {name: damage(store, run_ids[name]) for name, damage in DAMAGES.items()}
     before = _snapshot(store)
-    human, as_json = _ledger_all(
+    human, as_json = ledger_all(
         ("verify", "--store", str(store)), ("verify", "--store", str(store), "--json")
     )
     return Damaged(store, expected, before, human, as_json)
@@ -552,7 +528,7 @@ def test_verify_reports_a_dropped_terminal_outcome_index(
     store = tmp_path / "store"
     _copy(template, store)
     _forge(store, "DROP INDEX uq_outcomes_terminal")
-    result = _ledger("verify", "--store", str(store), "--json")
+    result = ledger("verify", "--store", str(store), "--json")
     assert result.returncode == 1, result.stdout
     assert json.loads(result.stdout)["problems"] == [
         "schema: index uq_outcomes_terminal is missing"
@@ -565,7 +541,7 @@ def test_verify_of_a_corrupt_database_is_one_line(store_dir: Path) -> None:
     (store_dir / DB).write_bytes(random.Random(7).randbytes(64 * 1024))
     (store_dir / DB).chmod(0o600)
     before = _snapshot(store_dir)
-    result = _ledger("verify", "--store", str(store_dir), "--json")
+    result = ledger("verify", "--store", str(store_dir), "--json")
     assert "not a database" in _error(result)
     assert result.stdout == ""
     assert _snapshot(store_dir) == before
@@ -575,7 +551,7 @@ def test_an_import_refusal_is_the_only_line_on_stderr(tmp_path: Path) -> None:
     """Off a terminal no progress bar is drawn: a refused import writes exactly one line."""
     bad = tmp_path / "not-a-run-id.jsonl"
     bad.write_bytes(_jsonl(_base_entries()))
-    result = _ledger("import", str(bad), "--store", str(tmp_path / "store"))
+    result = ledger("import", str(bad), "--store", str(tmp_path / "store"))
     assert result.returncode == 1
     assert len(result.stderr.splitlines()) == 1, result.stderr
 
@@ -598,7 +574,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Exported:
     store = root / "store"
     run_id = _rich_run(store, root / "work")
     out = root / f"{run_id}.jsonl"
-    result = _ledger("export", run_id, "--store", str(store), "-o", str(out))
+    result = ledger("export", run_id, "--store", str(store), "-o", str(out))
     assert result.returncode == 0, result.stderr
     return Exported(store, run_id, _history(store, run_id), out.read_text(encoding="utf-8"))
 
@@ -606,7 +582,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Exported:
 def test_export_prints_one_line_per_record_in_seq_order(exported: Exported, tmp_path: Path) -> None:
     """Export prints each record as {"v", "type", "record"} in seq order; -o writes the same, 0600."""
     out = tmp_path / "out.jsonl"
-    printed, written = _ledger_all(
+    printed, written = ledger_all(
         ("export", exported.run_id, "--store", str(exported.store)),
         ("export", exported.run_id[:8], "--store", str(exported.store), "-o", str(out)),
     )
@@ -630,7 +606,7 @@ def test_export_prints_one_line_per_record_in_seq_order(exported: Exported, tmp_
 def test_export_into_a_missing_directory_is_one_line(exported: Exported, tmp_path: Path) -> None:
     """Export -o into a directory that does not exist fails in one line, exit 1, no traceback."""
     out = tmp_path / "missing" / "out.jsonl"
-    result = _ledger("export", exported.run_id, "--store", str(exported.store), "-o", str(out))
+    result = ledger("export", exported.run_id, "--store", str(exported.store), "-o", str(out))
     assert str(out.parent) in _error(result)
     assert not out.parent.exists()
 
@@ -643,7 +619,7 @@ def test_export_then_import_gives_an_identical_history(exported: Exported, tmp_p
     path = tmp_path / f"{exported.run_id}.jsonl"
     path.write_text(exported.text, encoding="utf-8")
     fresh = tmp_path / "fresh"
-    result = _ledger("import", str(path), "--store", str(fresh))
+    result = ledger("import", str(path), "--store", str(fresh))
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"{path}: run {exported.run_id}, 14 records\n"
     assert _history(fresh, exported.run_id) == exported.history
@@ -656,7 +632,7 @@ def test_import_with_run_uses_that_id(exported: Exported, tmp_path: Path) -> Non
     path.write_text(exported.text, encoding="utf-8")
     other = new_run_id()
     store = tmp_path / "store"
-    result = _ledger("import", str(path), "--run", other, "--store", str(store))
+    result = ledger("import", str(path), "--run", other, "--store", str(store))
     assert result.returncode == 0, result.stderr
     assert _history(store, other) == exported.history
     assert _run_ids(store) == {other}
@@ -667,9 +643,7 @@ def test_run_with_two_files_is_a_usage_error(tmp_path: Path) -> None:
     first = _write_file(tmp_path / "in", _base_entries())
     second = _write_file(tmp_path / "in", _base_entries())
     store = tmp_path / "store"
-    result = _ledger(
-        "import", str(first), str(second), "--run", new_run_id(), "--store", str(store)
-    )
+    result = ledger("import", str(first), str(second), "--run", new_run_id(), "--store", str(store))
     assert "--run" in _error(result, code=2)
     assert not store.exists()
 
@@ -685,7 +659,7 @@ def test_a_file_not_named_after_a_run_id_is_refused(tmp_path: Path) -> None:
         path.write_bytes(_jsonl(_base_entries()))
         paths.append(path)
     store = tmp_path / "store"
-    results = _ledger_all(*(("import", str(p), "--store", str(store)) for p in paths))
+    results = ledger_all(*(("import", str(p), "--store", str(store)) for p in paths))
     for path, result in zip(paths, results, strict=True):
         message = _error(result)
         assert str(path) in message
@@ -699,7 +673,7 @@ def test_a_bare_run_id_without_the_jsonl_suffix_is_refused(tmp_path: Path) -> No
     path = tmp_path / run_id
     path.write_bytes(_jsonl(_base_entries()))
     store = tmp_path / "store"
-    result = _ledger("import", str(path), "--store", str(store))
+    result = ledger("import", str(path), "--store", str(store))
     assert "<run_id>.jsonl" in _error(result)
     assert _run_ids(store) == set()
 
@@ -719,7 +693,7 @@ def test_a_torn_final_line_is_ignored_and_reported(tmp_path: Path) -> None:
     for name, tail in tails.items():
         files[name].write_bytes(_jsonl(entries) + tail)
     stores = {name: tmp_path / name for name in tails}
-    human, as_json = _ledger_all(
+    human, as_json = ledger_all(
         ("import", str(files["mid-json"]), "--store", str(stores["mid-json"])),
         (
             "import",
@@ -755,7 +729,7 @@ def test_a_complete_final_line_without_newline_is_imported(tmp_path: Path) -> No
     path = tmp_path / f"{run_id}.jsonl"
     path.write_bytes(_jsonl(_base_entries()).rstrip(b"\n"))
     store = tmp_path / "store"
-    result = _ledger("import", str(path), "--store", str(store), "--json")
+    result = ledger("import", str(path), "--store", str(store), "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)[0]["records"] == 6
     assert json.loads(result.stdout)[0]["torn_tail_ignored"] is False
@@ -833,7 +807,7 @@ def forged_imports(
         path = root / name / f"{new_run_id()}.jsonl"
         path.write_bytes(mutate(_base_entries()))
         prepared[name] = (store, path, existing, _snapshot(store))
-    results = _ledger_all(*(("import", str(p[1]), "--store", str(p[0])) for p in prepared.values()))
+    results = ledger_all(*(("import", str(p[1]), "--store", str(p[0])) for p in prepared.values()))
     return {
         name: ForgedCase(*prep, result=result)
         for (name, prep), result in zip(prepared.items(), results, strict=True)
@@ -860,7 +834,7 @@ def test_an_outcome_without_recorded_at_creates_no_store(tmp_path: Path) -> None
     path = tmp_path / f"{new_run_id()}.jsonl"
     path.write_bytes(_setting(3, "record.recorded_at", None)(_base_entries()))
     store = tmp_path / "store"
-    result = _ledger("import", str(path), "--store", str(store))
+    result = ledger("import", str(path), "--store", str(store))
     assert "line 3:" in _error(result)
     assert not store.exists()
 
@@ -874,7 +848,7 @@ def test_importing_a_run_already_in_the_store_changes_nothing(
     history = _history(store, run_id)
     path = _write_file(tmp_path / "in", _base_entries(), run_id)
     before = _snapshot(store)
-    result = _ledger("import", str(path), "--store", str(store))
+    result = ledger("import", str(path), "--store", str(store))
     assert "already in the store" in _error(result)
     assert _snapshot(store) == before
     assert _history(store, run_id) == history
@@ -885,7 +859,7 @@ def test_a_hard_linked_file_is_refused(tmp_path: Path) -> None:
     path = _write_file(tmp_path / "in", _base_entries())
     os.link(path, tmp_path / "second-name")
     store = tmp_path / "store"
-    result = _ledger("import", str(path), "--store", str(store))
+    result = ledger("import", str(path), "--store", str(store))
     assert "hard links" in _error(result)
     assert not store.exists()
 
@@ -896,7 +870,7 @@ def test_a_symlinked_file_is_refused(tmp_path: Path) -> None:
     link = tmp_path / target.name
     link.symlink_to(target)
     store = tmp_path / "store"
-    result = _ledger("import", str(link), "--store", str(store))
+    result = ledger("import", str(link), "--store", str(store))
     assert "symlink" in _error(result)
     assert not store.exists()
 
@@ -905,7 +879,7 @@ def test_a_missing_file_is_one_line(tmp_path: Path) -> None:
     """An input file that does not exist is refused in one line, exit 1, no traceback."""
     path = tmp_path / f"{new_run_id()}.jsonl"
     store = tmp_path / "store"
-    result = _ledger("import", str(path), "--store", str(store))
+    result = ledger("import", str(path), "--store", str(store))
     assert str(path) in _error(result)
     assert not store.exists()
 
@@ -917,7 +891,7 @@ def test_several_files_are_each_imported_all_or_nothing(tmp_path: Path) -> None:
     forged.write_bytes(_setting(4, "record.execution", "verified")(_base_entries()))
     also_good = _write_file(tmp_path / "in", _base_entries())
     mixed, both = tmp_path / "mixed", tmp_path / "both"
-    failed, as_json = _ledger_all(
+    failed, as_json = ledger_all(
         ("import", str(good), str(forged), "--store", str(mixed)),
         ("import", str(good), str(also_good), "--store", str(both), "--json"),
     )

@@ -9,22 +9,13 @@ import pytest
 
 from ledger import effects as fx
 from ledger.effect_log import EffectLog
-from tests.builders import PYTHON, subprocess_env
-
-LEDGER = Path(PYTHON).with_name("ledger")
+from tests.builders import ledger
 
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     store = tmp_path_factory.mktemp("demo") / "store"
-    result = subprocess.run(
-        [str(LEDGER), "demo", "--store", str(store), "--report", str(store.parent / "demo.html")],
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-        timeout=120,
-        check=False,
-    )
+    result = ledger("demo", "--store", str(store), "--report", str(store.parent / "demo.html"))
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     return store, result.stdout

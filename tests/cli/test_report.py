@@ -25,10 +25,8 @@ import pytest
 from ledger import _report
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, new_run_id
-from tests.builders import PYTHON, fs_ref, op, require_tool, sha, subprocess_env
+from tests.builders import fs_ref, ledger, op, require_tool, sha
 from tests.cli.test_cli_readonly import fingerprint
-
-LEDGER = Path(PYTHON).with_name("ledger")
 
 # Hostile text, each carrying a side effect the DOM would show if it ran.
 SCRIPT_ID = "<script>document.title='PWNED'</script>"
@@ -62,17 +60,6 @@ def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess[bytes]:
         capture_output=True,
         timeout=120,
         check=True,
-    )
-
-
-def ledger(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(LEDGER), *args],
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-        timeout=300,
-        check=False,
     )
 
 
@@ -304,7 +291,7 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Page:
     out = tmp / "report.html"
     before = fingerprint(store)
     started = time.monotonic()
-    result = ledger("report", "--store", str(store), "-o", str(out))
+    result = ledger("report", "--store", str(store), "-o", str(out), timeout=300)
     seconds = time.monotonic() - started
     assert fingerprint(store) == before, "a report changed the store"
     assert result.returncode == 0, result.stderr
@@ -471,7 +458,7 @@ def test_a_run_that_does_not_validate_is_listed_not_drawn(tmp_path: Path) -> Non
     conn.execute("UPDATE outcomes SET execution_id = 'forged' WHERE run_id = ?", (bad,))
     conn.close()
     out = tmp_path / "forged.html"
-    made = ledger("report", "--store", str(store), "-o", str(out))
+    made = ledger("report", "--store", str(store), "-o", str(out), timeout=300)
     assert made.returncode == 1
     assert made.stdout == f"{out}\n"
     assert made.stderr.startswith(f"warning: run {bad} does not validate")
@@ -564,11 +551,13 @@ def _large_run(directory: Path, records: int) -> Path:
 def test_a_run_of_ten_thousand_records_renders_summarised(tmp_path: Path) -> None:
     """10,000 records: the page opens, draws 200 lanes (unresolved first), lists at most 1,000 rows."""
     store = tmp_path / "store"
-    imported = ledger("import", str(_large_run(tmp_path, 10_000)), "--store", str(store))
+    imported = ledger(
+        "import", str(_large_run(tmp_path, 10_000)), "--store", str(store), timeout=300
+    )
     assert imported.returncode == 0, imported.stderr
     out = tmp_path / "large.html"
     started = time.monotonic()
-    made = ledger("report", "--store", str(store), "-o", str(out))
+    made = ledger("report", "--store", str(store), "-o", str(out), timeout=300)
     took = time.monotonic() - started
     assert made.returncode == 0, made.stderr
     assert out.stat().st_size < 3_000_000

@@ -48,11 +48,10 @@ from ledger import _chain, _inspect
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite import schema as _schema
-from tests.builders import PYTHON, REPO, fs_ref, op, require_tool, sha, subprocess_env
+from tests.builders import PYTHON, REPO, fs_ref, ledger, op, require_tool, sha, subprocess_env
 from tests.reliability.figures import report
 
 SQLITE3 = shutil.which("sqlite3")
-LEDGER = Path(PYTHON).with_name("ledger")
 DB = "ledger.sqlite3"
 
 # Every table the library writes, and the write that reaches it.
@@ -217,22 +216,10 @@ def _rows(directory: Path) -> dict[str, list[tuple[Any, ...]]]:
         }
 
 
-def _ledger(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(LEDGER), *args],
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-        timeout=120,
-        check=False,
-        cwd=REPO,
-    )
-
-
 def _verify_names(directory: Path, name: str, *, cli: bool = False) -> bool:
     """Whether verify fails and one of its problems names ``name``."""
     if cli:
-        result = _ledger("verify", "--json", "--store", str(directory))
+        result = ledger("verify", "--json", "--store", str(directory), cwd=REPO)
         assert result.returncode in (0, 1), result.stderr
         problems = json.loads(result.stdout)["problems"]
         named = result.returncode == 1 and any(name in p for p in problems)
@@ -461,8 +448,8 @@ def test_a_lying_view_is_named_ignored_by_reports_and_put_back_by_a_writer(
         ),
     ]
     if lie == "verified":  # and the console script says the same
-        lied = _ledger("status", "--json", "--store", str(directory))
-        told = _ledger("status", "--json", "--store", str(truth))
+        lied = ledger("status", "--json", "--store", str(directory), cwd=REPO)
+        told = ledger("status", "--json", "--store", str(truth), cwd=REPO)
         truthful.append(outcome.check(lied.stdout == told.stdout, "ledger status"))
     recovered = [r.run_id for r in _inspect.recover_dead(directory) if r.outcomes]
     truthful.append(outcome.check(recovered == [base.dead], f"recover --dead: {recovered}"))
@@ -680,7 +667,7 @@ def test_a_wrong_hash_with_the_guards_dropped_is_flagged_everywhere(
     outcome.check(
         bool(rows) and all(r.run_problem for r in rows), "status shows its verdicts unflagged"
     )
-    status = _ledger("status", "--store", str(directory))
+    status = ledger("status", "--store", str(directory), cwd=REPO)
     outcome.check(status.returncode == 1, f"ledger status exited {status.returncode}")
     outcome.check(base.settled[:8] in status.stderr, f"ledger status said: {status.stderr}")
     FIGURES["reports_truthful"] += not outcome.failures

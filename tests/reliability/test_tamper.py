@@ -49,7 +49,7 @@ from ledger import _chain
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite.rows import chain_hash
-from tests.builders import PYTHON, REPO, fs_ref, op, require_tool, sha, subprocess_env
+from tests.builders import REPO, fs_ref, ledger, op, require_tool, sha
 from tests.reliability.figures import report
 
 SQLITE3 = shutil.which("sqlite3")
@@ -60,7 +60,6 @@ def _shell() -> None:
     require_tool("sqlite3")
 
 
-LEDGER = Path(PYTHON).with_name("ledger")
 DB = "ledger.sqlite3"
 
 SEQ_TABLES = ("claims", "outcomes", "observations")
@@ -391,22 +390,11 @@ def _load_error(directory: Path, run_id: str) -> str | None:
     return None
 
 
-def _ledger(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(LEDGER), *args],
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-        timeout=120,
-        check=False,
-    )
-
-
 def _verify(directory: Path, *anchors: str) -> tuple[int, dict[str, Any]]:
     args = ["verify", "--json", "--store", str(directory)]
     for anchor in anchors:
         args += ["--anchor", anchor]
-    result = _ledger(*args)
+    result = ledger(*args)
     assert result.returncode in (0, 1), result.stderr
     return result.returncode, json.loads(result.stdout)
 
@@ -759,7 +747,7 @@ def test_the_chain_recipe_names_the_first_broken_seq_of_every_changed_field(
 
 
 def _head(directory: Path, run_id: str) -> str:
-    result = _ledger("head", run_id, "--store", str(directory))
+    result = ledger("head", run_id, "--store", str(directory))
     assert result.returncode == 0, result.stderr
     anchor = result.stdout.strip()
     assert re.fullmatch(rf"{run_id}:\d+:[0-9a-f]{{64}}", anchor), anchor

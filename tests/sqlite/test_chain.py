@@ -23,9 +23,7 @@ from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite.engine import _on_begin, _on_connect, alembic_config, head_revision
 from ledger.sqlite.rows import chain_hash, rows_of
-from tests.builders import PYTHON, write_five_records
-
-LEDGER = Path(PYTHON).with_name("ledger")
+from tests.builders import ledger, write_five_records
 
 
 def _links(db: Path, run_id: str) -> list[tuple[int, str, str]]:
@@ -141,9 +139,13 @@ def test_the_database_refuses_a_record_that_does_not_extend_the_chain(
 
 
 def _verify(store: list[str], anchor: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [LEDGER, "verify", "--anchor", anchor, *store], capture_output=True, text=True, check=False
-    )
+    return ledger("verify", "--anchor", anchor, *store)
+
+
+def _head(run_id: str, store: list[str]) -> str:
+    result = ledger("head", run_id, *store)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
 
 
 @pytest.mark.program
@@ -153,9 +155,7 @@ def test_head_and_anchor_detect_a_recomputed_chain(store_dir: Path, run_id: str)
         write_five_records(log)
         records = log.history().records()
     store = ["--store", str(store_dir)]
-    anchor = subprocess.run(
-        [LEDGER, "head", run_id, *store], capture_output=True, text=True, check=True
-    ).stdout.strip()
+    anchor = _head(run_id, store)
     assert anchor.startswith(f"{run_id}:5:")
     assert _verify(store, anchor).returncode == 0
     forged = [dataclasses.replace(r, action_id="forged") if r.seq == 2 else r for r in records]
@@ -188,9 +188,7 @@ def test_anchor_detects_a_truncated_run(store_dir: Path, run_id: str) -> None:
     with EffectLog(run_id, store_dir) as log:
         write_five_records(log)
     store = ["--store", str(store_dir)]
-    anchor = subprocess.run(
-        [LEDGER, "head", run_id, *store], capture_output=True, text=True, check=True
-    ).stdout.strip()
+    anchor = _head(run_id, store)
     conn = sqlite3.connect(store_dir / "ledger.sqlite3", isolation_level=None)
     conn.execute("DROP TRIGGER claims_no_delete")
     conn.execute("DELETE FROM claims WHERE run_id = ? AND seq = 5", (run_id,))

@@ -21,9 +21,9 @@ from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.errors import StoreFileRefusedError
 from ledger.sqlite import trust as _trust
+from tests.builders import LEDGER, ledger
 from tests.trust_helpers import (
     DB,
-    LEDGER,
     PYTHON,
     SHM,
     WAL,
@@ -31,7 +31,6 @@ from tests.trust_helpers import (
     assert_refused,
     build_store,
     fingerprint,
-    ledger,
     other_uid,
     public_dir,
 )
