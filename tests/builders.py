@@ -37,8 +37,25 @@ TIMEOUT = 10.0  # the longest one wait in this process may take before the test 
 CHILD_TIMEOUT = 60  # the longest a child process may take
 BURST_TIMEOUT = 120.0  # the longest a burst of threads, or of children, may take
 
+# Short names for the enum members tests spell most.
+RUNNING = fx.ExecutionOutcome.RUNNING
 SUCCESS = fx.ExecutionOutcome.REPORTED_SUCCESS
+FAILED = fx.ExecutionOutcome.FAILED
+INTERRUPTED = fx.ExecutionOutcome.INTERRUPTED
+NONE = fx.Impact.NONE
+POSSIBLE = fx.Impact.POSSIBLE
 CERTAIN = fx.Impact.CERTAIN
+EXISTS = fx.Predicate.EXISTS
+ABSENT = fx.Predicate.ABSENT
+SHA256 = fx.Predicate.SHA256
+REVISION = fx.Predicate.REVISION
+COMPLETE = fx.Coverage.COMPLETE
+PARTIAL = fx.Coverage.PARTIAL
+PENDING = fx.EffectVerdict.PENDING
+UNVERIFIED = fx.EffectVerdict.UNVERIFIED
+CONTRADICTED = fx.EffectVerdict.CONTRADICTED
+VERIFIED = fx.EffectVerdict.VERIFIED
+FAILED_VERDICT = fx.EffectVerdict.FAILED
 
 
 def sha(data: bytes) -> str:
@@ -278,10 +295,12 @@ def gap_free(history: fx.History) -> bool:
     return [r.seq for r in history.records()] == list(range(1, len(history.records()) + 1))
 
 
-def orphan_run(store: Path, run_id: str) -> None:
-    """Write run ``run_id`` in ``store``: one bare claim e1, never given an outcome; closed."""
+def orphan_run(store: Path, run_id: str | None = None) -> str:
+    """A closed run (new unless given) whose one claim e1 never got an outcome, as after a crash."""
+    run_id = run_id or new_run_id()
     with EffectLog(run_id, store) as log:
         claim_bare(log, "e1")
+    return run_id
 
 
 def run_of_forty_claims(store: Path) -> str:
@@ -295,14 +314,6 @@ def run_of_forty_claims(store: Path) -> str:
                 operation=op(),
                 impact_scope=[fs_ref(f"/sandbox/{i}-{j}.txt") for j in range(4)],
             )
-    return run_id
-
-
-def interrupted_run(store: Path) -> str:
-    """A new run in ``store`` whose claim e1 never got an outcome, as after a crash."""
-    run_id = new_run_id()
-    with EffectLog(run_id, store) as log:
-        log.claim(effect_id="e1", action_id="a1", operation=op(), impact_scope=[fs_ref("/w/a")])
     return run_id
 
 
@@ -351,12 +362,12 @@ def no_errors(errors: Sequence[BaseException | None]) -> None:
 
 
 class Call:
-    """``fn()`` running in a thread of its own (``in_thread`` joins it after the test)."""
+    """``fn()`` running in a thread of its own (named ``name``), and how it ended."""
 
-    def __init__(self, fn: Callable[[], Any]) -> None:
+    def __init__(self, fn: Callable[[], Any], name: str | None = None) -> None:
         self._result: Any = None
         self._error: BaseException | None = None
-        self.thread = threading.Thread(target=self._body, args=(fn,), daemon=True)
+        self.thread = threading.Thread(target=self._body, args=(fn,), name=name, daemon=True)
         self.thread.start()
 
     def _body(self, fn: Callable[[], Any]) -> None:
@@ -379,7 +390,7 @@ class Call:
     def result(self) -> Any:
         """Join the thread (failing on a timeout); its return value, or raise its error."""
         self.thread.join(TIMEOUT)
-        assert not self.thread.is_alive(), "the thread did not finish (deadlock?)"
+        assert not self.thread.is_alive(), f"{self.thread.name} did not finish (deadlock?)"
         if self._error is not None:
             raise self._error
         return self._result

@@ -35,9 +35,16 @@ from ledger.effect_log import (
 )
 from tests.backends import Backend, writes_nothing
 from tests.builders import (
+    CERTAIN,
     CHILD_TIMEOUT,
+    FAILED,
+    INTERRUPTED,
+    NONE,
+    POSSIBLE,
     PYTHON,
     REPO,
+    RUNNING,
+    SUCCESS,
     claim_request,
     claim_requests,
     fs_ref,
@@ -50,14 +57,6 @@ from tests.builders import (
 )
 
 DISK_ERROR = r"(?i)disk|I/O|full|too large"
-
-RUNNING = fx.ExecutionOutcome.RUNNING
-SUCCESS = fx.ExecutionOutcome.REPORTED_SUCCESS
-FAILED = fx.ExecutionOutcome.FAILED
-INTERRUPTED = fx.ExecutionOutcome.INTERRUPTED
-NONE = fx.Impact.NONE
-POSSIBLE = fx.Impact.POSSIBLE
-CERTAIN = fx.Impact.CERTAIN
 
 
 # --------------------------------------------------------------------------- helpers

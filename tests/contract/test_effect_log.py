@@ -32,31 +32,30 @@ from ledger.resources import FilesystemRoot
 from ledger.storage import Mode
 from tests.backends import Backend, Holder, writes_nothing
 from tests.builders import (
+    CERTAIN,
+    COMPLETE,
+    EXISTS,
+    FAILED,
+    INTERRUPTED,
+    NONE,
+    PARTIAL,
+    PENDING,
+    POSSIBLE,
+    RUNNING,
+    SUCCESS,
+    UNVERIFIED,
+    VERIFIED,
     Call,
     claim_write,
     file_ref,
     fs_ref,
-    interrupted_run,
     op,
+    orphan_run,
     see,
     settle,
     sha,
     wait_for,
 )
-
-EXISTS = fx.Predicate.EXISTS
-RUNNING = fx.ExecutionOutcome.RUNNING
-SUCCESS = fx.ExecutionOutcome.REPORTED_SUCCESS
-FAILED = fx.ExecutionOutcome.FAILED
-INTERRUPTED = fx.ExecutionOutcome.INTERRUPTED
-NONE = fx.Impact.NONE
-POSSIBLE = fx.Impact.POSSIBLE
-CERTAIN = fx.Impact.CERTAIN
-COMPLETE = fx.Coverage.COMPLETE
-PARTIAL = fx.Coverage.PARTIAL
-VERIFIED = fx.EffectVerdict.VERIFIED
-UNVERIFIED = fx.EffectVerdict.UNVERIFIED
-PENDING = fx.EffectVerdict.PENDING
 
 A = fs_ref("/sandbox/a.txt")
 B = fs_ref("/sandbox/b.txt")
@@ -928,7 +927,7 @@ def test_close_without_with(store_dir: Path, run_id: str) -> None:
 
 def test_recovery_refuses_a_run_another_log_moved_on(backend: Backend, store_dir: Path) -> None:
     """A log whose run got records it has not seen writes no recovery over them."""
-    run_id = interrupted_run(store_dir)
+    run_id = orphan_run(store_dir)
     stale = EffectLog.load(run_id, store_dir)
     with EffectLog.load(run_id, store_dir) as other:
         other.claim(effect_id="e2", action_id="a2", operation=op(), impact_scope=[])
@@ -954,7 +953,7 @@ def test_recovery_refuses_a_run_another_log_moved_on(backend: Backend, store_dir
 def test_recovery_of_a_degraded_log_is_refused_and_writes_nothing(
     backend: Backend, store_dir: Path
 ) -> None:
-    run_id = interrupted_run(store_dir)
+    run_id = orphan_run(store_dir)
     with EffectLog.load(run_id, store_dir) as log:
         log.claim(effect_id="e2", action_id="a2", operation=op(), impact_scope=[])
         with backend.unavailable(store_dir):
@@ -993,7 +992,7 @@ def test_recovery_is_refused_while_another_process_has_the_run_loaded(
     backend: Backend, store_dir: Path, elsewhere: Callable[[Path, str], Holder]
 ) -> None:
     """A run held shared elsewhere is not recovered; once let go, it is, and the exclusive hold is given back."""
-    run_id = interrupted_run(store_dir)
+    run_id = orphan_run(store_dir)
     other = elsewhere(store_dir, run_id)
     other.hold(Mode.SHARED)
     with EffectLog.load(run_id, store_dir) as log:
@@ -1019,7 +1018,7 @@ def test_forced_recovery_settles_a_run_another_process_has_loaded(
     backend: Backend, store_dir: Path, elsewhere: Callable[[Path, str], Holder]
 ) -> None:
     """``ledger recover --force`` recovers under a holder; without --force it is refused."""
-    run_id = interrupted_run(store_dir)
+    run_id = orphan_run(store_dir)
     other = elsewhere(store_dir, run_id)
     other.hold(Mode.SHARED)
     with pytest.raises(_inspect.RunInUseError):
@@ -1036,7 +1035,7 @@ def test_a_log_loaded_while_the_run_was_being_recovered_may_not_recover_it(
     backend: Backend, store_dir: Path, elsewhere: Callable[[Path, str], Holder]
 ) -> None:
     """Loaded while the run was held exclusive elsewhere: its recovery is refused even once that ended."""
-    run_id = interrupted_run(store_dir)
+    run_id = orphan_run(store_dir)
     other = elsewhere(store_dir, run_id)
     other.hold(Mode.EXCLUSIVE)
     with EffectLog.load(run_id, store_dir) as stale:
@@ -1056,7 +1055,7 @@ def test_recovery_records_this_process_as_the_runs_writer_once(
     backend: Backend, store_dir: Path
 ) -> None:
     """Recovery records the writer; the same log's next write does not record it again."""
-    run_id = interrupted_run(store_dir)
+    run_id = orphan_run(store_dir)
     with EffectLog.load(run_id, store_dir) as log:
         (recovered,) = log.recover_interrupted()
         later = log.claim(effect_id="e2", action_id="a2", operation=op(), impact_scope=[])
@@ -1078,7 +1077,7 @@ def test_recovery_waits_for_a_claim_in_flight_and_settles_it_too(
     backend: Backend, store_dir: Path, in_thread: Callable[[Callable[[], Any]], Call]
 ) -> None:
     """Recovery called while another thread's claim is being written waits for it, then marks both claims."""
-    run_id = interrupted_run(store_dir)
+    run_id = orphan_run(store_dir)
     with EffectLog.load(run_id, store_dir) as log:
         with backend.write_locked(store_dir):
             claiming = in_thread(
@@ -1100,7 +1099,7 @@ def test_a_claim_made_while_recovery_commits_is_numbered_after_it(
     backend: Backend, store_dir: Path, in_thread: Callable[[Callable[[], Any]], Call]
 ) -> None:
     """A claim made while recovery's transaction waits for the store waits behind it and follows its outcomes."""
-    run_id = interrupted_run(store_dir)
+    run_id = orphan_run(store_dir)
     with EffectLog.load(run_id, store_dir) as log:
         with backend.write_locked(store_dir):
             recovering = in_thread(log.recover_interrupted)

@@ -9,7 +9,27 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ledger import effects as fx
-from tests.builders import fs_ref, op, sha
+from tests.builders import (
+    ABSENT,
+    CERTAIN,
+    CONTRADICTED,
+    EXISTS,
+    FAILED,
+    FAILED_VERDICT,
+    INTERRUPTED,
+    NONE,
+    PENDING,
+    POSSIBLE,
+    REVISION,
+    RUNNING,
+    SHA256,
+    SUCCESS,
+    UNVERIFIED,
+    VERIFIED,
+    fs_ref,
+    op,
+    sha,
+)
 
 NOW = fx.utc_now()
 A = fs_ref("/sandbox/a.txt")
@@ -17,25 +37,6 @@ B = fs_ref("/sandbox/b.txt")
 DIR = fs_ref("/sandbox")
 D1, D2 = sha(b"one"), sha(b"two")
 
-PENDING = fx.EffectVerdict.PENDING
-VERIFIED = fx.EffectVerdict.VERIFIED
-UNVERIFIED = fx.EffectVerdict.UNVERIFIED
-CONTRADICTED = fx.EffectVerdict.CONTRADICTED
-FAILED_VERDICT = fx.EffectVerdict.FAILED
-
-RUNNING = fx.ExecutionOutcome.RUNNING
-SUCCESS = fx.ExecutionOutcome.REPORTED_SUCCESS
-FAILED = fx.ExecutionOutcome.FAILED
-INTERRUPTED = fx.ExecutionOutcome.INTERRUPTED
-
-NONE = fx.Impact.NONE
-POSSIBLE = fx.Impact.POSSIBLE
-CERTAIN = fx.Impact.CERTAIN
-
-EXISTS = fx.Predicate.EXISTS
-ABSENT = fx.Predicate.ABSENT
-SHA256 = fx.Predicate.SHA256
-REVISION = fx.Predicate.REVISION
 
 # --------------------------------------------------------------------------- builders
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from ledger import effects as fx
 from ledger.resources import FilesystemRoot, OwnedResource
-from tests.builders import file_ref, fs_ref, op, sha
+from tests.builders import FAILED, INTERRUPTED, RUNNING, SUCCESS, file_ref, fs_ref, op, sha
 
 NOW = fx.utc_now()
 A = fs_ref("/sandbox/a.txt")
@@ -913,11 +913,6 @@ def _o(effect_id: str, seq: int, execution: fx.ExecutionOutcome) -> fx.EffectOut
 def _v(observation_id: str, seq: int) -> fx.Observation:
     return _observation(observation_id=observation_id, seq=seq)
 
-
-RUNNING = fx.ExecutionOutcome.RUNNING
-SUCCESS = fx.ExecutionOutcome.REPORTED_SUCCESS
-FAILED = fx.ExecutionOutcome.FAILED
-INTERRUPTED = fx.ExecutionOutcome.INTERRUPTED
 
 VALID_HISTORIES: list[Any] = [
     pytest.param(fx.History(), id="empty"),

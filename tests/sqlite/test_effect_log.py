@@ -19,15 +19,11 @@ from typing import Any
 
 import pytest
 
-from ledger import effects as fx
 from ledger.effect_log import EffectLog, effects_dir
 from ledger.errors import LogDegradedError, StoreTamperedError, StoreUnavailableError
 from ledger.sqlite.commit import GroupCommit, Job
-from tests.builders import Call, claim_write, interrupted_run, op, wait_for
+from tests.builders import FAILED, NONE, Call, claim_write, op, orphan_run, wait_for
 from tests.sqlite.driver import DB, connect_ro, write_locked
-
-FAILED = fx.ExecutionOutcome.FAILED
-NONE = fx.Impact.NONE
 
 
 def _outcome_rows(store: Path) -> list[tuple[Any, ...]]:
@@ -57,7 +53,7 @@ def test_path_and_run_id(
 
 def test_recovery_that_cannot_lock_the_run_names_the_run_and_the_cause(store_dir: Path) -> None:
     """The store directory moved away under a loaded log: recovery fails saying why, writing nothing."""
-    run_id = interrupted_run(store_dir)
+    run_id = orphan_run(store_dir)
     with EffectLog.load(run_id, store_dir) as log:
         aside = store_dir.with_name("aside")
         store_dir.rename(aside)
@@ -87,7 +83,7 @@ def test_recovery_that_meets_a_tampered_store_degrades_the_log(
     store_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A trigger planted after load: recovery raises StoreTamperedError, logs why, and the log writes no more."""
-    run_id = interrupted_run(store_dir)
+    run_id = orphan_run(store_dir)
     with EffectLog.load(run_id, store_dir) as log:
         _plant(log.path, EAT_OUTCOMES)
         with caplog.at_level(logging.ERROR), pytest.raises(StoreTamperedError) as refused:
@@ -111,7 +107,7 @@ def test_ctrl_c_in_recoverys_transaction_is_raised_and_writes_nothing(
     """SIGINT inside recovery's transaction: KeyboardInterrupt reaches the caller, nothing is written, recovery can run again."""
     if threading.current_thread() is not threading.main_thread():
         pytest.fail("Python runs signal handlers in the main thread only: run the suite there")
-    run_id = interrupted_run(store_dir)
+    run_id = orphan_run(store_dir)
     delivered: list[int] = []
 
     def handler(signum: int, frame: Any) -> None:
@@ -147,7 +143,7 @@ def test_recovery_waiting_for_a_write_that_degrades_the_log_refuses(
     store_dir: Path, in_thread: Callable[[Callable[[], Any]], Call]
 ) -> None:
     """Recovery waits for an outcome in flight that meets a tampered store: the log degrades and recovery refuses."""
-    run_id = interrupted_run(store_dir)
+    run_id = orphan_run(store_dir)
     with EffectLog.load(run_id, store_dir) as log:
         log.claim(effect_id="e2", action_id="a2", operation=op(), impact_scope=[])
         with write_locked(log.path) as other:

@@ -18,21 +18,12 @@ import pytest
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, effects_dir, new_run_id
 from ledger.resources import FilesystemResource, FilesystemRoot
-from tests.builders import claim_small, effect_ids, listing, run_child
+from tests.builders import claim_small, effect_ids, listing, run_child, settle
 
 DB = "ledger.sqlite3"
 NOBODY = 65534
 
 needs_root = pytest.mark.usefixtures("root")  # chown to another uid
-
-
-def succeed(log: EffectLog, effect_id: str) -> fx.EffectOutcome:
-    """Record a reported success for ``effect_id``."""
-    return log.outcome(
-        effect_id=effect_id,
-        execution=fx.ExecutionOutcome.REPORTED_SUCCESS,
-        impact=fx.Impact.CERTAIN,
-    )
 
 
 def mode(path: Path) -> int:
@@ -245,7 +236,7 @@ def test_hard_link_added_after_first_claim_is_refused(
             log.recover_interrupted()
         assert log.degraded is False  # a failed claim or recovery raises; it does not degrade
 
-        outcome = succeed(log, "e1")  # does not raise
+        outcome = settle(log, "e1")  # does not raise
         assert log.degraded is True
         assert log.history().outcomes == (outcome,)
         with pytest.raises(EffectPersistenceError, match="hard links"):
@@ -364,7 +355,7 @@ def test_file_owned_by_another_uid_is_refused(store_dir: Path, run_id: str, suff
             claim_small(log, "e2")
         with pytest.raises(EffectPersistenceError, match="owned by uid 65534"):
             EffectLog.load(run_id, store_dir)
-        succeed(log, "e1")  # does not raise
+        settle(log, "e1")  # does not raise
         assert log.degraded is True
         assert effect_ids(log.history()) == ["e1"]
     if suffix == "":

@@ -35,12 +35,7 @@ from ledger._index import RunIndex
 from ledger.effect_log import ClaimRequest, EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite import store as _store
 from ledger.sqlite.commit import GroupCommit, Job
-from tests.builders import fs_ref, op
-
-TIMEOUT = 10.0  # the longest any one wait may take before the test fails
-SUCCESS = fx.ExecutionOutcome.REPORTED_SUCCESS
-INTERRUPTED = fx.ExecutionOutcome.INTERRUPTED
-
+from tests.builders import INTERRUPTED, TIMEOUT, Call, fs_ref, loaded, op, settle, wait_for
 
 # --------------------------------------------------------------------------- helpers
 
@@ -53,26 +48,6 @@ def claim(log: EffectLog, effect_id: str) -> fx.EffectClaim:
         operation=op(args=effect_id.encode()),
         impact_scope=[fs_ref(f"/sandbox/{effect_id}.txt")],
     )
-
-
-def succeed(log: EffectLog, effect_id: str) -> fx.EffectOutcome:
-    """Record that ``effect_id``'s call succeeded."""
-    return log.outcome(effect_id=effect_id, execution=SUCCESS, impact=fx.Impact.CERTAIN)
-
-
-def wait_for(predicate: Callable[[], bool], what: str) -> None:
-    """Poll until ``predicate`` holds; fail the test after ``TIMEOUT``."""
-    deadline = time.monotonic() + TIMEOUT
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        time.sleep(0.002)
-
-
-def loaded(run_id: str, store: Path) -> fx.History:
-    """The run's history as a fresh ``EffectLog.load`` reads it from the store."""
-    with EffectLog.load(run_id, store) as log:
-        return log.history()
 
 
 def stored_rows(db: Path, run_id: str) -> list[tuple[str, int, str]]:
@@ -112,30 +87,6 @@ def blocked_retaking_the_log_lock(ident: int) -> bool:
         if function == "submit" and "acquire_uninterrupted(self.lock)" in line
     ]
     return bool(waking) and frames[waking[0] + 1][0] == "_submit" and ".acquire(" in frames[0][1]
-
-
-class Call:
-    """A function running in a thread of its own, and how it ended."""
-
-    def __init__(self, name: str, fn: Callable[[], Any]) -> None:
-        self.result: Any = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._body, args=(fn,), name=name, daemon=True)
-        self.thread.start()
-
-    def _body(self, fn: Callable[[], Any]) -> None:
-        try:
-            self.result = fn()
-        except BaseException as e:
-            self.error = e
-
-    def value(self) -> Any:
-        """Join the thread (failing on timeout) and return its result or raise its error."""
-        self.thread.join(TIMEOUT)
-        assert not self.thread.is_alive(), f"{self.thread.name} did not finish (deadlock?)"
-        if self.error is not None:
-            raise self.error
-        return self.result
 
 
 class Pause:
@@ -201,7 +152,7 @@ class Rig:
 
     def start(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Call:
         """Run ``fn(*args, **kwargs)`` in a new thread."""
-        call = Call(name, functools.partial(fn, *args, **kwargs))
+        call = Call(functools.partial(fn, *args, **kwargs), name)
         self.calls.append(call)
         return call
 
@@ -241,7 +192,7 @@ class Rig:
             if call.thread.is_alive():
                 stuck.append(call.thread.name)
         for log in self.logs:
-            closing = Call(f"close {log.run_id}", log.close)
+            closing = Call(log.close, f"close {log.run_id}")
             closing.thread.join(max(0.1, deadline - time.monotonic()))
             if closing.thread.is_alive():
                 stuck.append(closing.thread.name)
@@ -323,7 +274,7 @@ def test_ctrl_c_in_the_leader_mid_transaction_rolls_back_and_settles_every_calle
 
     def outcome_after_main() -> fx.EffectOutcome:
         wait_for(lambda: log._writes.waiting == 1, "main's claim is queued")
-        return succeed(log, "e0")
+        return settle(log, "e0")
 
     def claim_after_outcome() -> fx.EffectClaim:
         wait_for(lambda: log._writes.waiting == 2, "the outcome is queued")
@@ -346,8 +297,8 @@ def test_ctrl_c_in_the_leader_mid_transaction_rolls_back_and_settles_every_calle
     helper = rig.start("helper", release_when_queued)
     with pytest.raises(KeyboardInterrupt):
         claim(log, "m1")
-    helper.value()
-    assert leader.value().seq == 2
+    helper.result()
+    assert leader.result().seq == 2
 
     # Nothing of the interrupted transaction stays open on the connection the store holds.
     assert not log._store._connection().in_transaction
@@ -357,8 +308,8 @@ def test_ctrl_c_in_the_leader_mid_transaction_rolls_back_and_settles_every_calle
 
     # The other thread's claim exists nowhere and said so; its outcome is not lost silently.
     with pytest.raises(EffectPersistenceError, match="interrupted"):
-        other_claim.value()
-    outcome = other_outcome.value()
+        other_claim.result()
+    outcome = other_outcome.result()
     assert log.degraded
     history = log.history()
     assert history.outcomes == (outcome,)
@@ -404,7 +355,7 @@ def test_ctrl_c_while_a_write_waits_for_sqlites_write_lock_leaves_no_transaction
     try:
         with pytest.raises(KeyboardInterrupt):
             claim(log, "e1")
-        helper.value()
+        helper.result()
     finally:
         other.close()
     assert not log._store._connection().in_transaction
@@ -440,14 +391,14 @@ def test_ctrl_c_while_another_leader_commits_the_claim_keeps_memory_equal_to_the
     helper = rig.start("helper", interrupt_while_held)
     with pytest.raises(KeyboardInterrupt):
         claim(log, "m1")
-    helper.value()
-    assert store_leader.value().seq == next_leader.value().seq == 2
+    helper.result()
+    assert store_leader.result().seq == next_leader.result().seq == 2
 
     stored = loaded(log.run_id, store_dir)
     assert [(c.seq, c.effect_id) for c in stored.claims] == [(1, "e0"), (2, "m1")]
     assert log.history() == stored  # the interrupted claim is durable, and the log knows it
     assert claim(log, "m2").seq == 3
-    succeed(log, "e0")
+    settle(log, "e0")
     assert not log.degraded
     assert loaded(log.run_id, store_dir) == log.history()
 
@@ -496,17 +447,17 @@ def test_ctrl_c_right_after_being_handed_the_leadership_strands_nothing(
     helper = rig.start("helper", interrupt_once_handed_over)
     with pytest.raises(KeyboardInterrupt):
         claim(log, "m1")
-    helper.value()
+    helper.result()
 
     # The interrupt does not cancel the claim it met: main leads it to the store first,
     # then raises. The leadership is not stranded: a later claim goes through.
     later = rig.start("later claim", claim, log, "later")
-    assert later.value().seq == 4  # fails on a timeout if the leadership was stranded
-    recovered = recovery.value()
+    assert later.result().seq == 4  # fails on a timeout if the leadership was stranded
+    recovered = recovery.result()
     assert [(o.effect_id, o.seq, o.execution) for o in recovered] == [("e1", 2, INTERRUPTED)]
     history = log.history()
     assert [(c.effect_id, c.seq) for c in history.claims] == [("e1", 1), ("m1", 3), ("later", 4)]
-    rig.start("close", log.close).value()
+    rig.start("close", log.close).result()
     assert loaded(log.run_id, store_dir) == history
 
 
@@ -525,7 +476,7 @@ def test_an_outcome_racing_the_recovery_of_its_effect_is_refused(
     recovery = rig.start("recovery", log.recover_interrupted)
     recovering.wait_entered()
     try:
-        outcome = rig.start("outcome of e1", succeed, log, "e1")
+        outcome = rig.start("outcome of e1", settle, log, "e1")
         wait_for(
             lambda: not outcome.thread.is_alive() or log._writes.waiting == 1,
             "the outcome is refused or queued behind recovery",
@@ -535,14 +486,14 @@ def test_an_outcome_racing_the_recovery_of_its_effect_is_refused(
     finally:
         recovering.release()
 
-    recovered = recovery.value()
+    recovered = recovery.result()
     assert [(o.effect_id, o.seq, o.execution) for o in recovered] == [
         ("e1", 3, INTERRUPTED),
         ("e2", 4, INTERRUPTED),
     ]
     with pytest.raises(ValueError, match="already has a terminal outcome"):
-        outcome.value()
-    assert innocent.value().seq == 5
+        outcome.result()
+    assert innocent.result().seq == 5
     assert not log.degraded
     history = log.history()
     fx.check_history(history)
@@ -578,10 +529,10 @@ def test_recovery_waiting_when_close_begins_writes_nothing(
     finally:
         writing.release()
 
-    assert write.value().seq == 2
-    closing.value()
+    assert write.result().seq == 2
+    closing.result()
     with pytest.raises(ValueError, match="the log is closed"):
-        recovery.value()
+        recovery.result()
     assert log.directory not in _store._registry  # no store left acquired
     written = [("claim", 1, "e1"), ("claim", 2, "e2")]
     assert at_close == [written]
@@ -613,7 +564,7 @@ def test_storage_errors_name_the_action_and_the_run(
         with pytest.raises(EffectPersistenceError) as recovered:
             log.recover_interrupted()
         with caplog.at_level(logging.ERROR, logger="ledger"):
-            succeed(other, "o1")  # not raised: the log degrades
+            settle(other, "o1")  # not raised: the log degrades
     finally:
         link.unlink()
     cause = (
