@@ -3,7 +3,9 @@
 What the contract suite needs to see of a store, or to do to it as another process
 would, done the way an operator would: a plain ``sqlite3`` connection opened read-only,
 the frames of the store's write-ahead log, a second connection holding the write lock,
-and an open file description's lock on the run's byte of ``ledger.lock``.
+and an open file description's lock on the run's byte of ``ledger.lock``. The tests of
+the SQLite backend itself (``tests/sqlite``) share the same helpers, and a few more: SQL
+run on a store as an attacker would, and a store left at an older schema revision.
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
+from alembic import command
+
+from ledger.sqlite.engine import _on_begin, _on_connect, alembic_config
 from ledger.storage import Mode
 
 DB = "ledger.sqlite3"
@@ -27,6 +33,33 @@ LOCK = "ledger.lock"
 def connect_ro(db: Path) -> contextlib.closing[sqlite3.Connection]:
     """A plain read-only sqlite3 connection to the database ``db``, outside the library."""
     return contextlib.closing(sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, timeout=30))
+
+
+def query(db: Path, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+    """The rows of a read-only query on the database ``db``, outside the library."""
+    with connect_ro(db) as conn:
+        return conn.execute(sql, tuple(params)).fetchall()
+
+
+def execute(db: Path, sql: str) -> None:
+    """Run ``sql`` (one or more statements) on ``db`` as a user of the sqlite3 module would."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        conn.executescript(sql)
+    finally:
+        conn.close()
+
+
+def at_revision(db: Path, revision: str) -> None:
+    """Create the database ``db`` (and its private directory) migrated to ``revision`` only."""
+    db.parent.mkdir(mode=0o700)
+    engine = sa.create_engine(f"sqlite:///{db}")
+    sa.event.listen(engine, "connect", _on_connect)
+    sa.event.listen(engine, "begin", _on_begin)
+    with engine.begin() as conn:
+        command.upgrade(alembic_config(conn), revision)
+    engine.dispose()
+    db.chmod(0o600)
 
 
 def wal_commits(db: Path) -> int:

@@ -26,15 +26,14 @@ from tests.builders import (
     see,
     subprocess_env,
 )
-from tests.sqlite.driver import DB, connect_ro, replaced_by_a_file
+from tests.sqlite.driver import DB, query, replaced_by_a_file
 
 DISK_ERROR = r"(?i)disk|I/O|full|too large"
 
 
 def stored_effect_ids(store: Path) -> set[str]:
     """Every effect id with a claim row in the store, in any run."""
-    with connect_ro(store / DB) as conn:
-        return {effect_id for (effect_id,) in conn.execute("SELECT effect_id FROM claims")}
+    return {effect_id for (effect_id,) in query(store / DB, "SELECT effect_id FROM claims")}
 
 
 def test_claim_many_on_a_store_that_became_a_file_claims_nothing(

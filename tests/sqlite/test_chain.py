@@ -15,15 +15,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
-from alembic import command
 
 from ledger import _chain, _inspect
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
-from ledger.sqlite.engine import _on_begin, _on_connect, alembic_config, head_revision
+from ledger.sqlite.engine import head_revision
 from ledger.sqlite.rows import chain_hash, rows_of
 from tests.builders import ledger, write_five_records
+from tests.sqlite.driver import at_revision
 
 
 def _links(db: Path, run_id: str) -> list[tuple[int, str, str]]:
@@ -203,18 +202,11 @@ def test_anchor_detects_a_truncated_run(store_dir: Path, run_id: str) -> None:
 def test_a_store_made_before_the_chain_is_chained_when_opened(tmp_path: Path) -> None:
     """A store at revision 0002 (no chain columns) with records is chained by migration 0003, guards intact."""
     db = tmp_path / "store" / "ledger.sqlite3"
-    db.parent.mkdir(mode=0o700)
     run_id = new_run_id()
     with EffectLog(new_run_id(), tmp_path / "model") as model:  # records as the library makes them
         write_five_records(model)
         records = model.history().records()
-    engine = sa.create_engine(f"sqlite:///{db}")
-    sa.event.listen(engine, "connect", _on_connect)
-    sa.event.listen(engine, "begin", _on_begin)
-    with engine.begin() as conn:
-        command.upgrade(alembic_config(conn), "0002")
-    engine.dispose()
-    db.chmod(0o600)
+    at_revision(db, "0002")
     conn = sqlite3.connect(db, isolation_level=None)
     for table in ("claims", "outcomes", "observations"):  # no chain at 0002: its guards postdate it
         conn.execute(f"DROP TRIGGER {table}_guard_chain")

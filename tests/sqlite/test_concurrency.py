@@ -30,17 +30,11 @@ from tests.builders import (
     open_barrier,
     start_child,
 )
-from tests.sqlite.driver import connect_ro
-
-
-def _sql(db: Path, query: str) -> list[tuple[object, ...]]:
-    """Run a query with plain sqlite3, read-only, outside the library."""
-    with connect_ro(db) as conn:
-        return conn.execute(query).fetchall()
+from tests.sqlite.driver import query
 
 
 def _per_run(db: Path, table: str) -> dict[str, int]:
-    return dict(_sql(db, f"SELECT run_id, count(*) FROM {table} GROUP BY run_id"))
+    return dict(query(db, f"SELECT run_id, count(*) FROM {table} GROUP BY run_id"))
 
 
 def test_processes_create_a_new_store_at_the_same_moment(tmp_path: Path) -> None:
@@ -56,12 +50,12 @@ def test_processes_create_a_new_store_at_the_same_moment(tmp_path: Path) -> None
     db = store / "ledger.sqlite3"
     assert stat.S_IMODE(os.lstat(store).st_mode) == 0o700
     assert stat.S_IMODE(os.lstat(db).st_mode) == 0o600
-    assert _sql(db, "SELECT version_num FROM alembic_version") == [(head_revision(),)]
-    triggers = {n for (n,) in _sql(db, "SELECT name FROM sqlite_master WHERE type = 'trigger'")}
-    views = {n for (n,) in _sql(db, "SELECT name FROM sqlite_master WHERE type = 'view'")}
+    assert query(db, "SELECT version_num FROM alembic_version") == [(head_revision(),)]
+    triggers = {n for (n,) in query(db, "SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+    views = {n for (n,) in query(db, "SELECT name FROM sqlite_master WHERE type = 'view'")}
     assert triggers == set(SQLITE_TRIGGERS)
     assert views == set(VIEWS)
-    assert _sql(db, "PRAGMA journal_mode") == [("wal",)]
+    assert query(db, "PRAGMA journal_mode") == [("wal",)]
     assert _per_run(db, "claims") == dict.fromkeys(run_ids, 1)
     for run_id in run_ids:
         with EffectLog.load(run_id, store) as log:

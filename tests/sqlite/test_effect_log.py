@@ -8,7 +8,6 @@ and a store directory that moved away. The log's behaviour on any backend is in
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import signal
 import sqlite3
@@ -23,12 +22,11 @@ from ledger.effect_log import EffectLog, effects_dir
 from ledger.errors import LogDegradedError, StoreTamperedError, StoreUnavailableError
 from ledger.sqlite.commit import GroupCommit, Job
 from tests.builders import FAILED, NONE, Call, claim_write, op, orphan_run, wait_for
-from tests.sqlite.driver import DB, connect_ro, write_locked
+from tests.sqlite.driver import DB, execute, query, write_locked
 
 
 def _outcome_rows(store: Path) -> list[tuple[Any, ...]]:
-    with connect_ro(store / DB) as conn:
-        return conn.execute("SELECT * FROM outcomes ORDER BY run_id, seq").fetchall()
+    return query(store / DB, "SELECT * FROM outcomes ORDER BY run_id, seq")
 
 
 def test_path_and_run_id(
@@ -70,12 +68,6 @@ def test_recovery_that_cannot_lock_the_run_names_the_run_and_the_cause(store_dir
         assert [o.effect_id for o in log.recover_interrupted()] == ["e1"]
 
 
-def _plant(db: Path, sql: str) -> None:
-    with contextlib.closing(sqlite3.connect(db)) as conn:
-        conn.execute(sql)
-        conn.commit()
-
-
 EAT_OUTCOMES = "CREATE TRIGGER eat BEFORE INSERT ON outcomes BEGIN SELECT RAISE(IGNORE); END"
 
 
@@ -85,7 +77,7 @@ def test_recovery_that_meets_a_tampered_store_degrades_the_log(
     """A trigger planted after load: recovery raises StoreTamperedError, logs why, and the log writes no more."""
     run_id = orphan_run(store_dir)
     with EffectLog.load(run_id, store_dir) as log:
-        _plant(log.path, EAT_OUTCOMES)
+        execute(log.path, EAT_OUTCOMES)
         with caplog.at_level(logging.ERROR), pytest.raises(StoreTamperedError) as refused:
             log.recover_interrupted()
         assert log.degraded

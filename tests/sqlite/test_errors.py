@@ -36,6 +36,7 @@ from ledger.sqlite.engine import alembic_config
 from ledger.sqlite.errors import classify, storage_errors
 from ledger.sqlite.store import Store
 from tests.builders import PYTHON, orphan_run, subclasses, subprocess_env
+from tests.sqlite.driver import execute
 
 DB = "ledger.sqlite3"
 
@@ -159,14 +160,6 @@ def test_sqlite_result_codes_choose_the_leaf(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- each leaf, for real
 
 
-def _sql(db: Path, statement: str) -> None:
-    conn = sqlite3.connect(db, isolation_level=None)
-    try:
-        conn.execute(statement)
-    finally:
-        conn.close()
-
-
 @pytest.mark.parametrize("what", ["directory writable by others", "symlinked database"])
 def test_a_refused_store_file_raises_store_file_refused(
     store_dir: Path, run_id: str, tmp_path: Path, what: str
@@ -199,7 +192,7 @@ def test_a_store_from_a_newer_library_raises_schema_too_new(store_dir: Path, run
     """A store at a schema revision this library does not ship is refused with SchemaTooNewError."""
     orphan_run(store_dir, run_id)
     db = store_dir / DB
-    _sql(db, "UPDATE alembic_version SET version_num = 'ffffffffffff'")
+    execute(db, "UPDATE alembic_version SET version_num = 'ffffffffffff'")
     with pytest.raises(SchemaTooNewError, match="ffffffffffff"):
         EffectLog.load(run_id, store_dir)
 
@@ -208,7 +201,7 @@ def test_a_planted_trigger_raises_store_tampered(store_dir: Path, run_id: str) -
     """A trigger that drops claims, planted in the store, is refused with StoreTamperedError."""
     orphan_run(store_dir, run_id)
     db = store_dir / DB
-    _sql(db, "CREATE TRIGGER eat BEFORE INSERT ON claims BEGIN SELECT RAISE(IGNORE); END")
+    execute(db, "CREATE TRIGGER eat BEFORE INSERT ON claims BEGIN SELECT RAISE(IGNORE); END")
     with pytest.raises(StoreTamperedError, match="trigger eat"):
         EffectLog.load(run_id, store_dir)
 

@@ -9,6 +9,7 @@ with ``log.assess``. The guide must also describe every column of every table an
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import gc
 import hashlib
@@ -662,6 +663,19 @@ def _run_all(db: Path, s: Scenario, *, uri: bool) -> list[list[dict[str, Any]]]:
     return [shell(str(db), substitute(r.sql, s), uri=uri) for r in RECIPES]
 
 
+@contextlib.contextmanager
+def _live_claim(store: Path, data: str) -> Iterator[None]:
+    """While the block runs, a live writer's claim "live" is committed but only in the WAL."""
+    with EffectLog(new_run_id(), store) as log:
+        log.claim(
+            effect_id="live",
+            action_id="step-live",
+            operation=op("write_file"),
+            impact_scope=[fx.ResourceRef("fs", data + "/live.txt", "target")],
+        )
+        yield
+
+
 def test_recipes_leave_the_store_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Running every recipe read-only leaves the database and its WAL byte-identical, closed or live."""
     monkeypatch.setenv("LEDGER_DIR", str(tmp_path / "default"))
@@ -683,13 +697,7 @@ def test_recipes_leave_the_store_unchanged(tmp_path: Path, monkeypatch: pytest.M
 
     # A live writer with committed records still in the WAL: readers see them, and leave the
     # database and the WAL as they are (the -shm index is shared memory: readers mark it).
-    with EffectLog(new_run_id(), store) as log:
-        log.claim(
-            effect_id="live",
-            action_id="step-live",
-            operation=op("write_file"),
-            impact_scope=[fx.ResourceRef("fs", s.data + "/live.txt", "target")],
-        )
+    with _live_claim(store, s.data):
         live = _files(store)
         assert live[db] == closed[db]  # the claim is only in the WAL
         assert live[wal] != after[wal]
@@ -737,13 +745,7 @@ def test_backup_copy_reads_the_same(tmp_path: Path, scenario: Scenario) -> None:
     assert _run_all(copy, scenario, uri=False) == _run_all(db, scenario, uri=False)
 
     # A live writer whose last claim is only in the WAL: the copy has it, the files keep theirs.
-    with EffectLog(new_run_id(), store) as log:
-        log.claim(
-            effect_id="live",
-            action_id="step-live",
-            operation=op("write_file"),
-            impact_scope=[fx.ResourceRef("fs", scenario.data + "/live.txt", "target")],
-        )
+    with _live_claim(store, scenario.data):
         live = _files(store)
         assert live[db.name] == closed[db.name]
         assert live[wal] != after[wal]

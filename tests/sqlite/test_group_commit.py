@@ -30,7 +30,7 @@ from tests.builders import (
     run_threads,
     subprocess_env,
 )
-from tests.sqlite.driver import DB, connect_ro, wal_commits
+from tests.sqlite.driver import DB, query, wal_commits
 
 THREADS = 8
 DISK_ERROR = re.compile(r"(?i)disk|I/O|full|too large")
@@ -53,8 +53,7 @@ def snapshot_reader(db: Path) -> Iterator[sqlite3.Connection]:
 
 
 def _runs_with_claims(store: Path) -> list[tuple[str]]:
-    with connect_ro(store / DB) as conn:
-        return conn.execute("SELECT DISTINCT run_id FROM claims").fetchall()
+    return query(store / DB, "SELECT DISTINCT run_id FROM claims")
 
 
 def test_a_burst_of_claims_shares_commits(store_dir: Path) -> None:

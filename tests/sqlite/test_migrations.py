@@ -27,6 +27,7 @@ from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite.engine import _migrations_dir, alembic_config, head_revision
 from ledger.sqlite.schema import SQLITE_TRIGGERS, VIEWS, install_derived, metadata
 from tests.builders import REPO, fs_ref, op
+from tests.sqlite.driver import execute
 
 RUN_ID = "0123456789abcdef0123456789abcdef"
 
@@ -209,15 +210,6 @@ def store(store_dir: Path) -> Path:
         return log.path
 
 
-def set_version(path: Path, sql: str) -> None:
-    """Rewrite alembic_version with plain sqlite3 (it has no guards: it is Alembic's)."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        conn.execute(sql)
-    finally:
-        conn.close()
-
-
 def rows(path: Path) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
     """The claims and the alembic_version rows, read with plain sqlite3."""
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -243,7 +235,7 @@ def test_a_store_created_by_the_library_is_at_head_and_guarded(store: Path) -> N
 
 def test_a_store_at_an_unknown_revision_is_refused(store: Path) -> None:
     """A store naming a revision this library does not ship is refused by load and claim."""
-    set_version(store, "UPDATE alembic_version SET version_num = 'ffffffffffff'")
+    execute(store, "UPDATE alembic_version SET version_num = 'ffffffffffff'")
     before = rows(store)
     with pytest.raises(EffectPersistenceError, match=r"Can't locate revision.*'ffffffffffff'"):
         EffectLog.load(RUN_ID, store.parent)
@@ -257,7 +249,7 @@ def test_a_store_at_an_unknown_revision_is_refused(store: Path) -> None:
 
 def test_a_store_that_lost_its_revision_is_refused_not_recreated(store: Path) -> None:
     """A store with tables but no alembic_version row fails to open instead of being rebuilt."""
-    set_version(store, "DELETE FROM alembic_version")
+    execute(store, "DELETE FROM alembic_version")
     before = rows(store)
     with pytest.raises(EffectPersistenceError, match="table runs already exists"):
         EffectLog.load(RUN_ID, store.parent)

@@ -21,6 +21,7 @@ from ledger.sqlite.errors import translate
 from ledger.sqlite.rows import prepare
 from ledger.sqlite.schema import SQLITE_TRIGGERS, VIEWS
 from tests.builders import fs_ref, op
+from tests.sqlite.driver import execute
 
 DB = "ledger.sqlite3"
 
@@ -37,15 +38,6 @@ def _claim(log: EffectLog, effect_id: str = "e1") -> fx.EffectClaim:
     return log.claim(
         effect_id=effect_id, action_id="a", operation=op(), impact_scope=[fs_ref("/a")]
     )
-
-
-def _shell(path: Path, sql: str) -> None:
-    """Run ``sql`` on the store as a user of the sqlite3 module would (no library code)."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        conn.executescript(sql)
-    finally:
-        conn.close()
 
 
 @pytest.fixture
@@ -109,7 +101,7 @@ def test_every_object_the_library_installs_is_expected(store: Path) -> None:
 
 def test_a_writer_refuses_a_store_with_a_foreign_trigger_and_names_it(store: Path) -> None:
     """A trigger the library did not install makes the next writer refuse, naming it."""
-    _shell(store, "CREATE TRIGGER spy AFTER INSERT ON claims BEGIN SELECT 1; END;")
+    execute(store, "CREATE TRIGGER spy AFTER INSERT ON claims BEGIN SELECT 1; END;")
     with (
         EffectLog(new_run_id(), store.parent) as log,
         pytest.raises(StoreTamperedError, match=r"trigger spy is not the library's"),
@@ -119,7 +111,7 @@ def test_a_writer_refuses_a_store_with_a_foreign_trigger_and_names_it(store: Pat
 
 def test_the_refusal_says_what_to_do(store: Path) -> None:
     """The refusal tells the user to check with verify and to drop what is not the library's."""
-    _shell(store, "CREATE VIEW extra AS SELECT 1;")
+    execute(store, "CREATE VIEW extra AS SELECT 1;")
     with EffectLog(new_run_id(), store.parent) as log:
         with pytest.raises(EffectPersistenceError) as caught:
             _claim(log)
@@ -132,7 +124,7 @@ def test_the_refusal_says_what_to_do(store: Path) -> None:
 
 def test_a_writer_restores_a_replaced_view_and_a_dropped_guard(store: Path) -> None:
     """A same-named lying view and a dropped trigger are put back by the next writer."""
-    _shell(
+    execute(
         store,
         "DROP VIEW unsettled_claims;"
         " CREATE VIEW unsettled_claims AS SELECT * FROM claims WHERE 0;"
@@ -151,7 +143,7 @@ def test_a_live_writer_meets_a_trigger_planted_after_it_opened_the_store(store_d
     """A trigger planted while a log is open is found before that log's next write."""
     with EffectLog(new_run_id(), store_dir) as log:
         _claim(log, "e1")
-        _shell(
+        execute(
             store_dir / DB,
             "CREATE TRIGGER drop_claims BEFORE INSERT ON claims BEGIN SELECT RAISE(IGNORE); END;",
         )
@@ -162,7 +154,7 @@ def test_a_live_writer_meets_a_trigger_planted_after_it_opened_the_store(store_d
 
 def test_a_changed_guard_is_refused_not_restored(store: Path) -> None:
     """A guard rewritten in place (writable_schema) is refused: the store says it was tampered."""
-    _shell(
+    execute(
         store,
         "PRAGMA writable_schema = ON;"
         " UPDATE sqlite_master SET sql = replace(sql, 'WHEN EXISTS', 'WHEN 0 AND EXISTS')"
@@ -180,7 +172,7 @@ def test_a_changed_guard_is_refused_not_restored(store: Path) -> None:
 
 def test_a_changed_check_is_refused_naming_the_constraint(store: Path) -> None:
     """A CHECK rewritten to CHECK (1) is named, and the writer points to export and import."""
-    _shell(
+    execute(
         store,
         "PRAGMA writable_schema = ON;"
         " UPDATE sqlite_master SET sql = replace(sql,"

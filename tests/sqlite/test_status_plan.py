@@ -13,14 +13,13 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
-from alembic import command
 
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.sqlite import schema as _schema
-from ledger.sqlite.engine import _on_begin, _on_connect, alembic_config, head_revision
+from ledger.sqlite.engine import head_revision
 from tests.builders import fs_ref, op
+from tests.sqlite.driver import at_revision
 
 QUERIES = {
     "effect_status of a run": "SELECT * FROM effect_status WHERE run_id = ?",
@@ -101,14 +100,7 @@ def test_the_whole_store_may_be_scanned_once(store_dir: Path) -> None:
 
 def test_a_store_at_0003_gets_the_indexed_view_when_opened(tmp_path: Path) -> None:
     db = tmp_path / "store" / "ledger.sqlite3"
-    db.parent.mkdir(mode=0o700)
-    engine = sa.create_engine(f"sqlite:///{db}")
-    sa.event.listen(engine, "connect", _on_connect)
-    sa.event.listen(engine, "begin", _on_begin)
-    with engine.begin() as conn:
-        command.upgrade(alembic_config(conn), "0003")
-    engine.dispose()
-    db.chmod(0o600)
+    at_revision(db, "0003")
     # A view as an older release shipped it (any other definition stands in for it).
     old = sqlite3.connect(db, isolation_level=None)
     old.execute("DROP VIEW effect_status")
