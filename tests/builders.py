@@ -12,6 +12,7 @@ import os
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -303,6 +304,59 @@ def orphan_run(store: Path, run_id: str | None = None) -> str:
     return run_id
 
 
+def write_every_column(directory: Path, run_id: str) -> None:
+    """Write run ``run_id`` so that every column of every record table is set in some row.
+
+    A recovered outcome has ``replayed`` set; an observation has every optional field.
+    """
+    a = fx.ResourceRef("fs", "/w/a", "target", revision="r1")
+    b = fs_ref("/w/b")
+    with EffectLog(run_id, directory) as log:
+        log.observe(
+            observation_id="o0",
+            resource=a,
+            mechanism=fx.ObservationMechanism.FILESYSTEM_READ,
+            coverage=fx.Coverage.COMPLETE,
+            source_action_id="s0",
+            exists=True,
+            sha256=sha(b"before"),
+            revision="r0",
+        )
+        log.claim(
+            effect_id="e1",
+            action_id="a1",
+            operation=op("write_file", b"1"),
+            impact_scope=[a, b],
+            obligations=[
+                fx.Postcondition(a, fx.Predicate.SHA256, sha(b"after")),
+                fx.Postcondition(b, fx.Predicate.EXISTS),
+            ],
+        )
+        log.outcome(
+            effect_id="e1",
+            execution=fx.ExecutionOutcome.RUNNING,
+            impact=fx.Impact.POSSIBLE,
+            execution_id="x-1",
+        )
+        log.outcome(
+            effect_id="e1",
+            execution=fx.ExecutionOutcome.REPORTED_SUCCESS,
+            impact=fx.Impact.CERTAIN,
+            execution_id="x-1",
+        )
+        log.claim(effect_id="e2", action_id="a2", operation=op("remove", b"2"), impact_scope=[b])
+    with EffectLog.load(run_id, directory) as log:  # after a crash: e2 is recovered
+        assert len(log.recover_interrupted()) == 1
+        log.observe(
+            observation_id="o1",
+            resource=b,
+            mechanism=fx.ObservationMechanism.FILESYSTEM_STAT,
+            coverage=fx.Coverage.PARTIAL,
+            source_action_id="s1",
+            exists=False,
+        )
+
+
 def run_of_forty_claims(store: Path) -> str:
     """A new run of 40 claims with long fields (many pages) in ``store``, closed; its id."""
     run_id = new_run_id()
@@ -396,6 +450,40 @@ class Call:
         return self._result
 
 
+# --------------------------------------------------------------------------- files
+
+Fingerprint = dict[str, tuple[object, ...]]
+
+
+def fingerprint(*roots: Path, relative_to: Path | None = None) -> Fingerprint:
+    """Path -> (content or type, mode, owner, group, links, mtime_ns) of each root and all under it.
+
+    The content is a file's sha256, a symlink's target or a file type. Paths are given
+    whole, or relative to ``relative_to`` (``.`` for itself).
+    """
+    prints: Fingerprint = {}
+    for root in roots:
+        below = sorted(root.rglob("*")) if root.is_dir() and not root.is_symlink() else []
+        for path in [root, *below]:
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode):
+                content: object = hashlib.sha256(path.read_bytes()).hexdigest()
+            elif stat.S_ISLNK(st.st_mode):
+                content = f"-> {os.readlink(path)}"
+            else:
+                content = stat.filemode(st.st_mode)
+            name = path if relative_to is None else path.relative_to(relative_to)
+            prints[str(name)] = (
+                content,
+                stat.S_IMODE(st.st_mode),
+                st.st_uid,
+                st.st_gid,
+                st.st_nlink,
+                st.st_mtime_ns,
+            )
+    return prints
+
+
 # --------------------------------------------------------------------------- the ledger command
 
 
@@ -480,9 +568,9 @@ def run_child(script: str, *args: object, signal_exit: int | None = None) -> str
 # for its stdin to close (or for SIGKILL) before it exits.
 RUN_CHILD = textwrap.dedent(
     """
-    import json, sys
+    import contextlib, json, sys
     from pathlib import Path
-    from ledger import effects as fx, storage
+    from ledger import _inspect, effects as fx, storage
     from ledger.effect_log import EffectLog, EffectPersistenceError
 
     what, store, run_id = sys.argv[1:4]
@@ -503,6 +591,10 @@ RUN_CHILD = textwrap.dedent(
         elif what == "recover":
             with EffectLog.load(run_id, store) as log:
                 answer = {"recovered": [o.effect_id for o in log.recover_interrupted()]}
+        elif what == "recovering":
+            keep = contextlib.ExitStack()
+            hold = keep.enter_context(_inspect.reader(Path(store)).recovering(run_id))
+            answer = {"recovering": hold.name}
         else:
             raise SystemExit(f"unknown {what}")
     except EffectPersistenceError as e:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import signal
@@ -59,33 +58,6 @@ def build_store(
     else:
         assert result.returncode == 0, result.stderr
     return result.stdout.strip()
-
-
-Fingerprint = dict[str, tuple[object, ...]]
-
-
-def fingerprint(*roots: Path) -> Fingerprint:
-    """Path -> (content or type, mode, owner, group, links, mtime_ns) of each root and all under it."""
-    prints: Fingerprint = {}
-    for root in roots:
-        below = sorted(root.rglob("*")) if root.is_dir() and not root.is_symlink() else []
-        for path in [root, *below]:
-            st = os.lstat(path)
-            if stat.S_ISREG(st.st_mode):
-                content: object = hashlib.sha256(path.read_bytes()).hexdigest()
-            elif stat.S_ISLNK(st.st_mode):
-                content = f"-> {os.readlink(path)}"
-            else:
-                content = stat.filemode(st.st_mode)
-            prints[str(path)] = (
-                content,
-                stat.S_IMODE(st.st_mode),
-                st.st_uid,
-                st.st_gid,
-                st.st_nlink,
-                st.st_mtime_ns,
-            )
-    return prints
 
 
 def setpriv() -> str:

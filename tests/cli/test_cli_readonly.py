@@ -2,7 +2,7 @@
 
 Each command runs through the console script (or, for uid 65534, see ``nobody``) against
 a store built by a real worker process. Every file under the test's directory is
-fingerprinted (sha256, mode, mtime_ns, owner) before and after the command: a read
+fingerprinted (sha256, mode, owner, links, mtime_ns) before and after the command: a read
 command must leave every byte, mode and mtime as it was and create no file, also for a
 user who may read the store but not write it, and on a store that a live worker holds
 open (where only SQLite's ``-shm`` index may change).
@@ -33,7 +33,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.builders import LEDGER, PYTHON, REPO, ledger, missing, subprocess_env
+from tests.builders import (
+    LEDGER,
+    PYTHON,
+    REPO,
+    Fingerprint,
+    fingerprint,
+    ledger,
+    missing,
+    subprocess_env,
+)
 
 DB = "ledger.sqlite3"
 WAL = DB + "-wal"
@@ -276,28 +285,6 @@ def _params(commands: tuple[Command, ...]) -> list[pytest.ParameterSet]:
 # --------------------------------------------------------------------------- files
 
 
-Fingerprint = dict[str, tuple[object, ...]]
-
-
-def fingerprint(root: Path) -> Fingerprint:
-    """Relative name -> (sha256 or file type, mode, mtime_ns, uid, gid) of root and all under it."""
-    prints: Fingerprint = {}
-    for path in [root, *sorted(root.rglob("*"))]:
-        st = os.lstat(path)
-        if stat.S_ISREG(st.st_mode):
-            content: object = hashlib.sha256(path.read_bytes()).hexdigest()
-        else:
-            content = stat.filemode(st.st_mode)
-        prints[str(path.relative_to(root))] = (
-            content,
-            stat.S_IMODE(st.st_mode),
-            st.st_mtime_ns,
-            st.st_uid,
-            st.st_gid,
-        )
-    return prints
-
-
 def copy_store(source: Path, target: Path, *, dir_mode: int, file_mode: int) -> Path:
     """Copy a closed store's files into a new directory ``target`` with the given modes."""
     target.mkdir()
@@ -332,7 +319,7 @@ def assert_unchanged(
         assert set(after) - set(before) == {wal, shm}
         assert after[wal][0] == hashlib.sha256(b"").hexdigest()
         for name in (wal, shm):
-            assert after[name][1:2] + after[name][3:] == db[1:2] + db[3:], name
+            assert after[name][1:5] == db[1:5], name  # mode, owner, group, links
         after = {k: v for k, v in after.items() if k not in {wal, shm, sql_session_in}}
         before = {k: v for k, v in before.items() if k != sql_session_in}
     assert after == before
@@ -542,11 +529,15 @@ def test_a_read_command_changes_and_creates_nothing(
     shutil.copytree(closed_store, store)
     home = tmp_path / "home"
     home.mkdir()
-    before = fingerprint(tmp_path)
+    before = fingerprint(tmp_path, relative_to=tmp_path)
     result = ledger_at_home(command.argv(CLOSED, store), home=home)
     assert_ok(result)
     command.check(result.stdout, CLOSED, store)
-    assert_unchanged(before, fingerprint(tmp_path), sql_session_in=command.sql_session("store"))
+    assert_unchanged(
+        before,
+        fingerprint(tmp_path, relative_to=tmp_path),
+        sql_session_in=command.sql_session("store"),
+    )
 
 
 # --------------------------------------------------------------------------- 2. live writer
@@ -560,10 +551,10 @@ def test_a_read_command_sees_a_live_writers_claim_and_changes_neither_database_n
     store, writer = live_store
     home = tmp_path / "home"
     home.mkdir()
-    before = fingerprint(store)
+    before = fingerprint(store, relative_to=store)
     assert set(before) == {".", DB, WAL, SHM, "ledger.lock"}
     result = ledger_at_home(command.argv(LIVE, store), home=home)
-    after = fingerprint(store)
+    after = fingerprint(store, relative_to=store)
     assert_ok(result)
     command.check(result.stdout, LIVE, store)
     assert writer.poll() is None, "the writer must still hold the store open"
@@ -584,13 +575,13 @@ def test_a_user_who_may_only_read_the_store_can_read_it(
     """Uid 65534, who may read a root-owned store (dir 0755, files 0644) but not write it, gets exit 0 and the right content (read from a private copy), and every file stays as it was."""
     store = copy_store(closed_store, public_dir / "store", dir_mode=0o755, file_mode=0o644)
     home = make_public_dir(public_dir, "home")
-    before = fingerprint(public_dir)
+    before = fingerprint(public_dir, relative_to=public_dir)
     result = nobody.run(command.argv(CLOSED, store), home=home)
     assert_ok(result)
     command.check(result.stdout, CLOSED, store)
     if command.words[0] == "sql":
         assert "private copy" in result.stderr  # the store is root's, not uid 65534's
-    assert fingerprint(public_dir) == before
+    assert fingerprint(public_dir, relative_to=public_dir) == before
 
 
 # --------------------------------------------------------------------------- 4. read-only copy
@@ -628,7 +619,7 @@ def test_a_read_command_reads_a_read_only_copy(
     """On a copy made read-only with `chmod -R a-w`, a read command succeeds with the right content and changes nothing, as root (who ignores permission bits, so `sql` may leave its documented -wal/-shm) and as uid 65534 (who cannot write there)."""
     store = _read_only_copy(closed_store, public_dir)
     home = make_public_dir(public_dir, "home")
-    before = fingerprint(public_dir)
+    before = fingerprint(public_dir, relative_to=public_dir)
     if user == "root":
         result = ledger_at_home(command.argv(CLOSED, store), home=home)
         session = command.sql_session("store")  # root may write a 0555 directory
@@ -637,7 +628,9 @@ def test_a_read_command_reads_a_read_only_copy(
         session = None
     assert_ok(result)
     command.check(result.stdout, CLOSED, store)
-    assert_unchanged(before, fingerprint(public_dir), sql_session_in=session)
+    assert_unchanged(
+        before, fingerprint(public_dir, relative_to=public_dir), sql_session_in=session
+    )
 
 
 # --------------------------------------------------------------------------- 5. no store
@@ -657,11 +650,11 @@ def test_a_read_command_on_a_missing_store_creates_nothing(
     home = tmp_path / "home"
     home.mkdir()
     default = Path(os.environ["LEDGER_DIR"])
-    before = fingerprint(tmp_path)
+    before = fingerprint(tmp_path, relative_to=tmp_path)
     result = ledger_at_home(command.argv(CLOSED, store), home=home)
     line = assert_one_line_error(result)
     assert "no store" in line
-    assert fingerprint(tmp_path) == before
+    assert fingerprint(tmp_path, relative_to=tmp_path) == before
     assert not (tmp_path / "absent").exists()
     assert not default.exists()
 
@@ -678,11 +671,11 @@ def test_recover_on_a_read_only_copy_fails_in_one_line_and_changes_nothing(
     """`recover` (which writes) on a read-only copy, as uid 65534, exits 1 with one line naming the store and changes nothing."""
     store = _read_only_copy(closed_store, public_dir)
     home = make_public_dir(public_dir, "home")
-    before = fingerprint(public_dir)
+    before = fingerprint(public_dir, relative_to=public_dir)
     result = nobody.run([*how, "--store", str(store)], home=home)
     line = assert_one_line_error(result)
     assert str(store) in line
-    assert fingerprint(public_dir) == before
+    assert fingerprint(public_dir, relative_to=public_dir) == before
 
 
 # --------------------------------------------------------------------------- empty -wal
@@ -703,12 +696,12 @@ def test_an_empty_wal_without_its_shm_is_read_like_a_closed_store(
     (store / WAL).touch(mode=0o644)
     home = make_public_dir(public_dir, "home")
     command = Command(("status", "--json"), _status_json)
-    before = fingerprint(public_dir)
+    before = fingerprint(public_dir, relative_to=public_dir)
     if user == "root":
         result = ledger_at_home(command.argv(CLOSED, store), home=home)
     else:
         result = request.getfixturevalue("nobody").run(command.argv(CLOSED, store), home=home)
-    after = fingerprint(public_dir)
+    after = fingerprint(public_dir, relative_to=public_dir)
     assert set(after) - set(before) == set(), "a read command created a file"
     assert_ok(result)
     command.check(result.stdout, CLOSED, store)

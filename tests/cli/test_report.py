@@ -25,8 +25,7 @@ import pytest
 from ledger import _report
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, new_run_id
-from tests.builders import fs_ref, ledger, op, require_tool, sha
-from tests.cli.test_cli_readonly import fingerprint
+from tests.builders import fingerprint, fs_ref, ledger, op, require_tool, sha
 
 # Hostile text, each carrying a side effect the DOM would show if it ran.
 SCRIPT_ID = "<script>document.title='PWNED'</script>"

@@ -8,8 +8,6 @@ backend's files lead to, and how its driver's errors are translated, is in
 
 from __future__ import annotations
 
-import subprocess
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,7 @@ from ledger.effect_log import EffectLog
 from ledger.effect_log import EffectPersistenceError as PublicError
 from ledger.errors import EffectPersistenceError, LogDegradedError, RunExistsError, RunHeldError
 from tests.backends import Backend
-from tests.builders import ERROR_LEAVES, PYTHON, claim_bare, orphan_run, subprocess_env
+from tests.builders import ERROR_LEAVES, Child, claim_bare, orphan_run
 
 
 def test_public_name_is_the_same_class() -> None:
@@ -59,38 +57,16 @@ def test_a_degraded_logs_claim_and_recovery_raise_log_degraded(
             log.recover_interrupted()
 
 
-HOLDER = textwrap.dedent(
-    """
-    import sys
-    from ledger.effect_log import EffectLog
-
-    with EffectLog.load(sys.argv[1], sys.argv[2]):
-        print("loaded", flush=True)
-        sys.stdin.read()
-    """
-)
-
-
 def test_recovering_a_run_another_process_holds_raises_run_held(
-    store_dir: Path, run_id: str
+    store_dir: Path, run_id: str, spawn: type[Child]
 ) -> None:
     """Recovery of a run a live child process has loaded is refused with RunHeldError."""
     orphan_run(store_dir, run_id)
-    child = subprocess.Popen(
-        [PYTHON, "-c", HOLDER, run_id, str(store_dir)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=subprocess_env(),
-    )
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline() == "loaded\n"
-        with (
-            EffectLog.load(run_id, store_dir) as log,
-            pytest.raises(RunHeldError, match="another live process"),
-        ):
-            log.recover_interrupted()
-    finally:
-        child.communicate(timeout=60)
-    assert child.returncode == 0
+    child = spawn("load", store_dir, run_id)
+    assert child.answer == {"claims": ["e1"]}
+    with (
+        EffectLog.load(run_id, store_dir) as log,
+        pytest.raises(RunHeldError, match="another live process"),
+    ):
+        log.recover_interrupted()
+    assert child.finish() == 0

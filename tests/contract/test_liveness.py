@@ -11,8 +11,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import subprocess
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -21,7 +19,7 @@ from ledger import _inspect, storage
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.storage import RecoveryHold
-from tests.builders import CHILD_TIMEOUT, PYTHON, Child, claim_bare, orphan_run, subprocess_env
+from tests.builders import Child, claim_bare, orphan_run
 
 
 def test_a_live_writer_keeps_another_process_from_recovering_its_run(
@@ -166,33 +164,11 @@ def test_recovering_tells_another_recoverer_from_a_user(
     with _inspect.reader(store_dir).recovering(run_id) as claim:
         assert claim is RecoveryHold.IN_USE
     user.finish()
-    script = textwrap.dedent(
-        """
-        import sys
-        from pathlib import Path
-        from ledger import _inspect
-        with _inspect.reader(Path(sys.argv[1])).recovering(sys.argv[2]) as claim:
-            print(claim.name, flush=True)
-            sys.stdin.read()
-        """
-    )
-    other = subprocess.Popen(
-        [PYTHON, "-c", script, str(store_dir), run_id],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=subprocess_env(),
-    )
-    try:
-        assert other.stdout is not None
-        assert other.stdout.readline() == "TAKEN\n"
-        with _inspect.reader(store_dir).recovering(run_id) as claim:
-            assert claim is RecoveryHold.RECOVERING
-    finally:
-        assert other.stdin is not None
-        other.stdin.close()
-        other.wait(timeout=CHILD_TIMEOUT)
-        other.stdout.close()  # type: ignore[union-attr]  # asserted above
+    other = spawn("recovering", store_dir, run_id)
+    assert other.answer == {"recovering": "TAKEN"}
+    with _inspect.reader(store_dir).recovering(run_id) as claim:
+        assert claim is RecoveryHold.RECOVERING
+    assert other.finish() == 0
 
 
 def test_a_forked_child_does_not_think_it_holds_its_parents_lock(

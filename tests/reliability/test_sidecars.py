@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from ledger.errors import StoreFileRefusedError
-from tests.builders import ledger
+from tests.builders import fingerprint, ledger
 from tests.reliability.figures import report
 from tests.trust_helpers import (
     DB,
@@ -32,7 +32,6 @@ from tests.trust_helpers import (
     WAL,
     as_other,
     build_store,
-    fingerprint,
     other_uid,
     public_dir,
     setpriv,

@@ -21,7 +21,7 @@ from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite.engine import head_revision
 from ledger.sqlite.rows import chain_hash, rows_of
-from tests.builders import ledger, write_five_records
+from tests.builders import ledger, write_every_column, write_five_records
 from tests.sqlite.driver import at_revision
 
 
@@ -256,12 +256,8 @@ def test_the_sql_encoding_and_hash_equal_the_python_ones_for_every_record(
     Built and evaluated here, in-process (sha3 registered as the shell has it), for a run
     that sets every column: a changed SQL builder breaks it at once.
     """
-    from tests.sqlite.test_field_tamper import (
-        _write,  # a run in which every column is set somewhere
-    )
-
     run_id = new_run_id()
-    _write(store_dir, run_id)
+    write_every_column(store_dir, run_id)  # every column is set somewhere
     with EffectLog.load(run_id, store_dir) as log:
         records = {r.seq: r for r in log.history().records()}
     conn = sqlite3.connect(f"file:{store_dir / 'ledger.sqlite3'}?mode=ro", uri=True)

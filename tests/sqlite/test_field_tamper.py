@@ -30,61 +30,12 @@ from ledger import _inspect
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite import rows as _records
-from tests.builders import fs_ref, op, sha
+from tests.builders import write_every_column
 
 DB = "ledger.sqlite3"
 TABLES = ("claims", "impact_scope", "obligations", "outcomes", "observations")
 SEQ_TABLES = ("claims", "outcomes", "observations")
 BOOLEANS = ("replayed", "resource_exists")
-
-
-def _write(directory: Path, run_id: str) -> None:
-    a = fx.ResourceRef("fs", "/w/a", "target", revision="r1")
-    b = fs_ref("/w/b")
-    with EffectLog(run_id, directory) as log:
-        log.observe(
-            observation_id="o0",
-            resource=a,
-            mechanism=fx.ObservationMechanism.FILESYSTEM_READ,
-            coverage=fx.Coverage.COMPLETE,
-            source_action_id="s0",
-            exists=True,
-            sha256=sha(b"before"),
-            revision="r0",
-        )
-        log.claim(
-            effect_id="e1",
-            action_id="a1",
-            operation=op("write_file", b"1"),
-            impact_scope=[a, b],
-            obligations=[
-                fx.Postcondition(a, fx.Predicate.SHA256, sha(b"after")),
-                fx.Postcondition(b, fx.Predicate.EXISTS),
-            ],
-        )
-        log.outcome(
-            effect_id="e1",
-            execution=fx.ExecutionOutcome.RUNNING,
-            impact=fx.Impact.POSSIBLE,
-            execution_id="x-1",
-        )
-        log.outcome(
-            effect_id="e1",
-            execution=fx.ExecutionOutcome.REPORTED_SUCCESS,
-            impact=fx.Impact.CERTAIN,
-            execution_id="x-1",
-        )
-        log.claim(effect_id="e2", action_id="a2", operation=op("remove", b"2"), impact_scope=[b])
-    with EffectLog.load(run_id, directory) as log:  # after a crash: e2 is recovered
-        assert len(log.recover_interrupted()) == 1
-        log.observe(
-            observation_id="o1",
-            resource=b,
-            mechanism=fx.ObservationMechanism.FILESYSTEM_STAT,
-            coverage=fx.Coverage.PARTIAL,
-            source_action_id="s1",
-            exists=False,
-        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,8 +51,8 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Base:
         mp.setenv("LEDGER_DIR", str(tmp_path_factory.mktemp("default") / "ledger"))
         directory = tmp_path_factory.mktemp("fields") / "store"
         run_id, other = new_run_id(), new_run_id()
-        _write(directory, run_id)
-        _write(directory, other)
+        write_every_column(directory, run_id)
+        write_every_column(directory, other)
     return Base(directory, run_id, other)
 
 

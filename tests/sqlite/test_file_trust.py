@@ -21,7 +21,7 @@ from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.errors import StoreFileRefusedError
 from ledger.sqlite import trust as _trust
-from tests.builders import LEDGER, ledger
+from tests.builders import LEDGER, fingerprint, ledger
 from tests.trust_helpers import (
     DB,
     PYTHON,
@@ -30,7 +30,6 @@ from tests.trust_helpers import (
     as_other,
     assert_refused,
     build_store,
-    fingerprint,
     other_uid,
     public_dir,
 )
