@@ -545,23 +545,48 @@ CHILD_LOG_PRELUDE = textwrap.dedent(
 )
 
 
-def run_child(script: str, *args: object, signal_exit: int | None = None) -> str:
-    """Run ``script`` after CHILD_LOG_PRELUDE in a child Python; its stdout.
-
-    The child must exit 0, or be killed by ``signal_exit``; otherwise the test fails
-    with its stderr.
-    """
-    result = subprocess.run(
-        [PYTHON, "-c", CHILD_LOG_PRELUDE + textwrap.dedent(script), *map(str, args)],
-        env=subprocess_env(),
+def run_python(
+    script: str,
+    *args: object,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = CHILD_TIMEOUT,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` in a child Python that imports this ledger; the caller checks the result."""
+    return subprocess.run(
+        [PYTHON, "-c", script, *map(str, args)],
         capture_output=True,
         text=True,
-        timeout=CHILD_TIMEOUT,
+        env=env or subprocess_env(),
+        cwd=cwd,
+        timeout=timeout,
         check=False,
     )
+
+
+def python_stdout(
+    script: str,
+    *args: object,
+    signal_exit: int | None = None,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = CHILD_TIMEOUT,
+) -> str:
+    """:func:`run_python`'s stdout; the child must exit 0, or be killed by ``signal_exit``.
+
+    Otherwise the test fails with the child's stderr.
+    """
+    result = run_python(script, *args, env=env, cwd=cwd, timeout=timeout)
     expected = 0 if signal_exit is None else -signal_exit
     assert result.returncode == expected, result.stderr
     return result.stdout
+
+
+def run_child(script: str, *args: object, signal_exit: int | None = None) -> str:
+    """:func:`python_stdout` of ``script`` after CHILD_LOG_PRELUDE."""
+    return python_stdout(
+        CHILD_LOG_PRELUDE + textwrap.dedent(script), *args, signal_exit=signal_exit
+    )
 
 
 # One child process that does one thing to a run, says so on one JSON line, then waits

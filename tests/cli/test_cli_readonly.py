@@ -41,6 +41,7 @@ from tests.builders import (
     fingerprint,
     ledger,
     missing,
+    python_stdout,
     subprocess_env,
 )
 
@@ -396,13 +397,7 @@ def closed_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A store written by a worker that has exited: just ledger.sqlite3, no -wal or -shm."""
     directory = tmp_path_factory.mktemp("template") / "store"
     env = subprocess_env() | {"LEDGER_DIR": str(directory.parent / "default")}
-    subprocess.run(
-        [PYTHON, "-c", BUILD_STORE, str(directory), RUN_A, RUN_B],
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=TIMEOUT,
-    )
+    python_stdout(BUILD_STORE, directory, RUN_A, RUN_B, env=env, timeout=TIMEOUT)
     assert sorted(p.name for p in directory.iterdir()) == ["ledger.lock", DB]
     # The lock file holds no data, and no process uses the store any more: the template
     # is the database file alone, as a store copied elsewhere would be.

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import signal
-import subprocess
 import textwrap
 import time
 from collections import Counter
@@ -32,7 +31,7 @@ import pytest
 from ledger import effects as fx
 from ledger._inspect import Head, list_runs, run_head, verify
 from ledger.effect_log import EffectLog, new_run_id
-from tests.builders import PYTHON, fs_ref, op, subprocess_env
+from tests.builders import fs_ref, op, run_python
 from tests.reliability.figures import report
 
 DB = "ledger.sqlite3"
@@ -340,14 +339,7 @@ def prepare(kind: Kind, store: Path, run_id: str) -> tuple[tuple[Key, ...], Head
 
 def kill_at(store: Path, run_id: str, kind: Kind, side: str) -> dict[str, Any]:
     """Run the write in a child that SIGKILLs itself at the commit point; return its report."""
-    result = subprocess.run(
-        [PYTHON, "-c", CHILD, str(store), run_id, kind.name, side],
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=CHILD_TIMEOUT,
-        check=False,
-    )
+    result = run_python(CHILD, store, run_id, kind.name, side, timeout=CHILD_TIMEOUT)
     assert result.returncode == -signal.SIGKILL, (result.returncode, result.stderr[-3000:])
     lines = result.stdout.splitlines()
     assert len(lines) == 1, result.stdout

@@ -48,7 +48,15 @@ from ledger import _chain, _inspect
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite import schema as _schema
-from tests.builders import PYTHON, REPO, fs_ref, ledger, op, require_tool, sha, subprocess_env
+from tests.builders import (
+    REPO,
+    fs_ref,
+    ledger,
+    op,
+    python_stdout,
+    require_tool,
+    sha,
+)
 from tests.reliability.figures import report
 
 SQLITE3 = shutil.which("sqlite3")
@@ -159,15 +167,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Base:
         directory = tmp_path_factory.mktemp("schema-tamper") / "store"
         settled, dead = new_run_id(), new_run_id()
         _write_settled(directory, settled)
-        died = subprocess.run(
-            [PYTHON, "-c", _DIE_AFTER_CLAIM, str(directory), dead],
-            env=subprocess_env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert died.returncode == 0, died.stderr
+        python_stdout(_DIE_AFTER_CLAIM, directory, dead)
     with _read_only(directory) as conn:
         master = {
             (str(t), str(n)): str(s)

@@ -27,6 +27,7 @@ from ledger.storage import Mode
 
 DB = "ledger.sqlite3"
 WAL = DB + "-wal"
+SHM = DB + "-shm"
 LOCK = "ledger.lock"
 
 

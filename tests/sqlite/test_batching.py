@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import textwrap
 from pathlib import Path
 
@@ -18,13 +17,11 @@ import pytest
 
 from ledger.effect_log import EffectLog, EffectPersistenceError
 from tests.builders import (
-    CHILD_TIMEOUT,
-    PYTHON,
     REPO,
     claim_requests,
     loaded,
+    python_stdout,
     see,
-    subprocess_env,
 )
 from tests.sqlite.driver import DB, query, replaced_by_a_file
 
@@ -121,17 +118,7 @@ def test_claim_many_on_a_full_disk_claims_none_of_the_batch(
     store_dir: Path, run_id: str, slack: int
 ) -> None:
     """A batch that meets a full disk raises, and none of it is durable, even with part of it written."""
-    child = subprocess.run(
-        [PYTHON, "-c", FULL_DISK_CHILD, str(store_dir), run_id, str(slack)],
-        env=subprocess_env(),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=CHILD_TIMEOUT,
-        check=False,
-    )
-    assert child.returncode == 0, child.stderr
-    result = json.loads(child.stdout)
+    result = json.loads(python_stdout(FULL_DISK_CHILD, store_dir, run_id, slack, cwd=REPO))
     assert result["error"].startswith("cannot record 12 claims in run"), result["error"]
     assert re.search(DISK_ERROR, result["error"]), result["error"]
     assert result["claims"] == [f"e{i}" for i in range(12)]

@@ -13,7 +13,6 @@ import inspect
 import os
 import resource
 import sqlite3
-import subprocess
 import textwrap
 from pathlib import Path
 
@@ -35,7 +34,7 @@ from ledger.errors import (
 from ledger.sqlite.engine import alembic_config
 from ledger.sqlite.errors import classify, storage_errors
 from ledger.sqlite.store import Store
-from tests.builders import PYTHON, orphan_run, subclasses, subprocess_env
+from tests.builders import orphan_run, python_stdout, subclasses
 from tests.sqlite.driver import execute
 
 DB = "ledger.sqlite3"
@@ -230,14 +229,7 @@ def test_a_full_disk_raises_store_unavailable(store_dir: Path, run_id: str) -> N
     """A claim that cannot be written because files may not grow raises StoreUnavailableError."""
     assert resource.RLIMIT_FSIZE  # the limit exists on this platform
     orphan_run(store_dir, "0" * 32)
-    result = subprocess.run(
-        [PYTHON, "-c", FULL, run_id, str(store_dir)],
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-        timeout=60,
-        check=True,
-    )
-    assert result.stdout.startswith(f"{StoreUnavailableError.__name__} "), result.stdout
+    out = python_stdout(FULL, run_id, store_dir)
+    assert out.startswith(f"{StoreUnavailableError.__name__} "), out
     with EffectLog.load(run_id, store_dir) as log:
         assert log.history().claims == ()

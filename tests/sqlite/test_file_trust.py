@@ -21,10 +21,9 @@ from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.errors import StoreFileRefusedError
 from ledger.sqlite import trust as _trust
-from tests.builders import LEDGER, fingerprint, ledger
-from tests.trust_helpers import (
+from tests.builders import LEDGER, PYTHON, fingerprint, ledger
+from tests.sqlite.trust_helpers import (
     DB,
-    PYTHON,
     SHM,
     WAL,
     as_other,

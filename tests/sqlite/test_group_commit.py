@@ -12,7 +12,6 @@ import contextlib
 import json
 import re
 import sqlite3
-import subprocess
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,14 +20,13 @@ from typing import Any
 from ledger.effect_log import EffectLog, new_run_id
 from tests.builders import (
     CHILD_TIMEOUT,
-    PYTHON,
     REPO,
     claim_target,
     gap_free,
     loaded,
     no_errors,
+    python_stdout,
     run_threads,
-    subprocess_env,
 )
 from tests.sqlite.driver import DB, query, wal_commits
 
@@ -146,17 +144,8 @@ def test_a_full_disk_mid_burst_fails_exactly_the_claims_it_hit(tmp_path: Path) -
     ok_after_limit = raised = 0
     for i, slack in enumerate([0, 6 * 4120, 25 * 4120, 60 * 4120]):
         store = tmp_path / f"store{i}"
-        child = subprocess.run(
-            [PYTHON, "-c", FULL_DISK_CHILD, str(store), str(slack)],
-            env=subprocess_env(),
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=CHILD_TIMEOUT * 2,
-            check=False,
-        )
-        assert child.returncode == 0, child.stderr
-        report: dict[str, Any] = json.loads(child.stdout)
+        out = python_stdout(FULL_DISK_CHILD, store, slack, cwd=REPO, timeout=CHILD_TIMEOUT * 2)
+        report: dict[str, Any] = json.loads(out)
         assert report.pop("hung") == 0, "a thread did not finish (deadlock?)"
         # This process never set a limit: what it reads is what the disk holds.
         for run_id, mine in report.items():

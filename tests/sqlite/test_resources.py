@@ -9,14 +9,13 @@ their real paths.
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from ledger.effect_log import EffectLog, effects_dir
 from ledger.resources import FilesystemResource, FilesystemRoot
-from tests.builders import PYTHON, op, refusal, resolve, subprocess_env
+from tests.builders import op, python_stdout, refusal, resolve
 
 
 def test_a_store_an_effect_log_opened_is_sensitive(sandbox: FilesystemRoot, run_id: str) -> None:
@@ -130,15 +129,7 @@ for directory in sys.argv[1:]:
 
 def write_foreign_stores(*directories: Path) -> None:
     """Create a store with one claim in each of ``directories``, from another process."""
-    result = subprocess.run(
-        [PYTHON, "-c", FOREIGN_WRITER, *map(str, directories)],
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
+    python_stdout(FOREIGN_WRITER, *directories)
     for directory in directories:
         assert (directory / "ledger.sqlite3").is_file()
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import subprocess
 from pathlib import Path
 
 from sqlalchemy import Connection
 
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.sqlite.reads import read
-from tests.builders import PYTHON, op, subprocess_env
+from tests.builders import op, python_stdout
 
 WRITER = """
 import sys
@@ -55,12 +54,7 @@ def test_a_checkpoint_during_an_immutable_read_makes_it_read_again(store_dir: Pa
     def query(conn: Connection) -> int:
         first = _count(conn)
         if not calls:
-            subprocess.run(
-                [PYTHON, "-c", WRITER, str(store_dir), run_id],
-                env=subprocess_env(),
-                check=True,
-                timeout=120,
-            )
+            python_stdout(WRITER, store_dir, run_id, timeout=120)
         calls.append(first)
         return _count(conn)
 

@@ -1,4 +1,7 @@
-"""Shared by the file-trust tests: real stores, fingerprints of files, commands as other uids."""
+"""Shared by the file-trust tests of the SQLite store: real stores and commands as other uids.
+
+``__all__`` names what the file-trust modules import from here.
+"""
 
 from __future__ import annotations
 
@@ -13,12 +16,25 @@ from pathlib import Path
 
 import pytest
 
-from tests.builders import PYTHON, REPO, missing, require_tool, subprocess_env
+from tests.builders import REPO, missing, require_tool, run_python, subprocess_env
+from tests.sqlite.driver import DB, SHM, WAL
 
-DB = "ledger.sqlite3"
-WAL = DB + "-wal"
-SHM = DB + "-shm"
 TIMEOUT = 60
+
+__all__ = [
+    "DB",
+    "OTHER",
+    "OTHER_GROUP",
+    "SHM",
+    "WAL",
+    "WORKER",
+    "as_other",
+    "assert_refused",
+    "build_store",
+    "other_uid",
+    "public_dir",
+    "setpriv",
+]
 OTHER = "nobody"  # the other user, and its group below
 OTHER_GROUP = "nogroup"
 
@@ -45,13 +61,8 @@ def build_store(
     directory: Path | bytes, locator: str = "/sandbox/a.txt", *, crash: bool = False
 ) -> str:
     """Have a worker process claim one effect in ``directory``; returns the run id."""
-    result = subprocess.run(
-        [PYTHON, "-c", WORKER, os.fsdecode(directory), locator, "crash" if crash else "close"],
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-        timeout=TIMEOUT,
-        check=False,
+    result = run_python(
+        WORKER, os.fsdecode(directory), locator, "crash" if crash else "close", timeout=TIMEOUT
     )
     if crash:
         assert result.returncode == -signal.SIGKILL, result.stderr
