@@ -55,6 +55,7 @@ from tests.builders import (
     op,
     python_stdout,
     require_tool,
+    see,
     sha,
 )
 from tests.reliability.figures import report
@@ -229,17 +230,6 @@ def _verify_names(directory: Path, name: str, *, cli: bool = False) -> bool:
     return not report.ok and any(name in p for p in report.problems)
 
 
-def _observe(log: EffectLog, observation_id: str) -> None:
-    log.observe(
-        observation_id=observation_id,
-        resource=fs_ref("/w/a"),
-        mechanism=fx.ObservationMechanism.FILESYSTEM_STAT,
-        coverage=fx.Coverage.COMPLETE,
-        source_action_id="s-x",
-        exists=True,
-    )
-
-
 def _claim(log: EffectLog, effect_id: str) -> None:
     a = fs_ref("/w/x")
     log.claim(
@@ -261,7 +251,7 @@ def _write_reaching(base: Base, directory: Path, table: str) -> None:
         if table == "outcomes":
             log.outcome(effect_id="c1", execution=fx.ExecutionOutcome.FAILED, impact=fx.Impact.NONE)
         elif table == "observations":
-            _observe(log, "o-x")
+            see(log, "o-x", fs_ref("/w/a"))
         else:
             _claim(log, "c-x")
 
@@ -366,7 +356,7 @@ def test_a_trigger_planted_while_a_log_is_open_fails_its_next_write(
                     impact=fx.Impact.NONE,
                 )
             elif table == "observations":
-                _observe(log, "o-late")
+                see(log, "o-late", fs_ref("/w/a"))
             else:
                 _claim(log, "c-late")
         except EffectPersistenceError as e:
