@@ -1,7 +1,10 @@
-"""Builders and helpers shared by the test modules: records, paths, tools, child processes.
+"""Builders and helpers shared by the test modules, each written once.
 
-Fixtures live in the ``conftest.py`` files; everything a test module imports by name
-lives here, once.
+Values, paths and the tools a test needs; the error tree's leaves; records and whole
+runs written through a log; threads; file fingerprints; the ``ledger`` command; child
+Pythons, alone or started together; and the generated histories of the property tests.
+Fixtures live in the ``conftest.py`` files; what only SQLite's tests share is in
+``tests/sqlite/driver.py``.
 """
 
 from __future__ import annotations
@@ -57,6 +60,9 @@ UNVERIFIED = fx.EffectVerdict.UNVERIFIED
 CONTRADICTED = fx.EffectVerdict.CONTRADICTED
 VERIFIED = fx.EffectVerdict.VERIFIED
 FAILED_VERDICT = fx.EffectVerdict.FAILED
+
+
+# --------------------------------------------------------------------------- values, paths, tools
 
 
 def sha(data: bytes) -> str:
@@ -120,6 +126,8 @@ def subprocess_env() -> dict[str, str]:
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
+
+# --------------------------------------------------------------------------- the error tree
 
 # The leaves of the error tree under EffectPersistenceError (ledger.errors).
 ERROR_LEAVES = (
@@ -484,6 +492,11 @@ def fingerprint(*roots: Path, relative_to: Path | None = None) -> Fingerprint:
     return prints
 
 
+def listing(path: Path) -> list[str]:
+    """Every entry under ``path``, relative, sorted."""
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
 # --------------------------------------------------------------------------- the ledger command
 
 
@@ -656,11 +669,6 @@ class Child:
         """SIGKILL the child and reap it."""
         self.proc.send_signal(signal.SIGKILL)
         assert self.proc.wait(timeout=CHILD_TIMEOUT) == -signal.SIGKILL
-
-
-def listing(path: Path) -> list[str]:
-    """Every entry under ``path``, relative, sorted."""
-    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
 
 
 def read_lines(proc: subprocess.Popen[bytes], count: int) -> bytes:
