@@ -30,11 +30,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
 import re
 import shutil
 import sqlite3
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,8 +57,8 @@ from tests.builders import (
     sha,
 )
 from tests.reliability.figures import report
+from tests.sqlite.driver import shell_script
 
-SQLITE3 = shutil.which("sqlite3")
 DB = "ledger.sqlite3"
 
 # Every table the library writes, and the write that reaches it.
@@ -193,19 +191,8 @@ def _copy(base: Base, directory: Path) -> Path:
     return directory
 
 
-def _shell(directory: Path, script: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(SQLITE3), "-init", os.devnull, "-bail", str(directory / DB)],
-        input=script,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
 def _plant(directory: Path, script: str) -> None:
-    result = _shell(directory, script)
+    result = shell_script(directory / DB, script)
     assert result.returncode == 0, (script, result.stderr)
 
 
@@ -605,7 +592,9 @@ def test_a_row_with_a_wrong_hash_is_refused_by_the_guards_in_the_stock_shell(
 ) -> None:
     directory = _copy(base, tmp_path / "store")
     before = _rows(directory)
-    result = _shell(directory, _append_observation(base, directory, "'" + "0" * 64 + "'"))
+    result = shell_script(
+        directory / DB, _append_observation(base, directory, "'" + "0" * 64 + "'")
+    )
     outcome = Outcome("wrong hash, guards in place")
     outcome.check(result.returncode != 0, "the shell inserted a row with a wrong hash")
     outcome.check("hash" in result.stderr, f"the refusal does not say why: {result.stderr}")

@@ -33,11 +33,9 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
-import os
 import re
 import shutil
 import sqlite3
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,8 +49,7 @@ from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite.rows import chain_hash
 from tests.builders import REPO, fs_ref, ledger, op, require_tool, sha
 from tests.reliability.figures import report
-
-SQLITE3 = shutil.which("sqlite3")
+from tests.sqlite.driver import shell_script
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -354,30 +351,13 @@ def _tamper_script(base: Base, statements: list[str]) -> str:
     )
 
 
-def _shell(
-    directory: Path, script: str, *, json_rows: bool = False
-) -> subprocess.CompletedProcess[str]:
-    """Run ``script`` in the real sqlite3 shell (stopping at the first error)."""
-    args = [str(SQLITE3), "-init", os.devnull, "-bail"]
-    if json_rows:
-        args += ["-json", "-readonly"]
-    return subprocess.run(
-        [*args, str(directory / DB)],
-        input=script,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
 def _copy(base: Base, directory: Path) -> Path:
     shutil.copytree(base.directory, directory)
     return directory
 
 
 def _tamper(base: Base, directory: Path, statements: list[str]) -> None:
-    result = _shell(directory, _tamper_script(base, statements))
+    result = shell_script(directory / DB, _tamper_script(base, statements))
     assert result.returncode == 0, (statements, result.stderr)
 
 
@@ -598,7 +578,7 @@ def _apply(base: Base, directory: Path, candidates: Iterator[Case]) -> Case:
     refused = []
     before = _snapshot(directory)
     for case in candidates:
-        result = _shell(directory, _tamper_script(base, case.statements))
+        result = shell_script(directory / DB, _tamper_script(base, case.statements))
         after = _snapshot(directory)
         if result.returncode == 0:
             case.changed = after != before
@@ -722,7 +702,7 @@ def _recipe_9() -> str:
 def _chain_recipe(directory: Path, run_id: str) -> list[dict[str, Any]]:
     sql = _recipe_9()
     assert "'RUN_ID'" in sql
-    result = _shell(directory, sql.replace("'RUN_ID'", _literal(run_id)), json_rows=True)
+    result = shell_script(directory / DB, sql.replace("'RUN_ID'", _literal(run_id)), json_rows=True)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     return json.loads(result.stdout) if result.stdout.strip() else []

@@ -15,6 +15,7 @@ import fcntl
 import os
 import sqlite3
 import struct
+import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from alembic import command
 
 from ledger.sqlite.engine import _on_begin, _on_connect, alembic_config
 from ledger.storage import Mode
+from tests.builders import require_tool
 
 DB = "ledger.sqlite3"
 WAL = DB + "-wal"
@@ -49,6 +51,21 @@ def execute(db: Path, sql: str) -> None:
         conn.executescript(sql)
     finally:
         conn.close()
+
+
+def shell_script(
+    db: Path, script: str, *, json_rows: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` in the stock ``sqlite3`` shell on ``db``, stopping at the first error.
+
+    With ``json_rows`` the shell is read-only and prints rows as JSON.
+    """
+    args = [require_tool("sqlite3"), "-init", os.devnull, "-bail"]
+    if json_rows:
+        args += ["-json", "-readonly"]
+    return subprocess.run(
+        [*args, str(db)], input=script, capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 def at_revision(db: Path, revision: str) -> None:
