@@ -1,44 +1,26 @@
-"""Shared fixtures: real store directories, sandboxes and small record builders."""
+"""Shared fixtures: real store directories, sandboxes, the tools some tests need.
+
+The builders test modules import by name are in ``tests/builders.py``.
+"""
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import Any
 
 import pytest
 from hypothesis import settings
 
-from ledger import effects as fx
 from ledger.effect_log import EffectLog, new_run_id
-from ledger.resources import FilesystemResource, FilesystemRoot
-
-REPO = Path(__file__).resolve().parent.parent
-PYTHON = sys.executable
+from ledger.resources import FilesystemRoot
+from tests.builders import CHILD_TIMEOUT, TIMEOUT, Call, Child, missing, require_tool
 
 # `make mutants` runs the property tests once per mutant: the same examples each time
 # (derandomized, no example database, 25 where a test sets no number), so a mutant's
 # verdict does not depend on luck.
 settings.register_profile("mutants", max_examples=25, derandomize=True, database=None)
-
-
-def sha(data: bytes) -> str:
-    """The sha256 hex digest of ``data``."""
-    return hashlib.sha256(data).hexdigest()
-
-
-def op(name: str = "write_file", args: bytes = b"{}") -> fx.OperationRef:
-    """An operation with the digest of ``args``."""
-    return fx.OperationRef(name, "test/1", sha(args))
-
-
-def fs_ref(locator: str, role: str = "target") -> fx.ResourceRef:
-    """An ``fs`` resource reference for an absolute path."""
-    return fx.ResourceRef("fs", locator, role)
 
 
 @pytest.fixture(autouse=True)
@@ -76,34 +58,6 @@ def sandbox(tmp_path: Path) -> FilesystemRoot:
     return FilesystemRoot.seal(path)
 
 
-def file_ref(root: FilesystemRoot, name: str, role: str = "target") -> fx.ResourceRef:
-    """The reference of ``name`` inside ``root`` (it may be missing)."""
-    return fx.resource_ref(FilesystemResource.resolve(root, name, allow_missing=True), role)
-
-
-def missing(what: str) -> NoReturn:
-    """This machine lacks what a test needs: fail saying what, never pass by skipping.
-
-    ``make test`` installs the tools the suite uses, and CI runs it as root; a developer
-    without them may set ``LEDGER_ALLOW_SKIP=1`` to skip such tests instead.
-    """
-    if os.environ.get("LEDGER_ALLOW_SKIP") == "1":
-        pytest.skip(what)
-    pytest.fail(
-        f"{what} (make test installs the tools the suite needs; run it as root for the "
-        "tests that act as another user, or set LEDGER_ALLOW_SKIP=1 to skip them)",
-        pytrace=False,
-    )
-
-
-def require_tool(name: str) -> str:
-    """The path of the program ``name``, or the test fails saying it is missing."""
-    path = shutil.which(name)
-    if path is None:
-        missing(f"the {name} program is not installed")
-    return path
-
-
 @pytest.fixture
 def sqlite3_shell() -> str:
     """The stock ``sqlite3`` shell, which the test runs."""
@@ -117,8 +71,39 @@ def root() -> None:
         missing("this test acts as another user, which needs root")
 
 
-def subprocess_env() -> dict[str, str]:
-    """The environment for child Python processes that import ledger."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
+@pytest.fixture
+def in_thread() -> Iterator[Callable[[Callable[[], Any]], Call]]:
+    """Start calls in threads; each is joined after the test, even a failed one."""
+    calls: list[Call] = []
+
+    def start(fn: Callable[[], Any]) -> Call:
+        calls.append(Call(fn))
+        return calls[-1]
+
+    yield start
+    stuck = []
+    for call in calls:
+        call.thread.join(TIMEOUT)
+        if call.thread.is_alive():
+            stuck.append(call)
+    assert not stuck, f"{len(stuck)} thread(s) still running after the test"
+
+
+@pytest.fixture
+def spawn() -> Iterator[type[Child]]:
+    """Start :class:`Child` processes; every one still running is killed and reaped at the end."""
+    started: list[Child] = []
+
+    class Tracked(Child):
+        def __init__(self, what: str, store: Path, run_id: str) -> None:
+            super().__init__(what, store, run_id)
+            started.append(self)
+
+    yield Tracked
+    for child in started:
+        if child.proc.poll() is None:
+            child.proc.kill()
+        child.proc.wait(timeout=CHILD_TIMEOUT)
+        for stream in (child.proc.stdin, child.proc.stdout):
+            if stream is not None:
+                stream.close()

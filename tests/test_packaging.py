@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import PYTHON, REPO
+from tests.builders import PYTHON, REPO
 
 SMOKE = """
 import os, pathlib, sys

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from .conftest import PYTHON, REPO, subprocess_env
+from tests.builders import PYTHON, REPO, subprocess_env
 
 README = (REPO / "README.md").read_text()
 

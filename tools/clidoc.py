@@ -310,7 +310,7 @@ not go as scripted. `sql` becomes the `sqlite3` shell, so its exit code is the s
 
 # The JSON shapes: for each object, its keys in the order they are printed, each with
 # its type and meaning. A type is `string`, `integer`, `boolean`, `null`, `array of T`,
-# the name of another shape, or alternatives joined by " or ". tests/test_cli_docs.py
+# the name of another shape, or alternatives joined by " or ". tests/cli/test_cli_docs.py
 # reads these tables back from docs/cli.md and checks real output against them.
 _SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
     # ledger runs

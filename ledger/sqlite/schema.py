@@ -508,7 +508,7 @@ def _sqlite_triggers() -> dict[str, str]:
 # effect_status computes each claim's verdict by correlated lookups that follow the
 # indexes (by run and effect, by run and resource), so that asking for one run or one
 # effect reads only the rows the rules consult, never the whole store. The rules are
-# those of docs/concepts.md#verdicts; tests/test_view.py holds this view to
+# those of docs/concepts.md#verdicts; tests/contract/test_view.py holds this view to
 # ledger.effects.assess.
 
 # Whether another claim c2 (through its scope row sc) may still land an effect after the

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import signal
-import subprocess
 import textwrap
 import time
 from collections import Counter
@@ -32,7 +31,7 @@ import pytest
 from ledger import effects as fx
 from ledger._inspect import Head, list_runs, run_head, verify
 from ledger.effect_log import EffectLog, new_run_id
-from tests.conftest import PYTHON, fs_ref, op, subprocess_env
+from tests.builders import claim_small, run_python, see
 from tests.reliability.figures import report
 
 DB = "ledger.sqlite3"
@@ -189,28 +188,6 @@ def key(record: fx.EffectClaim | fx.EffectOutcome | fx.Observation) -> Key:
     return ("observation", record.observation_id, record.seq)
 
 
-def claim(log: EffectLog, effect_id: str) -> None:
-    """Claim a small write effect."""
-    log.claim(
-        effect_id=effect_id,
-        action_id=f"a-{effect_id}",
-        operation=op(),
-        impact_scope=[fs_ref("/sandbox/a.txt")],
-    )
-
-
-def observe(log: EffectLog, observation_id: str) -> None:
-    """Record that /sandbox/a.txt exists."""
-    log.observe(
-        observation_id=observation_id,
-        resource=fs_ref("/sandbox/a.txt"),
-        mechanism=fx.ObservationMechanism.FILESYSTEM_STAT,
-        coverage=fx.Coverage.COMPLETE,
-        source_action_id="a-stat",
-        exists=True,
-    )
-
-
 def outcome(log: EffectLog, effect_id: str, execution: fx.ExecutionOutcome) -> None:
     """Record an outcome of ``effect_id`` (impact POSSIBLE fits every execution)."""
     log.outcome(effect_id=effect_id, execution=execution, impact=fx.Impact.POSSIBLE)
@@ -222,31 +199,31 @@ def nothing(log: EffectLog) -> None:
 
 def claimed(log: EffectLog) -> None:
     """A run with a claim, its RUNNING outcome, and an observation."""
-    claim(log, "e1")
+    claim_small(log, "e1")
     outcome(log, "e1", fx.ExecutionOutcome.RUNNING)
-    observe(log, "o3")
+    see(log, "o3")
 
 
 def claimed_and_observed(log: EffectLog) -> None:
     """A run with one claim and one observation."""
-    claim(log, "e1")
-    observe(log, "o2")
+    claim_small(log, "e1")
+    see(log, "o2")
 
 
 def just_claimed(log: EffectLog) -> None:
     """A run with one claim."""
-    claim(log, "e1")
+    claim_small(log, "e1")
 
 
 def half_settled(log: EffectLog) -> None:
     """Claims without an outcome (e1, e4), RUNNING (e2), terminal (e3), and an observation."""
-    claim(log, "e1")
-    claim(log, "e2")
+    claim_small(log, "e1")
+    claim_small(log, "e2")
     outcome(log, "e2", fx.ExecutionOutcome.RUNNING)
-    claim(log, "e3")
+    claim_small(log, "e3")
     outcome(log, "e3", fx.ExecutionOutcome.FAILED)
-    claim(log, "e4")
-    observe(log, "o8")
+    claim_small(log, "e4")
+    see(log, "o8")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -329,7 +306,7 @@ def prepare(kind: Kind, store: Path, run_id: str) -> tuple[tuple[Key, ...], Head
     """Set up the run in this process; return its records and its head (None if none)."""
     if not kind.new_store:
         with EffectLog(new_run_id(), store) as other:  # the store exists, with another run
-            claim(other, "e1")
+            claim_small(other, "e1")
     if kind.new_run:
         return (), None
     with EffectLog(run_id, store) as log:
@@ -340,14 +317,7 @@ def prepare(kind: Kind, store: Path, run_id: str) -> tuple[tuple[Key, ...], Head
 
 def kill_at(store: Path, run_id: str, kind: Kind, side: str) -> dict[str, Any]:
     """Run the write in a child that SIGKILLs itself at the commit point; return its report."""
-    result = subprocess.run(
-        [PYTHON, "-c", CHILD, str(store), run_id, kind.name, side],
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=CHILD_TIMEOUT,
-        check=False,
-    )
+    result = run_python(CHILD, store, run_id, kind.name, side, timeout=CHILD_TIMEOUT)
     assert result.returncode == -signal.SIGKILL, (result.returncode, result.stderr[-3000:])
     lines = result.stdout.splitlines()
     assert len(lines) == 1, result.stdout
@@ -411,7 +381,7 @@ def test_kill_at_commit_point_leaves_one_side(tmp_path: Path, kind: Kind, side: 
             assert [o.effect_id for o in recovered] == missing
         with EffectLog.load(run_id, store) as again:
             assert again.recover_interrupted() == ()
-            claim(again, "later")  # and the dead writer left no lock behind
+            claim_small(again, "later")  # and the dead writer left no lock behind
             assert again.history().records()[-1].seq == len(found) + len(recovered) + 1
         assert verify(store).problems == ()
         figures["passed"] = True

@@ -38,7 +38,7 @@ from ledger import effects as fx
 from ledger._inspect import verify
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.sqlite.reads import read
-from tests.conftest import PYTHON, subprocess_env
+from tests.builders import PYTHON, subprocess_env
 from tests.reliability.figures import report
 
 LONG = os.environ.get("LEDGER_RELIABILITY") == "long"

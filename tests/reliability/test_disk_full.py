@@ -21,7 +21,6 @@ import os
 import random
 import re
 import sqlite3
-import subprocess
 import textwrap
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import Any
 from ledger import effects as fx
 from ledger._inspect import verify
 from ledger.effect_log import EffectLog, EffectPersistenceError
-from tests.conftest import PYTHON, REPO, subprocess_env
+from tests.builders import REPO, run_python
 from tests.reliability.figures import report
 
 LONG = os.environ.get("LEDGER_RELIABILITY") == "long"
@@ -296,15 +295,7 @@ class DiskFullRun:
         else:
             run_id, mode = f"{rng.getrandbits(128):032x}", "new"
         argv = [str(store), run_id, mode, str(rng.getrandbits(32)), str(SLACK), f"i{i}"]
-        child = subprocess.run(
-            [PYTHON, "-c", CHILD, *argv, str(MAX_OPS)],
-            capture_output=True,
-            text=True,
-            timeout=CHILD_TIMEOUT,
-            env=subprocess_env(),
-            cwd=REPO,
-            check=False,
-        )
+        child = run_python(CHILD, *argv, MAX_OPS, cwd=REPO, timeout=CHILD_TIMEOUT)
         if child.returncode != 0 or child.stderr:
             self.problem(i, f"child exited {child.returncode}; stderr:\n{child.stderr}")
         events = [json.loads(line) for line in child.stdout.splitlines()]
@@ -474,15 +465,10 @@ def test_verify_after_a_first_claim_failed_on_a_full_disk(tmp_path: Path) -> Non
     """A store left by a first claim that met a full disk verifies as an empty store, not as unreadable."""
     store = tmp_path / "store"
     for limit in (0, 60_000):  # no byte at all; the schema's migration cut short
-        child = subprocess.run(
-            [PYTHON, "-c", FIRST_CLAIM_CHILD, str(store), f"{limit:032x}", str(limit)],
-            capture_output=True,
-            text=True,
-            timeout=CHILD_TIMEOUT,
-            env=subprocess_env(),
-            cwd=REPO,
-            check=True,
+        child = run_python(
+            FIRST_CLAIM_CHILD, store, f"{limit:032x}", limit, cwd=REPO, timeout=CHILD_TIMEOUT
         )
+        assert child.returncode == 0, child.stderr
         assert DISK_ERROR.search(child.stdout), child.stdout  # the claim raised
         assert (store / DB).exists()
         assert not _has_schema(store)

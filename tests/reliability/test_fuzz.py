@@ -44,7 +44,7 @@ from ledger._chain import GENESIS
 from ledger._jsonl import ImportRefusedError
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite.rows import chain_hash
-from tests.conftest import sha
+from tests.builders import sha
 
 LONG = os.environ.get("LEDGER_RELIABILITY") == "long"
 DB = "ledger.sqlite3"

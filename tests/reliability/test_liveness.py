@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, new_run_id
-from tests.conftest import PYTHON, op, subprocess_env
+from tests.builders import LEDGER, PYTHON, ledger, op, subprocess_env
 from tests.reliability.figures import report
 
 LONG = os.environ.get("LEDGER_RELIABILITY") == "long"
@@ -31,14 +31,6 @@ ROUNDS = 20 if LONG else 3
 RECOVERERS = 4  # racing `ledger recover --dead` processes per round
 RUNS = 6  # orphaned runs per round
 TIMEOUT = 120
-LEDGER = str(Path(PYTHON).with_name("ledger"))
-
-
-def ledger(*argv: str) -> subprocess.CompletedProcess[str]:
-    """Run the ``ledger`` command to its end."""
-    return subprocess.run(  # noqa: PLW1510 - the caller checks the return code
-        [LEDGER, *argv], capture_output=True, text=True, env=subprocess_env(), timeout=TIMEOUT
-    )
 
 
 def unshare() -> str:

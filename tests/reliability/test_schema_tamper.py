@@ -30,11 +30,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
 import re
 import shutil
 import sqlite3
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,11 +46,19 @@ from ledger import _chain, _inspect
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite import schema as _schema
-from tests.conftest import PYTHON, REPO, fs_ref, op, require_tool, sha, subprocess_env
+from tests.builders import (
+    REPO,
+    fs_ref,
+    ledger,
+    op,
+    python_stdout,
+    require_tool,
+    see,
+    sha,
+)
 from tests.reliability.figures import report
+from tests.sqlite.driver import shell_script
 
-SQLITE3 = shutil.which("sqlite3")
-LEDGER = Path(PYTHON).with_name("ledger")
 DB = "ledger.sqlite3"
 
 # Every table the library writes, and the write that reaches it.
@@ -160,15 +166,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Base:
         directory = tmp_path_factory.mktemp("schema-tamper") / "store"
         settled, dead = new_run_id(), new_run_id()
         _write_settled(directory, settled)
-        died = subprocess.run(
-            [PYTHON, "-c", _DIE_AFTER_CLAIM, str(directory), dead],
-            env=subprocess_env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert died.returncode == 0, died.stderr
+        python_stdout(_DIE_AFTER_CLAIM, directory, dead)
     with _read_only(directory) as conn:
         master = {
             (str(t), str(n)): str(s)
@@ -193,19 +191,8 @@ def _copy(base: Base, directory: Path) -> Path:
     return directory
 
 
-def _shell(directory: Path, script: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(SQLITE3), "-init", os.devnull, "-bail", str(directory / DB)],
-        input=script,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
 def _plant(directory: Path, script: str) -> None:
-    result = _shell(directory, script)
+    result = shell_script(directory / DB, script)
     assert result.returncode == 0, (script, result.stderr)
 
 
@@ -217,22 +204,10 @@ def _rows(directory: Path) -> dict[str, list[tuple[Any, ...]]]:
         }
 
 
-def _ledger(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(LEDGER), *args],
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-        timeout=120,
-        check=False,
-        cwd=REPO,
-    )
-
-
 def _verify_names(directory: Path, name: str, *, cli: bool = False) -> bool:
     """Whether verify fails and one of its problems names ``name``."""
     if cli:
-        result = _ledger("verify", "--json", "--store", str(directory))
+        result = ledger("verify", "--json", "--store", str(directory), cwd=REPO)
         assert result.returncode in (0, 1), result.stderr
         problems = json.loads(result.stdout)["problems"]
         named = result.returncode == 1 and any(name in p for p in problems)
@@ -240,17 +215,6 @@ def _verify_names(directory: Path, name: str, *, cli: bool = False) -> bool:
         return named
     report = _inspect.verify(directory)
     return not report.ok and any(name in p for p in report.problems)
-
-
-def _observe(log: EffectLog, observation_id: str) -> None:
-    log.observe(
-        observation_id=observation_id,
-        resource=fs_ref("/w/a"),
-        mechanism=fx.ObservationMechanism.FILESYSTEM_STAT,
-        coverage=fx.Coverage.COMPLETE,
-        source_action_id="s-x",
-        exists=True,
-    )
 
 
 def _claim(log: EffectLog, effect_id: str) -> None:
@@ -274,7 +238,7 @@ def _write_reaching(base: Base, directory: Path, table: str) -> None:
         if table == "outcomes":
             log.outcome(effect_id="c1", execution=fx.ExecutionOutcome.FAILED, impact=fx.Impact.NONE)
         elif table == "observations":
-            _observe(log, "o-x")
+            see(log, "o-x", fs_ref("/w/a"))
         else:
             _claim(log, "c-x")
 
@@ -379,7 +343,7 @@ def test_a_trigger_planted_while_a_log_is_open_fails_its_next_write(
                     impact=fx.Impact.NONE,
                 )
             elif table == "observations":
-                _observe(log, "o-late")
+                see(log, "o-late", fs_ref("/w/a"))
             else:
                 _claim(log, "c-late")
         except EffectPersistenceError as e:
@@ -461,8 +425,8 @@ def test_a_lying_view_is_named_ignored_by_reports_and_put_back_by_a_writer(
         ),
     ]
     if lie == "verified":  # and the console script says the same
-        lied = _ledger("status", "--json", "--store", str(directory))
-        told = _ledger("status", "--json", "--store", str(truth))
+        lied = ledger("status", "--json", "--store", str(directory), cwd=REPO)
+        told = ledger("status", "--json", "--store", str(truth), cwd=REPO)
         truthful.append(outcome.check(lied.stdout == told.stdout, "ledger status"))
     recovered = [r.run_id for r in _inspect.recover_dead(directory) if r.outcomes]
     truthful.append(outcome.check(recovered == [base.dead], f"recover --dead: {recovered}"))
@@ -628,7 +592,9 @@ def test_a_row_with_a_wrong_hash_is_refused_by_the_guards_in_the_stock_shell(
 ) -> None:
     directory = _copy(base, tmp_path / "store")
     before = _rows(directory)
-    result = _shell(directory, _append_observation(base, directory, "'" + "0" * 64 + "'"))
+    result = shell_script(
+        directory / DB, _append_observation(base, directory, "'" + "0" * 64 + "'")
+    )
     outcome = Outcome("wrong hash, guards in place")
     outcome.check(result.returncode != 0, "the shell inserted a row with a wrong hash")
     outcome.check("hash" in result.stderr, f"the refusal does not say why: {result.stderr}")
@@ -680,7 +646,7 @@ def test_a_wrong_hash_with_the_guards_dropped_is_flagged_everywhere(
     outcome.check(
         bool(rows) and all(r.run_problem for r in rows), "status shows its verdicts unflagged"
     )
-    status = _ledger("status", "--store", str(directory))
+    status = ledger("status", "--store", str(directory), cwd=REPO)
     outcome.check(status.returncode == 1, f"ledger status exited {status.returncode}")
     outcome.check(base.settled[:8] in status.stderr, f"ledger status said: {status.stderr}")
     FIGURES["reports_truthful"] += not outcome.failures

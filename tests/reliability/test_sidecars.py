@@ -20,24 +20,21 @@ from pathlib import Path
 import pytest
 
 from ledger.errors import StoreFileRefusedError
+from tests.builders import PYTHON, REPO, fingerprint, ledger, run_python
 from tests.reliability.figures import report
-from tests.trust_helpers import (
+from tests.sqlite.trust_helpers import (
     DB,
     OTHER,
     OTHER_GROUP,
-    PYTHON,
-    REPO,
     SHM,
     WAL,
     as_other,
     build_store,
-    fingerprint,
-    ledger,
     other_uid,
     public_dir,
     setpriv,
 )
-from tests.trust_helpers import WORKER as _WORKER
+from tests.sqlite.trust_helpers import WORKER as _WORKER
 
 __all__ = ["public_dir"]  # a fixture, used by name
 
@@ -46,13 +43,7 @@ _figures: dict[str, int] = {"attacks": 0, "reads_refused": 0, "writes_refused": 
 
 def _write_as_root(directory: Path) -> subprocess.CompletedProcess[str]:
     """A root worker claiming one more effect in ``directory``."""
-    return subprocess.run(
-        [PYTHON, "-c", _WORKER, str(directory), "/sandbox/root.txt", "close"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_python(_WORKER, directory, "/sandbox/root.txt", "close")
 
 
 def _plant_wal(directory: Path, public: Path) -> Path:

@@ -30,7 +30,7 @@ from typing import IO, Any
 from ledger import effects as fx
 from ledger._inspect import verify
 from ledger.effect_log import EffectLog
-from tests.conftest import PYTHON, REPO, subprocess_env
+from tests.builders import PYTHON, REPO, subprocess_env
 from tests.reliability.figures import report
 
 LONG = os.environ.get("LEDGER_RELIABILITY") == "long"

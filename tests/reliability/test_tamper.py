@@ -33,11 +33,9 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
-import os
 import re
 import shutil
 import sqlite3
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,10 +47,9 @@ from ledger import _chain
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite.rows import chain_hash
-from tests.conftest import PYTHON, REPO, fs_ref, op, require_tool, sha, subprocess_env
+from tests.builders import REPO, fs_ref, ledger, op, require_tool, sha
 from tests.reliability.figures import report
-
-SQLITE3 = shutil.which("sqlite3")
+from tests.sqlite.driver import shell_script
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -60,7 +57,6 @@ def _shell() -> None:
     require_tool("sqlite3")
 
 
-LEDGER = Path(PYTHON).with_name("ledger")
 DB = "ledger.sqlite3"
 
 SEQ_TABLES = ("claims", "outcomes", "observations")
@@ -355,30 +351,13 @@ def _tamper_script(base: Base, statements: list[str]) -> str:
     )
 
 
-def _shell(
-    directory: Path, script: str, *, json_rows: bool = False
-) -> subprocess.CompletedProcess[str]:
-    """Run ``script`` in the real sqlite3 shell (stopping at the first error)."""
-    args = [str(SQLITE3), "-init", os.devnull, "-bail"]
-    if json_rows:
-        args += ["-json", "-readonly"]
-    return subprocess.run(
-        [*args, str(directory / DB)],
-        input=script,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
 def _copy(base: Base, directory: Path) -> Path:
     shutil.copytree(base.directory, directory)
     return directory
 
 
 def _tamper(base: Base, directory: Path, statements: list[str]) -> None:
-    result = _shell(directory, _tamper_script(base, statements))
+    result = shell_script(directory / DB, _tamper_script(base, statements))
     assert result.returncode == 0, (statements, result.stderr)
 
 
@@ -391,22 +370,11 @@ def _load_error(directory: Path, run_id: str) -> str | None:
     return None
 
 
-def _ledger(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(LEDGER), *args],
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-        timeout=120,
-        check=False,
-    )
-
-
 def _verify(directory: Path, *anchors: str) -> tuple[int, dict[str, Any]]:
     args = ["verify", "--json", "--store", str(directory)]
     for anchor in anchors:
         args += ["--anchor", anchor]
-    result = _ledger(*args)
+    result = ledger(*args)
     assert result.returncode in (0, 1), result.stderr
     return result.returncode, json.loads(result.stdout)
 
@@ -612,7 +580,7 @@ def _apply(base: Base, directory: Path, candidates: Iterator[Case]) -> Case:
     refused = []
     before = _snapshot(directory)
     for case in candidates:
-        result = _shell(directory, _tamper_script(base, case.statements))
+        result = shell_script(directory / DB, _tamper_script(base, case.statements))
         after = _snapshot(directory)
         if result.returncode == 0:
             case.changed = after != before
@@ -736,7 +704,7 @@ def _recipe_9() -> str:
 def _chain_recipe(directory: Path, run_id: str) -> list[dict[str, Any]]:
     sql = _recipe_9()
     assert "'RUN_ID'" in sql
-    result = _shell(directory, sql.replace("'RUN_ID'", _literal(run_id)), json_rows=True)
+    result = shell_script(directory / DB, sql.replace("'RUN_ID'", _literal(run_id)), json_rows=True)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     return json.loads(result.stdout) if result.stdout.strip() else []
@@ -761,7 +729,7 @@ def test_the_chain_recipe_names_the_first_broken_seq_of_every_changed_field(
 
 
 def _head(directory: Path, run_id: str) -> str:
-    result = _ledger("head", run_id, "--store", str(directory))
+    result = ledger("head", run_id, "--store", str(directory))
     assert result.returncode == 0, result.stderr
     anchor = result.stdout.strip()
     assert re.fullmatch(rf"{run_id}:\d+:[0-9a-f]{{64}}", anchor), anchor

@@ -1,0 +1,576 @@
+"""`ledger report`: one self-contained HTML page, opened in a real headless Chromium.
+
+One store (an ordinary run, a recovered crash, a run full of hostile text) is reported
+once, and that page is loaded once for its DOM (after its script ran) and once for a
+screenshot; the tests read those. A run of 10,000 records gets its own store and page.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import re
+import sqlite3
+import struct
+import subprocess
+import time
+import zlib
+from collections import Counter, defaultdict
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from ledger import _report
+from ledger import effects as fx
+from ledger.effect_log import EffectLog, new_run_id
+from tests.builders import fingerprint, fs_ref, ledger, op, require_tool, sha
+
+# Hostile text, each carrying a side effect the DOM would show if it ran.
+SCRIPT_ID = "<script>document.title='PWNED'</script>"
+ONERROR_OP = "<img id=pwned-img src=x onerror=\"document.body.dataset.pwned='1'\">"
+SVG_BREAK = "/srv/</svg><svg onload=\"document.body.dataset.pwned='2'\"><script>document.title='PWNED'</script>"
+JS_URL = "javascript:document.body.dataset.pwned='3'"
+ATTR_BREAK = 'x" onmouseover="document.body.dataset.pwned=\'4\'" data-x="'
+IFRAME = "<iframe id=pwned-frame src=\"javascript:parent.document.title='PWNED'\"></iframe>"
+BIDI = "invoice\u202etxt.exe"
+HOSTILE = (SCRIPT_ID, ONERROR_OP, SVG_BREAK, JS_URL, ATTR_BREAK, IFRAME)
+
+
+def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess[bytes]:
+    """Headless Chromium with nothing to reach: no network, no background services."""
+    return subprocess.run(
+        [
+            require_tool("chromium"),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            f"--user-data-dir={profile}",
+            *args,
+        ],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+
+
+# --------------------------------------------------------------------------- the DOM
+
+
+@dataclasses.dataclass
+class Dom(HTMLParser):
+    """What the tests read from Chromium's DOM: elements, text, lanes and incident rows."""
+
+    elements: list[tuple[str, dict[str, str | None]]] = dataclasses.field(default_factory=list)
+    text: list[str] = dataclasses.field(default_factory=list)
+    lanes: Counter[str] = dataclasses.field(default_factory=Counter)
+    lane_titles: dict[str, list[str]] = dataclasses.field(default_factory=lambda: defaultdict(list))
+    incidents: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    title: str = ""
+    _run: str | None = None
+    _capture: str | None = None
+    _in_lane: bool = False
+
+    def __post_init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        self.elements.append((tag, found))
+        classes = (found.get("class") or "").split()
+        if tag == "section" and "run" in classes:
+            self._run = found.get("data-run")
+        if tag == "g" and "lane" in classes and self._run is not None:
+            self.lanes[self._run] += 1
+            self._in_lane = True
+        if tag == "tr" and "incident" in classes:
+            self.incidents.append(
+                {
+                    "run_id": found["data-run"] or "",
+                    "seq": found["data-seq"] or "",
+                    "verdict": found["data-verdict"] or "",
+                    "effect_id": "",
+                }
+            )
+        if tag == "code" and "effect-id" in classes:
+            self._capture = "effect_id"
+        if tag == "title" and self._in_lane:
+            self._capture = "lane_title"
+        if tag == "title" and not self._run and not self.title:
+            self._capture = "page_title"
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("code", "title"):
+            self._capture = None
+        if tag == "g":
+            self._in_lane = False
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+        if self._capture == "effect_id":
+            self.incidents[-1]["effect_id"] += data
+        elif self._capture == "lane_title" and self._run is not None:
+            self.lane_titles[self._run].append(data)
+        elif self._capture == "page_title":
+            self.title += data
+
+    @classmethod
+    def of(cls, html: str) -> Dom:
+        dom = cls()
+        dom.feed(html)
+        dom.close()
+        return dom
+
+    def all_text(self) -> str:
+        return "".join(self.text)
+
+
+def png_colours(png: bytes) -> tuple[int, float]:
+    """How many distinct colours an 8-bit RGB(A) PNG holds, and the share of non-white pixels."""
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat = 8, b""
+    width = height = channels = 0
+    while pos < len(png):
+        (length,) = struct.unpack(">I", png[pos : pos + 4])
+        kind, body = png[pos + 4 : pos + 8], png[pos + 8 : pos + 8 + length]
+        if kind == b"IHDR":
+            width, height, depth, colour = struct.unpack(">IIBB", body[:10])
+            assert depth == 8, depth
+            assert colour in (2, 6), colour
+            channels = 3 if colour == 2 else 4
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    raw = zlib.decompress(idat)
+    stride = width * channels
+    previous = bytearray(stride)
+    colours: set[bytes] = set()
+    inked = 0
+    for y in range(height):
+        line = raw[y * (stride + 1) : (y + 1) * (stride + 1)]
+        kind, row = line[0], bytearray(line[1:])
+        for i in range(stride):
+            left = row[i - channels] if i >= channels else 0
+            up = previous[i]
+            corner = previous[i - channels] if i >= channels else 0
+            if kind == 1:
+                row[i] = (row[i] + left) & 0xFF
+            elif kind == 2:
+                row[i] = (row[i] + up) & 0xFF
+            elif kind == 3:
+                row[i] = (row[i] + (left + up) // 2) & 0xFF
+            elif kind == 4:
+                p = left + up - corner
+                pa, pb, pc = abs(p - left), abs(p - up), abs(p - corner)
+                predictor = left if pa <= pb and pa <= pc else up if pb <= pc else corner
+                row[i] = (row[i] + predictor) & 0xFF
+        for x in range(0, stride, channels):
+            pixel = bytes(row[x : x + 3])
+            colours.add(pixel)
+            inked += pixel != b"\xff\xff\xff"
+        previous = row
+    return len(colours), inked / (width * height)
+
+
+# --------------------------------------------------------------------------- the store
+
+
+def _write_store(store: Path) -> tuple[str, str]:
+    """An ordinary run with a recovered crash, and a run whose text is hostile."""
+    ordinary, hostile = new_run_id(), new_run_id()
+    done, torn, tmp = fs_ref("/srv/work/done.txt"), fs_ref("/srv/work/torn.txt"), fs_ref("/srv/tmp")
+    with EffectLog(ordinary, store) as log:
+        for effect_id, ref in (("write-done", done), ("write-torn", torn), ("clean-tmp", tmp)):
+            log.claim(
+                effect_id=effect_id,
+                action_id=f"step-{effect_id}",
+                operation=op("write_file", effect_id.encode()),
+                impact_scope=[ref],
+                obligations=[fx.Postcondition(ref, fx.Predicate.SHA256, sha(b"x"))],
+            )
+        log.outcome(
+            effect_id="write-done",
+            execution=fx.ExecutionOutcome.REPORTED_SUCCESS,
+            impact=fx.Impact.CERTAIN,
+        )
+        log.outcome(
+            effect_id="clean-tmp", execution=fx.ExecutionOutcome.FAILED, impact=fx.Impact.NONE
+        )
+        log.observe(
+            observation_id="look-done",
+            resource=done,
+            mechanism=fx.ObservationMechanism.FILESYSTEM_READ,
+            coverage=fx.Coverage.COMPLETE,
+            source_action_id="look",
+            exists=True,
+            sha256=sha(b"x"),
+        )
+        log.claim(
+            effect_id="notify",
+            action_id="step-notify",
+            operation=op("send_mail"),
+            impact_scope=[fx.ResourceRef("owned", "mail:ops", "target")],
+        )
+        log.outcome(
+            effect_id="notify", execution=fx.ExecutionOutcome.RUNNING, impact=fx.Impact.POSSIBLE
+        )
+    with EffectLog.load(ordinary, store) as log:
+        (recovered,) = log.recover_interrupted()
+        assert recovered.effect_id == "write-torn"
+        log.observe(
+            observation_id="look-torn",
+            resource=torn,
+            mechanism=fx.ObservationMechanism.FILESYSTEM_READ,
+            coverage=fx.Coverage.COMPLETE,
+            source_action_id="look",
+            exists=True,
+            sha256=sha(b"half"),
+        )
+    svg = fx.ResourceRef("fs", SVG_BREAK, "target")
+    url = fx.ResourceRef("owned", JS_URL, "target")
+    with EffectLog(hostile, store) as log:
+        log.claim(
+            effect_id=SCRIPT_ID,
+            action_id=IFRAME,
+            operation=fx.OperationRef(ONERROR_OP, ONERROR_OP, sha(b"h")),
+            impact_scope=[svg, url, fx.ResourceRef("owned", BIDI, "target")],
+            obligations=[fx.Postcondition(svg, fx.Predicate.EXISTS)],
+        )
+        log.outcome(
+            effect_id=SCRIPT_ID,
+            execution=fx.ExecutionOutcome.REPORTED_SUCCESS,
+            impact=fx.Impact.CERTAIN,
+            execution_id=ATTR_BREAK,
+        )
+        log.observe(
+            observation_id=ATTR_BREAK,
+            resource=url,
+            mechanism=fx.ObservationMechanism.RECORD_READ,
+            coverage=fx.Coverage.PARTIAL,
+            source_action_id=JS_URL,
+            exists=None,
+            revision=SCRIPT_ID,
+        )
+        log.observe(
+            observation_id="other",
+            resource=fx.ResourceRef("owned", IFRAME, "seen"),
+            mechanism=fx.ObservationMechanism.BACKEND_QUERY,
+            coverage=fx.Coverage.COMPLETE,
+            source_action_id="look",
+            exists=True,
+        )
+    return ordinary, hostile
+
+
+@dataclasses.dataclass(frozen=True)
+class Page:
+    store: Path
+    out: Path
+    html: str
+    dom: Dom
+    png: bytes
+    ordinary: str
+    hostile: str
+    seconds: float
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory: pytest.TempPathFactory) -> Page:
+    tmp = tmp_path_factory.mktemp("report")
+    store = tmp / "store"
+    ordinary, hostile = _write_store(store)
+    out = tmp / "report.html"
+    before = fingerprint(store)
+    started = time.monotonic()
+    result = ledger("report", "--store", str(store), "-o", str(out), timeout=300)
+    seconds = time.monotonic() - started
+    assert fingerprint(store) == before, "a report changed the store"
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{out}\n"
+    assert result.stderr == ""
+    dumped = chromium("--dump-dom", out.as_uri(), profile=tmp / "profile-dom").stdout.decode()
+    shot = tmp / "shot.png"
+    chromium(
+        f"--screenshot={shot}",
+        "--window-size=1280,1000",
+        "--force-device-scale-factor=0.5",
+        out.as_uri(),
+        profile=tmp / "profile-shot",
+    )
+    return Page(
+        store, out, out.read_text(), Dom.of(dumped), shot.read_bytes(), ordinary, hostile, seconds
+    )
+
+
+# --------------------------------------------------------------------------- the page
+
+
+@pytest.mark.program
+def test_one_lane_per_effect(page: Page) -> None:
+    """Each run's timeline in the DOM has exactly one lane per claimed effect."""
+    assert page.dom.lanes == {page.ordinary: 4, page.hostile: 1}
+
+
+@pytest.mark.program
+def test_incident_list_is_ledger_status_unresolved(page: Page) -> None:
+    """The incident rows are `ledger status --unresolved --json`: same effects, order and verdicts."""
+    status = ledger("status", "--unresolved", "--json", "--store", str(page.store))
+    assert status.returncode == 0, status.stderr
+    expected = [
+        {
+            "run_id": r["run_id"],
+            "seq": str(r["seq"]),
+            "verdict": r["verdict"],
+            "effect_id": r["effect_id"],
+        }
+        for r in json.loads(status.stdout)
+    ]
+    assert page.dom.incidents == expected
+    assert {r["effect_id"] for r in expected} >= {"write-torn", "notify", SCRIPT_ID}
+
+
+@pytest.mark.program
+def test_recovered_interruption_is_labelled_and_commands_are_exact(page: Page) -> None:
+    """Recovery's interrupted outcome is drawn as such; an unanswered claim's step is the exact recover."""
+    titles = " ".join(page.dom.lane_titles[page.ordinary])
+    assert "write-torn: write_file, interrupted, impact possible" in titles
+    assert "interrupted (recovery)" in page.dom.all_text()
+    assert "written by: recovery" in page.dom.all_text()
+    assert f"ledger show {page.ordinary} --store {page.store}" in page.dom.all_text()
+    assert "ledger verify: ok." in page.dom.all_text()
+
+
+@pytest.mark.program
+def test_page_loads_nothing(page: Page) -> None:
+    """No element points outside the page, a CSP forbids every load, and its own script ran."""
+    for tag, attrs in page.dom.elements:
+        for name in ("src", "srcset", "action", "xlink:href", "data"):
+            assert name not in attrs, (tag, attrs)
+        href = attrs.get("href")
+        assert href is None or href.startswith("#"), (tag, attrs)
+        assert tag not in ("link", "img", "iframe", "object", "embed", "base"), (tag, attrs)
+    (csp,) = [
+        a["content"]
+        for t, a in page.dom.elements
+        if a.get("http-equiv") == "Content-Security-Policy"
+    ]
+    assert csp is not None
+    assert csp.startswith("default-src 'none';")
+    assert "unsafe-inline" not in csp
+    # The filters appear only when the page's own script ran: its hash in the CSP is right.
+    (form,) = [a for t, a in page.dom.elements if a.get("id") == "filters"]
+    assert "hidden" not in form
+    assert "4 lane(s) shown" not in page.dom.all_text()  # written only on a change
+    assert (page.store / "ledger.sqlite3").exists()
+
+
+@pytest.mark.program
+def test_screenshot_is_not_blank(page: Page) -> None:
+    """The rendered page has ink and the verdict colours, not a white or one-colour screen."""
+    colours, inked = png_colours(page.png)
+    assert colours > 50
+    assert 0.02 < inked < 0.9
+
+
+@pytest.mark.program
+def test_hostile_text_shows_as_text_and_runs_nothing(page: Page) -> None:
+    """<script>, onerror=, </svg>, javascript: and attribute breaks in ids, locators and fields stay text."""
+    dom = page.dom
+    assert dom.title.startswith("ledger report")
+    scripts = [a for t, a in dom.elements if t == "script"]
+    assert len(scripts) == 1
+    for tag, attrs in dom.elements:
+        assert tag not in ("img", "iframe"), (tag, attrs)
+        assert not any(name.startswith("on") for name in attrs), (tag, attrs)
+        assert "data-pwned" not in attrs
+        assert attrs.get("id", "") not in ("pwned-img", "pwned-frame")
+        assert "data-x" not in attrs
+    text = dom.all_text()
+    for planted in HOSTILE:
+        assert planted in text, planted
+    # </svg> did not close the drawing: the hostile run's lane is whole, with its title.
+    assert (
+        any(SVG_BREAK in t for t in dom.lane_titles[page.hostile]) or dom.lanes[page.hostile] == 1
+    )
+    # A bidi override is spelled out, as the command line prints it.
+    assert "invoice\\u202etxt.exe" in text
+    assert "\u202e" not in page.html
+
+
+@pytest.mark.program
+def test_page_is_private_and_quick(page: Page) -> None:
+    """The page holds what the store holds: it is written 0600; a small store takes seconds."""
+    assert page.out.stat().st_mode & 0o777 == 0o600
+    assert page.seconds < 30
+
+
+# --------------------------------------------------------------------------- choosing runs
+
+
+@pytest.mark.program
+def test_runs_unresolved_and_since_choose_what_is_drawn(page: Page, tmp_path: Path) -> None:
+    """RUN prefixes, --unresolved and --since choose the runs; bad ones are one-line usage errors."""
+    out = tmp_path / "one.html"
+    one = ledger("report", page.ordinary[:6], "--store", str(page.store), "-o", str(out))
+    assert one.returncode == 0, one.stderr
+    assert Dom.of(out.read_text()).lanes == {page.ordinary: 4}
+    later = ledger(
+        "report", "--since", "1d", "--unresolved", "--store", str(page.store), "-o", str(out)
+    )
+    assert later.returncode == 0, later.stderr
+    assert set(Dom.of(out.read_text()).lanes) == {page.ordinary, page.hostile}
+    future = ledger("report", "--since", "2999-01-01", "--store", str(page.store), "-o", str(out))
+    assert future.returncode == 0
+    assert Dom.of(out.read_text()).lanes == {}
+    for args, code, message in (
+        (["ffff"], 2, "no run matches 'ffff'"),
+        (["--since", "yesterday"], 2, "is not a time"),
+    ):
+        bad = ledger("report", *args, "--store", str(page.store), "-o", str(out))
+        assert bad.returncode == code, (args, bad.stderr)
+        assert message in bad.stderr
+        assert "Traceback" not in bad.stderr
+    unwritable = ledger("report", "--store", str(page.store), "-o", str(tmp_path / "no" / "r.html"))
+    assert unwritable.returncode == 1
+    assert unwritable.stderr.startswith("Error: cannot write ")
+    assert unwritable.stderr.count("\n") == 1
+    missing = ledger("report", "--store", str(tmp_path / "nothing"), "-o", str(out))
+    assert missing.returncode == 1
+    assert missing.stderr.count("\n") == 1
+
+
+@pytest.mark.program
+def test_a_run_that_does_not_validate_is_listed_not_drawn(tmp_path: Path) -> None:
+    """A forged record: the page is written, says so, draws no lane for it, and the exit is 1."""
+    store = tmp_path / "store"
+    good, bad = _write_store(store)
+    conn = sqlite3.connect(store / "ledger.sqlite3", isolation_level=None)
+    conn.execute("DROP TRIGGER outcomes_no_update")
+    conn.execute("UPDATE outcomes SET execution_id = 'forged' WHERE run_id = ?", (bad,))
+    conn.close()
+    out = tmp_path / "forged.html"
+    made = ledger("report", "--store", str(store), "-o", str(out), timeout=300)
+    assert made.returncode == 1
+    assert made.stdout == f"{out}\n"
+    assert made.stderr.startswith(f"warning: run {bad} does not validate")
+    dom = Dom.of(out.read_text())
+    assert dom.lanes == {good: 4}
+    text = " ".join(dom.all_text().split())
+    assert f"Run {bad} does not validate" in text
+    assert "chain broken at seq 2" in text
+    assert "ledger verify found" in text
+    assert "schema: " in text  # the dropped trigger, a problem of the store itself
+
+
+def test_since_takes_dates_times_and_durations() -> None:
+    """--since reads ISO dates and times (UTC unless an offset is given) and 90s/30m/2h/7d."""
+    now = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
+    assert _report.parse_since("2h", now) == "2026-03-01T10:00:00.000000+00:00"
+    assert _report.parse_since("7d", now) == "2026-02-22T12:00:00.000000+00:00"
+    assert _report.parse_since("2026-03-01") == "2026-03-01T00:00:00.000000+00:00"
+    assert _report.parse_since("2026-03-01T09:15:00+01:00") == "2026-03-01T08:15:00.000000+00:00"
+    with pytest.raises(ValueError, match="is not a time"):
+        _report.parse_since("2 hours")
+
+
+# --------------------------------------------------------------------------- a large run
+
+
+def _large_run(directory: Path, records: int) -> Path:
+    """A JSON-lines log of ``records`` records: claim, outcome, observation per effect."""
+    run_id = new_run_id()
+    start = dt.datetime(2026, 3, 1, 9, 0, tzinfo=dt.UTC)
+    lines = []
+    seq = 0
+
+    def at() -> str:
+        return (start + dt.timedelta(milliseconds=10 * seq)).isoformat(timespec="microseconds")
+
+    def add(record: fx.EffectClaim | fx.EffectOutcome | fx.Observation) -> None:
+        lines.append(json.dumps({"v": 1, "type": record.record_type, "record": record.to_dict()}))
+
+    i = 0
+    while seq < records:
+        ref = fs_ref(f"/srv/work/out/{i}.txt")
+        digest = sha(str(i).encode())
+        seq += 1
+        add(
+            fx.EffectClaim(
+                f"e{i}",
+                seq,
+                f"a{i}",
+                op("write_file", str(i).encode()),
+                (ref,),
+                (fx.Postcondition(ref, fx.Predicate.SHA256, digest),),
+                at(),
+            )
+        )
+        if seq < records and i % 50:  # every 50th claim is left without an outcome
+            seq += 1
+            add(
+                fx.EffectOutcome(
+                    f"e{i}",
+                    seq,
+                    fx.ExecutionOutcome.REPORTED_SUCCESS,
+                    fx.Impact.CERTAIN,
+                    recorded_at=at(),
+                )
+            )
+        if seq < records:
+            seq += 1
+            add(
+                fx.Observation(
+                    f"o{i}",
+                    seq,
+                    ref,
+                    fx.ObservationMechanism.FILESYSTEM_READ,
+                    fx.Coverage.COMPLETE,
+                    f"c{i}",
+                    True,
+                    digest,
+                    None,
+                    at(),
+                )
+            )
+        i += 1
+    path = directory / f"{run_id}.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.program
+def test_a_run_of_ten_thousand_records_renders_summarised(tmp_path: Path) -> None:
+    """10,000 records: the page opens, draws 200 lanes (unresolved first), lists at most 1,000 rows."""
+    store = tmp_path / "store"
+    imported = ledger(
+        "import", str(_large_run(tmp_path, 10_000)), "--store", str(store), timeout=300
+    )
+    assert imported.returncode == 0, imported.stderr
+    out = tmp_path / "large.html"
+    started = time.monotonic()
+    made = ledger("report", "--store", str(store), "-o", str(out), timeout=300)
+    took = time.monotonic() - started
+    assert made.returncode == 0, made.stderr
+    assert out.stat().st_size < 3_000_000
+    assert took < 120
+    dom = Dom.of(chromium("--dump-dom", out.as_uri(), profile=tmp_path / "profile").stdout.decode())
+    (lanes,) = dom.lanes.values()
+    assert lanes == _report.LANE_LIMIT
+    text = " ".join(dom.all_text().split())
+    assert re.search(r"200 of \d+ effects drawn: every effect with unresolved impact first", text)
+    unanswered = [r for r in dom.incidents if r["verdict"] == "pending"]
+    assert len(unanswered) == len(dom.incidents) > 0
+    drawn_titles = " ".join(next(iter(dom.lane_titles.values())))
+    assert all(f"{r['effect_id']}: write_file, no outcome" in drawn_titles for r in unanswered)
+    rows = sum(
+        1 for tag, attrs in dom.elements if tag == "tr" and "record" in (attrs.get("class") or "")
+    )
+    assert 0 < rows <= _report.TABLE_LIMIT

@@ -1,0 +1,43 @@
+"""The chain's encoding and hash function (``ledger._chain``), as pure functions.
+
+How the chain is stored and checked is in ``tests/contract/test_chain.py`` and, for the
+SQLite backend's own SQL, ``tests/sqlite/test_chain.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from ledger import _chain
+
+
+def test_a_boolean_field_encodes_as_the_integer_the_store_holds() -> None:
+    """True and False encode as 1 and 0, the text SQLite's CAST gives the stored integers."""
+    row = {
+        "seq": 3,
+        "effect_id": "e1",
+        "execution": "succeeded",
+        "impact": "applied",
+        "execution_id": None,
+        "replayed": True,
+        "recorded_at": "2026-01-01T00:00:00.000000Z",
+    }
+    as_bool = _chain.encode("outcome", "r1", row)
+    assert as_bool == _chain.encode("outcome", "r1", {**row, "replayed": 1})
+    assert (
+        as_bool
+        == "ledger-v17:outcome2:r11:32:e19:succeeded7:applied~1:127:2026-01-01T00:00:00.000000Z"
+    )
+    assert _chain.encode("outcome", "r1", {**row, "replayed": False}) == as_bool.replace(
+        "~1:1", "~1:0"
+    )
+
+
+def test_sha3_is_the_shells_sha3_with_256_bits_only() -> None:
+    """sha3 digests text as UTF-8 and bytes as they are, passes NULL through, refuses other sizes."""
+    assert _chain.sha3("é") == _chain.sha3("é".encode()) == hashlib.sha3_256("é".encode()).digest()
+    assert _chain.sha3(None) is None
+    with pytest.raises(ValueError, match=r"^the ledger's chain uses sha3 with 256 bits only$"):
+        _chain.sha3("x", 512)

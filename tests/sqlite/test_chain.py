@@ -1,0 +1,296 @@
+"""The hash chain as the SQLite backend stores it: rows, guards, SQL, and a store made before it.
+
+Each stored hash is the library's hash of the record's row after the one before; a
+record changed, removed or relinked with the stock ``sqlite3`` module (guards dropped) is
+refused by load, by the schema itself, or by ``ledger verify --anchor``; the SQL the
+guards run gives the Python encoding; a store at revision 0002 is chained when opened.
+The chain on any backend is in ``tests/contract/test_chain.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ledger import _chain, _inspect
+from ledger import effects as fx
+from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
+from ledger.sqlite.engine import head_revision
+from ledger.sqlite.rows import chain_hash, rows_of
+from tests.builders import ledger, write_every_column, write_five_records
+from tests.sqlite.driver import at_revision
+
+
+def _links(db: Path, run_id: str) -> list[tuple[int, str, str]]:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return conn.execute(
+            " UNION ALL ".join(
+                f"SELECT seq, prev_hash, hash FROM {t} WHERE run_id = ?"
+                for t in ("claims", "outcomes", "observations")
+            )
+            + " ORDER BY seq",
+            (run_id,) * 3,
+        ).fetchall()
+    finally:
+        conn.close()
+
+
+def test_every_record_extends_its_runs_chain(store_dir: Path, run_id: str) -> None:
+    """Each stored hash is SHA3-256 of the previous hash and the record; the first follows the genesis value."""
+    with EffectLog(run_id, store_dir) as log:
+        write_five_records(log)
+        records = log.history().records()
+        db = log.path
+    prev = _chain.GENESIS
+    links = _links(db, run_id)
+    assert [seq for seq, _, _ in links] == [r.seq for r in records] == [1, 2, 3, 4, 5]
+    for record, (_seq, stored_prev, stored_hash) in zip(records, links, strict=True):
+        assert stored_prev == prev
+        assert stored_hash == chain_hash(run_id, record, prev)
+        prev = stored_hash
+
+
+def test_a_changed_field_fails_load_naming_the_record(store_dir: Path, run_id: str) -> None:
+    """Changing one field of a stored record (triggers dropped) makes load fail at that record's seq."""
+    with EffectLog(run_id, store_dir) as log:
+        write_five_records(log)
+    conn = sqlite3.connect(store_dir / "ledger.sqlite3", isolation_level=None)
+    conn.execute("DROP TRIGGER impact_scope_no_update")
+    conn.execute(
+        "UPDATE impact_scope SET locator = '/elsewhere' WHERE run_id = ? AND position = 1",
+        (run_id,),
+    )
+    conn.close()
+    with pytest.raises(
+        EffectPersistenceError, match="chain broken at seq 2: its hash does not match"
+    ):
+        EffectLog.load(run_id, store_dir)
+
+
+def test_a_removed_record_in_the_middle_fails_load(store_dir: Path, run_id: str) -> None:
+    """Deleting a record and renumbering the ones after it breaks the chain at the first renumbered one."""
+    with EffectLog(run_id, store_dir) as log:
+        write_five_records(log)
+    conn = sqlite3.connect(store_dir / "ledger.sqlite3", isolation_level=None)
+    for table in ("outcomes", "claims"):
+        conn.execute(f"DROP TRIGGER {table}_no_update")
+        conn.execute(f"DROP TRIGGER {table}_no_delete")
+    conn.execute("DELETE FROM outcomes WHERE run_id = ? AND seq = 3", (run_id,))
+    conn.execute("UPDATE outcomes SET seq = 3 WHERE run_id = ? AND seq = 4", (run_id,))
+    conn.execute("UPDATE claims SET seq = 4 WHERE run_id = ? AND seq = 5", (run_id,))
+    conn.close()
+    with pytest.raises(EffectPersistenceError, match="chain broken at seq 3: its prev_hash"):
+        EffectLog.load(run_id, store_dir)
+
+
+def test_load_refuses_records_each_hashed_right_but_not_linked(
+    store_dir: Path, run_id: str
+) -> None:
+    """A record given another predecessor, its own hash recomputed over it, is refused.
+
+    Each record's hash then matches its own fields and prev_hash: only checking that
+    prev_hash is the previous record's hash can catch it, so this fails if load does not.
+    """
+    with EffectLog(run_id, store_dir) as log:
+        write_five_records(log)
+        records = log.history().records()
+    conn = sqlite3.connect(store_dir / "ledger.sqlite3", isolation_level=None)
+    conn.execute("DROP TRIGGER outcomes_no_update")
+    other = "ab" * 32
+    conn.execute(
+        "UPDATE outcomes SET prev_hash = ?, hash = ? WHERE run_id = ? AND seq = 3",
+        (other, chain_hash(run_id, records[2], other), run_id),
+    )
+    conn.close()
+    for seq, prev, digest in _links(store_dir / "ledger.sqlite3", run_id):
+        assert digest == chain_hash(run_id, records[seq - 1], prev)  # every hash is right
+    with pytest.raises(EffectPersistenceError):
+        EffectLog.load(run_id, store_dir)
+    assert not _inspect.verify(store_dir).ok
+
+
+def test_the_database_refuses_a_record_that_does_not_extend_the_chain(
+    store_dir: Path, run_id: str
+) -> None:
+    """Inserting a record whose prev_hash is not the hash before it is refused by the schema itself."""
+    with EffectLog(run_id, store_dir) as log:
+        write_five_records(log)
+    conn = sqlite3.connect(store_dir / "ledger.sqlite3", isolation_level=None)
+    row, _, _ = rows_of(
+        run_id,
+        fx.EffectOutcome(
+            "e2", 6, fx.ExecutionOutcome.FAILED, fx.Impact.NONE, recorded_at=fx.utc_now()
+        ),
+    )
+    row |= {"prev_hash": "1" * 64, "hash": "2" * 64}
+    conn.create_function("sha3", 2, _chain.sha3)  # as the stock shell has it
+    with pytest.raises(sqlite3.IntegrityError, match="does not extend the chain"):
+        conn.execute(
+            f"INSERT INTO outcomes ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+            tuple(row.values()),
+        )
+    conn.close()
+
+
+def _verify(store: list[str], anchor: str) -> subprocess.CompletedProcess[str]:
+    return ledger("verify", "--anchor", anchor, *store)
+
+
+def _head(run_id: str, store: list[str]) -> str:
+    result = ledger("head", run_id, *store)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+@pytest.mark.program
+def test_head_and_anchor_detect_a_recomputed_chain(store_dir: Path, run_id: str) -> None:
+    """A forger who changes a record and recomputes every later hash passes load, but not the anchor."""
+    with EffectLog(run_id, store_dir) as log:
+        write_five_records(log)
+        records = log.history().records()
+    store = ["--store", str(store_dir)]
+    anchor = _head(run_id, store)
+    assert anchor.startswith(f"{run_id}:5:")
+    assert _verify(store, anchor).returncode == 0
+    forged = [dataclasses.replace(r, action_id="forged") if r.seq == 2 else r for r in records]
+    conn = sqlite3.connect(store_dir / "ledger.sqlite3", isolation_level=None)
+    for table in ("claims", "outcomes", "observations"):
+        conn.execute(f"DROP TRIGGER {table}_no_update")
+    conn.execute("UPDATE claims SET action_id = 'forged' WHERE run_id = ? AND seq = 2", (run_id,))
+    prev = _chain.GENESIS
+    for record in forged:
+        digest = chain_hash(run_id, record, prev)
+        table = {"claim": "claims", "outcome": "outcomes", "observation": "observations"}[
+            record.record_type
+        ]
+        conn.execute(
+            f"UPDATE {table} SET prev_hash = ?, hash = ? WHERE run_id = ? AND seq = ?",
+            (prev, digest, run_id, record.seq),
+        )
+        prev = digest
+    conn.close()
+    with EffectLog.load(run_id, store_dir) as log:  # the rewritten chain is consistent
+        assert log.history().claims[0].action_id == "forged"
+    result = _verify(store, anchor)
+    assert result.returncode == 1
+    assert "anchor at seq 5: the hash differs" in result.stdout
+
+
+@pytest.mark.program
+def test_anchor_detects_a_truncated_run(store_dir: Path, run_id: str) -> None:
+    """Removing a run's last record leaves a consistent chain, and the anchor still catches it."""
+    with EffectLog(run_id, store_dir) as log:
+        write_five_records(log)
+    store = ["--store", str(store_dir)]
+    anchor = _head(run_id, store)
+    conn = sqlite3.connect(store_dir / "ledger.sqlite3", isolation_level=None)
+    conn.execute("DROP TRIGGER claims_no_delete")
+    conn.execute("DELETE FROM claims WHERE run_id = ? AND seq = 5", (run_id,))
+    conn.close()
+    with EffectLog.load(run_id, store_dir) as log:
+        assert len(log.history().records()) == 4
+    result = _verify(store, anchor)
+    assert result.returncode == 1
+    assert "anchor at seq 5: the record is gone (the run was truncated)" in result.stdout
+
+
+def test_a_store_made_before_the_chain_is_chained_when_opened(tmp_path: Path) -> None:
+    """A store at revision 0002 (no chain columns) with records is chained by migration 0003, guards intact."""
+    db = tmp_path / "store" / "ledger.sqlite3"
+    run_id = new_run_id()
+    with EffectLog(new_run_id(), tmp_path / "model") as model:  # records as the library makes them
+        write_five_records(model)
+        records = model.history().records()
+    at_revision(db, "0002")
+    conn = sqlite3.connect(db, isolation_level=None)
+    for table in ("claims", "outcomes", "observations"):  # no chain at 0002: its guards postdate it
+        conn.execute(f"DROP TRIGGER IF EXISTS {table}_guard_chain")
+    for table in ("claims", "outcomes", "observations", "impact_scope", "obligations"):
+        conn.execute(f"DROP TRIGGER IF EXISTS {table}_guard_hash")
+    columns = {
+        table: {c for (c,) in conn.execute(f"SELECT name FROM pragma_table_info('{table}')")}
+        for table in ("claims", "outcomes", "observations", "impact_scope", "obligations")
+    }
+    conn.execute("INSERT INTO runs VALUES (?, ?)", (run_id, fx.utc_now()))
+    for record in records:
+        row, scope, duties = rows_of(run_id, record)
+        table = {"claim": "claims", "outcome": "outcomes", "observation": "observations"}[
+            record.record_type
+        ]
+        for name, every in (
+            (table, row),
+            *(("impact_scope", r) for r in scope),
+            *(("obligations", r) for r in duties),
+        ):
+            values = {k: v for k, v in every.items() if k in columns[name]}  # as of 0002
+            conn.execute(
+                f"INSERT INTO {name} ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
+                tuple(values.values()),
+            )
+    conn.close()
+    with EffectLog.load(run_id, db.parent) as log:
+        # Migration 0006 gives each claim the key its run and effect id derive.
+        assert log.history().records() == tuple(
+            dataclasses.replace(r, idempotency_key=fx.idempotency_key(run_id, r.effect_id))
+            if isinstance(r, fx.EffectClaim)
+            else r
+            for r in records
+        )
+    links = _links(db, run_id)
+    assert links[0][1] == _chain.GENESIS
+    assert [prev for _, prev, _ in links[1:]] == [h for _, _, h in links[:-1]]
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        names = {
+            n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+        }
+        assert {"claims_guard_chain", "outcomes_no_update", "claims_no_delete"} <= names
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [
+            (head_revision(),)
+        ]
+        strict = {r[1]: r[5] for r in conn.execute("PRAGMA table_list")}
+        assert strict["claims"] == strict["outcomes"] == strict["observations"] == 1
+    finally:
+        conn.close()
+
+
+def test_the_sql_encoding_and_hash_equal_the_python_ones_for_every_record(
+    store_dir: Path,
+) -> None:
+    """The SQL the guards and the shell recipe run gives each record's encoding and hash.
+
+    Built and evaluated here, in-process (sha3 registered as the shell has it), for a run
+    that sets every column: a changed SQL builder breaks it at once.
+    """
+    run_id = new_run_id()
+    write_every_column(store_dir, run_id)  # every column is set somewhere
+    with EffectLog.load(run_id, store_dir) as log:
+        records = {r.seq: r for r in log.history().records()}
+    conn = sqlite3.connect(f"file:{store_dir / 'ledger.sqlite3'}?mode=ro", uri=True)
+    conn.create_function("sha3", 2, _chain.sha3)
+    try:
+        seen = 0
+        for kind, table in (
+            ("claim", "claims"),
+            ("outcome", "outcomes"),
+            ("observation", "observations"),
+            ("resolution", "resolutions"),
+        ):
+            rows = conn.execute(
+                f"SELECT t.seq, t.prev_hash, t.hash, {_chain.sql_encoding(kind, 't')},"
+                f" {_chain.sql_hash(kind, 't')} FROM {table} AS t WHERE t.run_id = ?",
+                (run_id,),
+            ).fetchall()
+            for seq, prev, stored, encoding, digest in rows:
+                row, scope, duties = rows_of(run_id, records[seq])
+                assert encoding == _chain.encode(kind, run_id, row | {"seq": seq}, scope, duties)
+                assert digest == stored == chain_hash(run_id, records[seq], prev)
+                seen += 1
+        assert seen == len(records) >= 7
+    finally:
+        conn.close()

@@ -1,0 +1,243 @@
+"""The schema checked whole: normalised comparison, what writers restore, refuse, and re-check."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from alembic import command
+
+from ledger import _chain
+from ledger import effects as fx
+from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
+from ledger.errors import StoreTamperedError
+from ledger.sqlite import schema_check as _schema_check
+from ledger.sqlite.commit import GroupCommit, Job
+from ledger.sqlite.engine import _foreign_keys_off, _on_begin, _on_connect, alembic_config
+from ledger.sqlite.errors import translate
+from ledger.sqlite.rows import prepare
+from ledger.sqlite.schema import SQLITE_TRIGGERS, VIEWS
+from tests.builders import fs_ref, op
+from tests.sqlite.driver import execute
+
+DB = "ledger.sqlite3"
+
+
+def _master(path: Path) -> list[tuple[str, str, str | None]]:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return conn.execute(_schema_check.MASTER_SQL).fetchall()
+    finally:
+        conn.close()
+
+
+def _claim(log: EffectLog, effect_id: str = "e1") -> fx.EffectClaim:
+    return log.claim(
+        effect_id=effect_id, action_id="a", operation=op(), impact_scope=[fs_ref("/a")]
+    )
+
+
+@pytest.fixture
+def store(store_dir: Path) -> Path:
+    """A store with one run of one claim, closed; its database file."""
+    with EffectLog(new_run_id(), store_dir) as log:
+        _claim(log)
+    return store_dir / DB
+
+
+# --------------------------------------------------------------------------- normalising
+
+
+def test_spelling_does_not_matter_but_literals_do() -> None:
+    """Case, quotes, white space and comments are not meaning; string literals are."""
+    a = _schema_check.definition("view", "CREATE VIEW v AS SELECT x FROM t WHERE y = 'A'")
+    b = _schema_check.definition(
+        "view", "create  view \"V\" as\n  select [x] -- why\n from `T` where Y = 'A'"
+    )
+    c = _schema_check.definition("view", "CREATE VIEW v AS SELECT x FROM t WHERE y = 'a'")
+    assert a == b
+    assert a != c
+
+
+def test_a_table_s_constraints_compare_as_a_set_and_its_columns_in_order() -> None:
+    """A rebuilt table lists its constraints in another order: same table; columns swapped: not."""
+    one = "CREATE TABLE t (a TEXT, b TEXT, CONSTRAINT x CHECK (a > 1), CONSTRAINT y UNIQUE (b))"
+    two = "CREATE TABLE t (a TEXT, b TEXT, CONSTRAINT y UNIQUE (b), CONSTRAINT x CHECK (a > 1))"
+    swapped = "CREATE TABLE t (b TEXT, a TEXT, CONSTRAINT x CHECK (a > 1), CONSTRAINT y UNIQUE (b))"
+    assert _schema_check.definition("table", one) == _schema_check.definition("table", two)
+    assert _schema_check.definition("table", one) != _schema_check.definition("table", swapped)
+
+
+@pytest.mark.parametrize("steps", [("head",), ("0001", "head"), ("0001", "0002", "0003", "head")])
+def test_a_store_at_head_matches_whatever_revisions_it_came_through(
+    tmp_path: Path, steps: tuple[str, ...]
+) -> None:
+    """A new store and one migrated step by step both hold exactly the library's schema."""
+    path = tmp_path / DB
+    engine = sa.create_engine(f"sqlite:///{path}")
+    sa.event.listen(engine, "connect", _on_connect)
+    sa.event.listen(engine, "begin", _on_begin)
+    for step in steps:
+        with engine.connect() as conn, _foreign_keys_off(conn), conn.begin():
+            command.upgrade(alembic_config(conn), step)
+    engine.dispose()
+    assert _schema_check.compare(_master(path)) == []
+
+
+def test_every_object_the_library_installs_is_expected(store: Path) -> None:
+    """Every trigger, view, index and table in a new store is one the check knows."""
+    names = {(kind, name) for kind, name, _ in _master(store)}
+    expected = set(_schema_check.expected())
+    assert {("trigger", n) for n in SQLITE_TRIGGERS} <= expected
+    assert {("view", n) for n in VIEWS} <= expected
+    assert {n for n in names if not n[1].startswith("sqlite_autoindex_")} == expected
+
+
+# --------------------------------------------------------------------------- writers
+
+
+def test_a_writer_refuses_a_store_with_a_foreign_trigger_and_names_it(store: Path) -> None:
+    """A trigger the library did not install makes the next writer refuse, naming it."""
+    execute(store, "CREATE TRIGGER spy AFTER INSERT ON claims BEGIN SELECT 1; END;")
+    with (
+        EffectLog(new_run_id(), store.parent) as log,
+        pytest.raises(StoreTamperedError, match=r"trigger spy is not the library's"),
+    ):
+        _claim(log)
+
+
+def test_the_refusal_says_what_to_do(store: Path) -> None:
+    """The refusal tells the user to check with verify and to drop what is not the library's."""
+    execute(store, "CREATE VIEW extra AS SELECT 1;")
+    with EffectLog(new_run_id(), store.parent) as log:
+        with pytest.raises(EffectPersistenceError) as caught:
+            _claim(log)
+        assert log.degraded  # a store that may lie gets nothing more from this log
+    message = str(caught.value)
+    assert "view extra is not the library's" in message
+    assert "ledger verify" in message
+    assert "DROP TRIGGER/VIEW/INDEX" in message
+
+
+def test_a_writer_restores_a_replaced_view_and_a_dropped_guard(store: Path) -> None:
+    """A same-named lying view and a dropped trigger are put back by the next writer."""
+    execute(
+        store,
+        "DROP VIEW unsettled_claims;"
+        " CREATE VIEW unsettled_claims AS SELECT * FROM claims WHERE 0;"
+        " DROP TRIGGER claims_guard_hash;",
+    )
+    assert {str(p) for p in _schema_check.compare(_master(store))} == {
+        "view unsettled_claims is not the library's definition",
+        "trigger claims_guard_hash is missing",
+    }
+    with EffectLog(new_run_id(), store.parent) as log:
+        _claim(log)
+    assert _schema_check.compare(_master(store)) == []
+
+
+def test_a_live_writer_meets_a_trigger_planted_after_it_opened_the_store(store_dir: Path) -> None:
+    """A trigger planted while a log is open is found before that log's next write."""
+    with EffectLog(new_run_id(), store_dir) as log:
+        _claim(log, "e1")
+        execute(
+            store_dir / DB,
+            "CREATE TRIGGER drop_claims BEFORE INSERT ON claims BEGIN SELECT RAISE(IGNORE); END;",
+        )
+        with pytest.raises(StoreTamperedError, match="trigger drop_claims is not the library's"):
+            _claim(log, "e2")
+        assert [c.effect_id for c in log.history().claims] == ["e1"]
+
+
+def test_a_changed_guard_is_refused_not_restored(store: Path) -> None:
+    """A guard rewritten in place (writable_schema) is refused: the store says it was tampered."""
+    execute(
+        store,
+        "PRAGMA writable_schema = ON;"
+        " UPDATE sqlite_master SET sql = replace(sql, 'WHEN EXISTS', 'WHEN 0 AND EXISTS')"
+        " WHERE name = 'claims_guard_key';"
+        " PRAGMA writable_schema = OFF;",
+    )
+    with (
+        EffectLog(new_run_id(), store.parent) as log,
+        pytest.raises(
+            StoreTamperedError, match="trigger claims_guard_key is not the library's definition"
+        ),
+    ):
+        _claim(log)
+
+
+def test_a_changed_check_is_refused_naming_the_constraint(store: Path) -> None:
+    """A CHECK rewritten to CHECK (1) is named, and the writer points to export and import."""
+    execute(
+        store,
+        "PRAGMA writable_schema = ON;"
+        " UPDATE sqlite_master SET sql = replace(sql,"
+        " 'CHECK (execution IN (''running'', ''reported_success'', ''failed'', ''interrupted''))',"
+        " 'CHECK (1)') WHERE name = 'outcomes';"
+        " PRAGMA writable_schema = OFF;",
+    )
+    with (
+        EffectLog(new_run_id(), store.parent) as log,
+        pytest.raises(StoreTamperedError) as caught,
+    ):
+        _claim(log)
+    assert "table outcomes is not the library's definition" in str(caught.value)
+    assert "constraint ck_outcomes_execution differs" in str(caught.value)
+    assert "ledger export" in str(caught.value)
+
+
+# --------------------------------------------------------------------------- rows that land
+
+
+def test_a_row_dropped_by_a_trigger_is_never_acknowledged(tmp_path: Path) -> None:
+    """With the schema check out of the way, counting rows alone refuses a claim a trigger ate."""
+    run_id = new_run_id()
+    conn = sqlite3.connect(tmp_path / DB, isolation_level=None, check_same_thread=False)
+    engine = sa.create_engine(f"sqlite:///{tmp_path / DB}")
+    sa.event.listen(engine, "connect", _on_connect)
+    sa.event.listen(engine, "begin", _on_begin)
+    with engine.connect() as c, _foreign_keys_off(c), c.begin():
+        command.upgrade(alembic_config(c), "head")
+    engine.dispose()
+    conn.create_function("sha3", 2, _chain.sha3)
+    conn.execute("INSERT INTO runs VALUES (?, ?)", (run_id, fx.utc_now()))
+    conn.execute("CREATE TRIGGER eat BEFORE INSERT ON claims BEGIN SELECT RAISE(IGNORE); END")
+    claim = fx.EffectClaim("e1", 1, "a", op(), (), (), fx.utc_now())
+    steps, _ = prepare(run_id, [claim], _chain.GENESIS)
+    group = GroupCommit(lambda: conn, threading.RLock(), translate, lambda _cursor: None)
+    job = group.submit(Job("claim 'e1'", steps))
+    assert isinstance(job.error, StoreTamperedError)
+    assert "1 of 1 row(s) given to claims did not land" in str(job.error)
+    assert conn.execute("SELECT count(*) FROM claims").fetchone() == (0,)
+    conn.close()
+
+
+def test_the_guard_refuses_a_row_whose_hash_does_not_match_its_fields(store: Path) -> None:
+    """An outcome correctly linked but hashed over other fields is refused by the schema itself."""
+    conn = sqlite3.connect(store, isolation_level=None)
+    conn.create_function("sha3", 2, _chain.sha3)  # as the stock shell has it
+    try:
+        run_id, prev = conn.execute("SELECT run_id, hash FROM claims").fetchone()
+        outcome = fx.EffectOutcome(
+            "e1", 2, fx.ExecutionOutcome.FAILED, fx.Impact.NONE, recorded_at=fx.utc_now()
+        )
+        forged = fx.EffectOutcome(
+            "e1",
+            2,
+            fx.ExecutionOutcome.REPORTED_SUCCESS,
+            fx.Impact.CERTAIN,
+            recorded_at=fx.utc_now(),
+        )
+        steps, _ = prepare(run_id, [forged], prev)
+        (sql, rows), *_ = steps
+        good, _ = prepare(run_id, [outcome], prev)
+        wrong = (*rows[0][:-1], good[0][1][0][-1])  # the hash of another outcome
+        with pytest.raises(sqlite3.IntegrityError, match="hash does not match its fields"):
+            conn.execute(sql, wrong)
+        conn.execute(sql, rows[0])  # the right hash is accepted
+    finally:
+        conn.close()
