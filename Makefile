@@ -52,10 +52,12 @@ test: lint tools
 # mutated copy in mutants/, which an installed ledger would shadow.
 MUT_VENV  := .venv-mutants
 MUT_STAMP := $(MUT_VENV)/.installed
-# What is mutated: the verdict rules, the hash chain, the file checks, recovery.
+# What is mutated: the verdict and decision rules, the hash chain, the file checks, recovery.
 MUT_NAMES := 'ledger.effects.x_current*' 'ledger.effects.x_settled_clean*' \
 	'ledger.effects.x_decide*' 'ledger.effects.x_in_flight*' 'ledger.effects.x_is_stale*' \
-	'ledger.effects.x_assess*' 'ledger._chain.*' 'ledger.sqlite.trust.*' \
+	'ledger.effects.x_assess*' 'ledger.effects.x__evidence*' 'ledger.effects.x_newest_attempt*' \
+	'ledger.effects.x__same_state*' 'ledger.effects.x__before*' 'ledger.effects.x__unchanged*' \
+	'ledger.effects.x__step*' 'ledger._chain.*' 'ledger.sqlite.trust.*' \
 	'ledger.effect_log.x*_recover*' 'ledger.effect_log.x*_hold_exclusive*' \
 	'ledger.sqlite.rows.x_preconditions*'
 MUT_JOBS  ?= 2
