@@ -236,3 +236,169 @@ def test_external_refs_overlap_at_a_slash_of_the_uri() -> None:
     for bad in ("no-scheme", "https://h/a b", "https://h/\x07"):
         with pytest.raises(ValueError, match="URI"):
             ext(bad)
+
+
+# --------------------------------------------------------------------------- rule 7, case by case
+
+B = fs_ref("/w/b.txt")
+X, Y = sha(b"x"), sha(b"y")
+
+
+def state(seq: int, target: fx.ResourceRef = A, **fields: Any) -> fx.Observation:
+    """A complete observation of ``target`` with the given exists/sha256/revision."""
+    coverage = fields.pop("coverage", fx.Coverage.COMPLETE)
+    values: dict[str, Any] = {"exists": True, "sha256": None, "revision": None} | fields
+    return fx.Observation(
+        observation_id=f"o{seq}",
+        seq=seq,
+        resource=target,
+        mechanism=fx.ObservationMechanism.FILESYSTEM_READ,
+        coverage=coverage,
+        source_action_id="a1",
+        recorded_at=NOW,
+        **values,
+    )
+
+
+SAME_STATE = [
+    # (before, now, the same?) as decide's rule 7 reads them
+    ({"sha256": X}, {"exists": False}, False),
+    ({"exists": False}, {"exists": False}, True),
+    ({"exists": False}, {"sha256": X}, False),
+    ({"sha256": X}, {"sha256": X}, True),
+    ({"sha256": X}, {"sha256": Y}, False),
+    ({"revision": "r1"}, {"sha256": X, "revision": "r1"}, False),
+    ({"sha256": X, "revision": "r1"}, {"revision": "r1"}, False),
+    ({"revision": "r1"}, {"revision": "r1"}, True),
+    ({"revision": "r1"}, {"revision": "r2"}, False),
+    ({}, {}, False),  # nothing but existence seen: not "exactly as it was"
+    ({"revision": "r1"}, {"exists": False, "revision": "r1"}, False),
+    ({"exists": False, "revision": "r1"}, {"revision": "r1"}, False),
+]
+
+
+@pytest.mark.parametrize(("before", "now", "same"), SAME_STATE)
+def test_rule_7_retries_only_a_target_seen_exactly_as_before(
+    before: dict[str, Any], now: dict[str, Any], *, same: bool
+) -> None:
+    """A violated postcondition counts as untouched only for the same absence, digest or revision."""
+    # A postcondition the evidence violates, whatever it shows.
+    predicate = fx.Predicate.EXISTS if now.get("exists") is False else fx.Predicate.ABSENT
+    c = claim(seq=2, duties=(fx.Postcondition(A, predicate),))
+    history = fx.History((c,), (outcome(3),), (state(1, **before), state(4, **now)))
+    assert fx.assess(c, history).verdict is fx.EffectVerdict.CONTRADICTED
+    assert step(c, history) is (fx.NextStep.RETRY if same else fx.NextStep.ESCALATE)
+
+
+def test_rule_7_takes_the_last_complete_observation_of_the_target_itself_as_before() -> None:
+    c = claim(seq=4, duties=(fx.Postcondition(A, fx.Predicate.SHA256, AFTER),))
+    after = (outcome(5),)
+
+    def decided(*before: fx.Observation) -> fx.NextStep:
+        return step(c, fx.History((c,), after, (*before, state(6, sha256=BEFORE))))
+
+    assert decided(state(1, sha256=BEFORE)) is fx.NextStep.RETRY
+    # Another target seen in that state, or the target seen partly, is no baseline.
+    assert decided(state(1, B, sha256=BEFORE)) is fx.NextStep.ESCALATE
+    assert decided(state(1, sha256=BEFORE, coverage=fx.Coverage.PARTIAL)) is fx.NextStep.ESCALATE
+    # The last one before the claim counts; one that says nothing about existence does not.
+    assert decided(state(1, sha256=BEFORE), state(2, B, sha256=X)) is fx.NextStep.RETRY
+    assert decided(state(1, sha256=X), state(2, sha256=BEFORE)) is fx.NextStep.RETRY
+    assert decided(state(1, sha256=BEFORE), state(2, sha256=X)) is fx.NextStep.ESCALATE
+    assert decided(state(1, sha256=BEFORE), state(2, exists=None)) is fx.NextStep.RETRY
+
+
+def test_rule_7_looks_only_at_the_violated_postconditions() -> None:
+    """A satisfied postcondition (its target changed, as intended) does not stop a retry."""
+    duties = (
+        fx.Postcondition(B, fx.Predicate.SHA256, Y),  # satisfied: b.txt changed to y
+        fx.Postcondition(A, fx.Predicate.SHA256, AFTER),  # violated: a.txt as before
+    )
+    c = claim(seq=3, duties=duties)
+    seen = (state(1, sha256=BEFORE), state(2, B, sha256=X), state(5, B, sha256=Y))
+    history = fx.History((c,), (outcome(4),), (*seen, state(6, sha256=BEFORE)))
+    assert fx.assess(c, history).verdict is fx.EffectVerdict.CONTRADICTED
+    assert step(c, history) is fx.NextStep.RETRY
+    # A postcondition with no evidence at all neither blocks nor allows it.
+    unseen = claim(seq=3, duties=(fx.Postcondition(B, fx.Predicate.EXISTS), duties[1]))
+    history = fx.History(
+        (unseen,), (outcome(4),), (state(1, sha256=BEFORE), state(6, sha256=BEFORE))
+    )
+    assert step(unseen, history) is fx.NextStep.RETRY
+
+
+def test_rule_7_is_not_confused_by_stale_observations_of_the_target() -> None:
+    """An observation made while another claim on the target was in flight is stale."""
+    c = claim(seq=2)
+    other = claim(seq=4, effect_id="e2", duties=())
+    done = outcome(6, fx.ExecutionOutcome.REPORTED_SUCCESS, fx.Impact.CERTAIN, "e2")
+    history = fx.History(
+        (c, other),
+        (outcome(3), done),
+        (state(1, sha256=BEFORE), state(5, sha256=X), state(7, sha256=BEFORE)),
+    )
+    assessment = fx.assess(c, history)
+    assert (assessment.verdict, assessment.stale) == (fx.EffectVerdict.CONTRADICTED, ("o5",))
+    assert step(c, history) is fx.NextStep.RETRY
+
+
+def test_a_later_claim_that_is_not_a_retry_does_not_speak_for_the_effect() -> None:
+    first = claim(kind=fx.EffectKind.READ)
+    unrelated = claim(seq=3, kind=fx.EffectKind.READ, effect_id="e2")
+    history = fx.History((first, unrelated), (outcome(2),))
+    assert fx.newest_attempt(first, history) == first
+    assert step(first, history) is fx.NextStep.RETRY
+
+
+REASONS = [
+    (
+        fx.History((claim(),), (), (), (fx.Resolution("e1", 2, True, "ops", NOW),)),
+        "A person (ops) checked that it landed.",
+    ),
+    (
+        fx.History((claim(),), (), (), (fx.Resolution("e1", 2, False, "ops", NOW),)),
+        "A person (ops) checked that it did not land.",
+    ),
+    (
+        fx.History((claim(),), (outcome(2),), (seen(3, AFTER),)),
+        "Its postconditions are observed to hold.",
+    ),
+    (fx.History((claim(),)), "It has no outcome yet: its call may still be running."),
+    (
+        fx.History((claim(),), (outcome(2, fx.ExecutionOutcome.FAILED, fx.Impact.NONE),)),
+        "It failed without effect.",
+    ),
+    (
+        fx.History(
+            (claim(),), (outcome(2, fx.ExecutionOutcome.REPORTED_SUCCESS, fx.Impact.CERTAIN),)
+        ),
+        "Its call reported success and no evidence says otherwise.",
+    ),
+    (
+        fx.History((claim(kind=fx.EffectKind.READ),), (outcome(2),)),
+        "It only reads, so running it again changes nothing.",
+    ),
+    (
+        fx.History((claim(kind=fx.EffectKind.IDEMPOTENT),), (outcome(2),)),
+        "The system it calls ignores a repeat with the same key.",
+    ),
+    (
+        fx.History((claim(seq=2),), (outcome(3),), (seen(1, BEFORE), seen(4, BEFORE))),
+        "Its targets are observed exactly as they were before it.",
+    ),
+    (
+        fx.History((claim(kind=fx.EffectKind.IRREVERSIBLE),), (outcome(2),)),
+        "It cannot be undone or observed: a person must check.",
+    ),
+    (
+        fx.History((claim(seq=2),), (outcome(3),), (seen(1, BEFORE), seen(4, X))),
+        "The evidence contradicts it: a person must check.",
+    ),
+    (fx.History((claim(),), (outcome(2),)), "It may have landed: a person must check."),
+]
+
+
+@pytest.mark.parametrize(("history", "reason"), REASONS, ids=[r for _, r in REASONS])
+def test_each_rule_gives_its_own_reason(history: fx.History, reason: str) -> None:
+    """The sentence says which rule decided, capitalised, with a full stop."""
+    assert fx.decide(history.claims[0], history).reason == reason
