@@ -107,7 +107,16 @@ def translate(action: str, error: BaseException) -> BaseException:
 def _describe(error: BaseException) -> str:
     orig = getattr(error, "orig", None)
     if isinstance(orig, BaseException):
-        return f"{type(orig).__name__}: {orig}"
+        return f"{type(orig).__name__}: {_text(orig)}"
     if isinstance(error, OSError) and error.filename:
         return f"{error.strerror or type(error).__name__}: {error.filename}"
-    return f"{type(error).__name__}: {error}"
+    return f"{type(error).__name__}: {_text(error)}"
+
+
+def _text(error: BaseException) -> str:
+    # The message must not fail in turn: some exception classes' __str__ reads attributes
+    # their constructor may not have set (urllib's ContentTooShortError built bare).
+    try:
+        return str(error)
+    except Exception:  # any failure here would hide the storage error
+        return repr(error.args)

@@ -14,6 +14,7 @@ import os
 import resource
 import sqlite3
 import textwrap
+import urllib.request  # noqa: F401 - its OSError subclasses are among those translated
 from pathlib import Path
 
 import pytest
