@@ -33,7 +33,14 @@ def storage_errors(action: str) -> Iterator[None]:
     except EffectPersistenceError:
         raise
     except _STORAGE_ERRORS as e:
-        raise classify(e)(f"{action}: {_describe(e)}") from e
+        raise _translated(e, action) from e
+
+
+def _translated(error: BaseException, action: str) -> EffectPersistenceError:
+    try:
+        return classify(error)(f"{action}: {_describe(error)}")
+    except Exception:  # an error object too broken to read (urllib's HTTPError built bare)
+        return EffectPersistenceError(f"{action}: {type(error).__name__}")
 
 
 _STORAGE_ERRORS = (sqlalchemy.exc.SQLAlchemyError, sqlite3.Error, CommandError, OSError)
@@ -97,7 +104,7 @@ def translate(action: str, error: BaseException) -> BaseException:
     if isinstance(error, EffectPersistenceError):
         translated = type(error)(f"{action}: {error}")  # the same kind of trouble
     elif isinstance(error, _STORAGE_ERRORS):
-        translated = classify(error)(f"{action}: {_describe(error)}")
+        translated = _translated(error, action)
     else:
         return error  # not the store's trouble: a bug, raised as it is
     translated.__cause__ = error
@@ -105,18 +112,14 @@ def translate(action: str, error: BaseException) -> BaseException:
 
 
 def _describe(error: BaseException) -> str:
-    orig = getattr(error, "orig", None)
-    if isinstance(orig, BaseException):
-        return f"{type(orig).__name__}: {_text(orig)}"
-    if isinstance(error, OSError) and error.filename:
-        return f"{error.strerror or type(error).__name__}: {error.filename}"
-    return f"{type(error).__name__}: {_text(error)}"
-
-
-def _text(error: BaseException) -> str:
-    # The message must not fail in turn: some exception classes' __str__ reads attributes
-    # their constructor may not have set (urllib's ContentTooShortError built bare).
+    # The message must not fail in turn: some exception classes read, in __str__ or even in
+    # attribute lookups, what their constructor may not have set (urllib's errors built bare).
     try:
-        return str(error)
+        orig = getattr(error, "orig", None)
+        if isinstance(orig, BaseException):
+            return f"{type(orig).__name__}: {orig}"
+        if isinstance(error, OSError) and error.filename:
+            return f"{error.strerror or type(error).__name__}: {error.filename}"
+        return f"{type(error).__name__}: {error}"
     except Exception:  # any failure here would hide the storage error
-        return repr(error.args)
+        return f"{type(error).__name__}: {error.args!r}"
