@@ -11,6 +11,7 @@ import hashlib
 import pytest
 
 from ledger import _chain
+from ledger import effects as fx
 
 
 def test_a_boolean_field_encodes_as_the_integer_the_store_holds() -> None:
@@ -41,3 +42,40 @@ def test_sha3_is_the_shells_sha3_with_256_bits_only() -> None:
     assert _chain.sha3(None) is None
     with pytest.raises(ValueError, match=r"^the ledger's chain uses sha3 with 256 bits only$"):
         _chain.sha3("x", 512)
+
+
+RUN = "0123456789abcdef0123456789abcdef"
+CLAIM_ROW = {
+    "seq": 1,
+    "effect_id": "e1",
+    "action_id": "a1",
+    "operation": "write_file",
+    "backend": "fs/1",
+    "args_sha256": "0" * 64,
+    "scope_count": 0,
+    "obligation_count": 0,
+    "recorded_at": "2026-01-01T00:00:00.000000+00:00",
+    "kind": "write",
+    "idempotency_key": fx.idempotency_key(RUN, "e1"),
+    "retry_of": None,
+}
+
+
+def test_a_claim_as_old_claims_were_keeps_the_version_1_encoding() -> None:
+    """A write, no retry, its derived key: encoded as before kinds existed, so old chains verify."""
+    encoding = _chain.encode("claim", RUN, CLAIM_ROW)
+    assert encoding.startswith("ledger-v1")
+    legacy = {k: v for k, v in CLAIM_ROW.items() if k not in _chain.CLAIM_COLUMNS_2}
+    assert _chain.encode("claim", RUN, legacy) == encoding
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("kind", "read"), ("kind", "irreversible"), ("retry_of", "e0"), ("idempotency_key", "a" * 32)],
+)
+def test_any_version_2_field_changed_changes_the_encoding(field: str, value: str) -> None:
+    """Kind, retry and key each move a claim to version 2: none of them escapes the hash."""
+    changed = _chain.encode("claim", RUN, CLAIM_ROW | {field: value})
+    assert changed.startswith("ledger-v2")
+    assert changed != _chain.encode("claim", RUN, CLAIM_ROW)
+    assert f"{len(value)}:{value}" in changed
