@@ -43,8 +43,8 @@ import hashlib
 import inspect
 import logging
 import os
+import secrets
 import stat
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -143,8 +143,9 @@ class _Log(Protocol):
     def assess(self, effect_id: str) -> Assessment: ...
 
 
-def _new_id() -> str:
-    return uuid.uuid4().hex
+def new_effect_id() -> str:
+    """Return a new effect (or observation) id, unique in any run: 32 lowercase hex characters."""
+    return secrets.token_hex(16)
 
 
 # --------------------------------------------------------------------------- files
@@ -225,7 +226,7 @@ def observe_file(
     ref = _file_ref(resource)
     check_identifier(source_action_id, "source_action_id")
     if observation_id is None:
-        observation_id = _new_id()
+        observation_id = new_effect_id()
     check_identifier(observation_id, "observation_id")
     state = read_file(ref.locator)
     return log_.observe(
@@ -516,7 +517,7 @@ class EffectScope:
             raise InvalidTypeError(f"kind must be an EffectKind, not {type(kind).__name__}")
         digest = args_digest({} if args is None else args)
         chosen = effect_id is not None
-        effect_id = _new_id() if effect_id is None else effect_id
+        effect_id = new_effect_id() if effect_id is None else effect_id
         check_identifier(effect_id, "effect_id")
         # The record checks every other field as the claim will, before anything is written.
         probe = EffectClaim(

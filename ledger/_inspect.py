@@ -92,23 +92,27 @@ class RunReport:
 def show_run(directory: Path, prefix: str) -> RunReport:
     """The run matching ``prefix``, validated like ``EffectLog.load`` does."""
     run_id, history, writer = reader(directory).run(prefix)
-    return RunReport(run_id, writer, history, assess_all(history), decide_all(history))
+    index = RunIndex.of(history)  # one index serves the verdicts and the decisions
+    return RunReport(
+        run_id, writer, history, assess_all(history, index), decide_all(history, index)
+    )
 
 
-def assess_all(history: History) -> tuple[Assessment, ...]:
+def assess_all(history: History, index: RunIndex | None = None) -> tuple[Assessment, ...]:
     """The assessment of every claim of ``history``, in claim order.
 
     Each claim is assessed on the part of the run its rules consult, as a loaded log
     does: assessing every claim against the whole history grows with the square of the
-    run (30 s for a run of 10,000 records), this grows with the run.
+    run (30 s for a run of 10,000 records), this grows with the run. ``index``: the
+    history's, if the caller has it already.
     """
-    index = RunIndex.of(history)
+    index = RunIndex.of(history) if index is None else index
     return tuple(assess(claim, index.relevant(claim)) for claim in history.claims)
 
 
-def decide_all(history: History) -> tuple[Decision, ...]:
+def decide_all(history: History, index: RunIndex | None = None) -> tuple[Decision, ...]:
     """The decision on every claim of ``history``, in claim order (as :func:`assess_all`)."""
-    index = RunIndex.of(history)
+    index = RunIndex.of(history) if index is None else index
     return tuple(index.decide(claim) for claim in history.claims)
 
 

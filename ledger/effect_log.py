@@ -36,6 +36,7 @@ from types import TracebackType
 from typing import Self
 
 from ledger import _calls, _paths, storage
+from ledger._calls import new_effect_id
 from ledger._chain import GENESIS
 from ledger._combiner import Combiner, Entry, acquire_uninterrupted
 from ledger._index import RunIndex
@@ -90,11 +91,6 @@ _Record = EffectClaim | EffectOutcome | Observation | Resolution
 
 def new_run_id() -> str:
     """Return a new run id: 32 lowercase hex characters from the OS CSPRNG."""
-    return secrets.token_hex(16)
-
-
-def new_effect_id() -> str:
-    """Return a new effect id, unique in any run: 32 lowercase hex characters."""
     return secrets.token_hex(16)
 
 
