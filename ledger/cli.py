@@ -293,17 +293,30 @@ def status(run: str | None, unresolved: bool, store: Path | None, as_json: bool)
 
 def _status_table(rows: list[_inspect.EffectRow]) -> None:
     _table(
-        ("RUN", "SEQ", "EFFECT", "OPERATION", "EXECUTION", "IMPACT", "VERDICT", "UNRESOLVED"),
+        (
+            "RUN",
+            "SEQ",
+            "EFFECT",
+            "OPERATION",
+            "KIND",
+            "EXECUTION",
+            "IMPACT",
+            "VERDICT",
+            "UNRESOLVED",
+            "NEXT",
+        ),
         [
             (
                 r.run_id,
                 r.seq,
                 r.effect_id,
                 r.operation,
+                r.kind,
                 r.execution,
                 r.impact,
                 r.verdict,
                 "yes" if r.unresolved_impact else "no",
+                r.next_step,
             )
             for r in rows
         ],

@@ -193,6 +193,10 @@ class EffectRow:
     verdict: str
     unresolved_impact: bool
     claimed_at: str
+    kind: str  # the effect's kind: read, idempotent, write or irreversible
+    idempotency_key: str
+    resolution: str | None  # a person's word: "applied", "not_applied", or none yet
+    next_step: str  # what the worker should do next: done, wait, retry or escalate
     run_problem: str | None = None  # why its run does not validate: the verdict is not believed
 
     def to_dict(self) -> dict[str, Any]:
