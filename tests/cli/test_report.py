@@ -10,10 +10,13 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import os
 import re
+import shutil
 import sqlite3
 import struct
 import subprocess
+import sys
 import zlib
 from collections import Counter, defaultdict
 from html.parser import HTMLParser
@@ -73,6 +76,7 @@ class Dom(HTMLParser):
     lanes: Counter[str] = dataclasses.field(default_factory=Counter)
     lane_titles: dict[str, list[str]] = dataclasses.field(default_factory=lambda: defaultdict(list))
     incidents: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    commands: list[str] = dataclasses.field(default_factory=list)
     title: str = ""
     _run: str | None = None
     _capture: str | None = None
@@ -103,6 +107,9 @@ class Dom(HTMLParser):
             )
         if tag == "code" and "effect-id" in classes:
             self._capture = "effect_id"
+        if tag == "code" and "command" in classes:
+            self.commands.append("")
+            self._capture = "command"
         if tag == "title" and self._in_lane:
             self._capture = "lane_title"
         if tag == "title" and not self._run and not self.title:
@@ -118,6 +125,8 @@ class Dom(HTMLParser):
         self.text.append(data)
         if self._capture == "effect_id":
             self.incidents[-1]["effect_id"] += data
+        elif self._capture == "command":
+            self.commands[-1] += data
         elif self._capture == "lane_title" and self._run is not None:
             self.lane_titles[self._run].append(data)
         elif self._capture == "page_title":
@@ -346,6 +355,30 @@ def test_recovered_interruption_is_labelled_and_commands_are_exact(page: Page) -
         command = f'ledger resolve {page.ordinary} write-torn {applied} --by "$USER"'
         assert f"{command} --store {page.store}" in page.dom.all_text()
     assert "ledger verify: ok." in page.dom.all_text()
+
+
+@pytest.mark.program
+def test_the_page_s_resolve_command_settles_the_incident(page: Page, tmp_path: Path) -> None:
+    """Typed into a shell as the page prints it, `ledger resolve` takes the effect off the list."""
+    copy = tmp_path / "store"
+    shutil.copytree(page.store, copy)
+    (command,) = [c for c in page.dom.commands if " write-torn --not-applied " in c]
+    command = command.replace(f"--store {page.store}", f"--store {copy}")
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "USER": "alice", "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["sh", "-c", command], check=False, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    status = ledger("status", "--unresolved", "--json", "--store", str(copy))
+    left = {r["effect_id"] for r in json.loads(status.stdout)}
+    assert "write-torn" not in left
+    assert left == {r["effect_id"] for r in page.dom.incidents} - {"write-torn"}
+    shown = ledger("show", page.ordinary, "--json", "--store", str(copy))
+    (decision,) = [
+        d for d in json.loads(shown.stdout)["decisions"] if d["effect_id"] == "write-torn"
+    ]
+    assert decision["step"] == "retry"
 
 
 @pytest.mark.program
