@@ -433,6 +433,9 @@ class EffectLog:
             start=not self._started,
             continuing=self._continuing,
             writer=None if self._writer_pid == os.getpid() else Writer.current(),
+            # A loaded run that was empty must still be: had another process started it
+            # since, this log's first record would clash with that one's.
+            ends_at=0 if self._continuing and not self._started else None,
         )
         store = self._store_for_write()
         failed = self._hold_run(store, durable.action)

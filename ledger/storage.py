@@ -94,7 +94,8 @@ class Batch:
     start: bool = False  # the run's first write from this log: create its row
     continuing: bool = False  # the log loaded the run: an existing row is its own
     writer: Writer | None = None  # record this process as the run's writer
-    # Recovery's condition: the run's durable records end at this seq (no one else wrote).
+    # The run's durable records end at this seq: no one else wrote since the log read it
+    # (recovery's condition, and a loaded empty run's first write).
     ends_at: int | None = None
 
 
