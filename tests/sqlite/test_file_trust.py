@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -537,6 +538,55 @@ def test_a_copy_is_never_written_through_a_name_that_exists(tmp_path: Path) -> N
         os.close(fd)
     assert victim.read_bytes() == b"keep me"
     assert not (tmp_path / "nowhere").exists()
+
+
+class _ShortReads:
+    """The ``os`` module as the copy sees it, but whose reads return a few bytes at a time.
+
+    A read may legally return fewer bytes than asked (a file system over a network, a
+    signal); the copy must then still copy every byte and the whole ``-wal`` header.
+    Every other call, and every descriptor, is the real one.
+    """
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+        self.reads = 0
+        self.flags: list[int] = []  # F_GETFD of each descriptor written to
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(os, name)
+
+    def read(self, fd: int, size: int) -> bytes:
+        self.reads += 1
+        return os.read(fd, min(size, self.step))
+
+    def write(self, fd: int, data: bytes) -> int:
+        self.flags.append(fcntl.fcntl(fd, fcntl.F_GETFD))
+        return os.write(fd, data)
+
+
+@pytest.mark.parametrize("step", [1, 7, 31, 33, 4096])
+def test_a_copy_made_of_short_reads_is_whole_and_keeps_the_wal_header(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: int
+) -> None:
+    """Short reads: every byte is copied, the header is the first 32, the copy's descriptor is close-on-exec."""
+    data = bytes(range(256)) * 40 + b"tail"
+    source = tmp_path / "source"
+    source.write_bytes(data)
+    short = _ShortReads(step)
+    monkeypatch.setattr(_trust, "os", short)
+    fd = os.open(source, os.O_RDONLY)
+    try:
+        head = _trust._copy_fd(fd, tmp_path / "copy")
+    finally:
+        os.close(fd)
+    monkeypatch.undo()
+    assert short.reads > len(data) // max(step, 1 << 20)
+    assert head == data[:32]  # a WAL header
+    assert (tmp_path / "copy").read_bytes() == data
+    assert (tmp_path / "copy").stat().st_mode & 0o777 == 0o600
+    assert short.flags
+    assert all(flags & fcntl.FD_CLOEXEC for flags in short.flags)
 
 
 # --------------------------------------------------------------------------- copies and swaps
