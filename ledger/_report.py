@@ -29,9 +29,6 @@ from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 
-import jinja2
-from markupsafe import Markup
-
 from ledger import _inspect, _text
 from ledger.effects import (
     Assessment,
@@ -627,6 +624,8 @@ def printable(value: object) -> object:
     A bidi override or a control character in a locator would otherwise change what the
     reader sees (``txt.exe`` shown as ``exe.txt``). Markup (the page's own) passes as is.
     """
+    from markupsafe import Markup  # noqa: PLC0415 - loaded by render, see there
+
     if isinstance(value, Markup) or not isinstance(value, str) or value.isprintable():
         return value
     return _text.printable(value)
@@ -649,6 +648,11 @@ def _hash(text: str) -> str:
 
 def render(report: Report) -> str:
     """The page: one HTML document that loads nothing and runs only its own script."""
+    # Imported here: every `ledger` command imports this module (`--since`), and the
+    # template engine would add a tenth of a second to each start.
+    import jinja2  # noqa: PLC0415
+    from markupsafe import Markup  # noqa: PLC0415
+
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("ledger", "templates"),
         autoescape=True,

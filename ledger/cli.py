@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import click
 
-from ledger import _bench, _demo, _inspect, _jsonl, _report
+from ledger import _inspect, _jsonl, _report
 from ledger._paths import DB_NAME
 from ledger._text import UNPRINTABLE, printable
 from ledger.effect_log import EffectPersistenceError, effects_dir
@@ -692,6 +692,8 @@ def _wait_for_shell(argv: list[str]) -> int:
 @_store_option
 def demo(report: Path | None, store: Path | None) -> None:
     """Kill a scripted agent worker mid-effect, recover, and show every verdict."""
+    from ledger import _demo  # noqa: PLC0415 - only this command needs it
+
     with _library_errors():
         code = _demo.run(_directory(store), click.echo, report)
     raise SystemExit(code)
@@ -719,6 +721,8 @@ def bench(store: Path | None, as_json: bool, quick: bool) -> None:
     large runs and stores. Prints medians, p99 and ratios against their targets. A
     full run takes a few minutes.
     """
+    from ledger import _bench  # noqa: PLC0415 - only this command needs it (and it is large)
+
     progress = None if _quiet() else (lambda line: click.echo(line, err=True))
     with _library_errors():
         try:
