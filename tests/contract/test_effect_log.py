@@ -1182,3 +1182,31 @@ def test_an_exported_run_imports_as_a_new_run_that_loads_the_same(
         assert copy.history() == original.history()
     with pytest.raises(_jsonl.ImportRefusedError, match="already in the store"):
         _jsonl.import_file(other, exported, imported.run_id)
+
+
+def test_two_threads_retrying_one_effect_at_once_make_one_retry(
+    backend: Backend, store_dir: Path, in_thread: Callable[[Callable[[], Any]], Call]
+) -> None:
+    """A retry decided while another retry of the effect is being written is refused: WAIT."""
+    run_id = new_run_id()
+    with EffectLog(run_id, store_dir) as log:
+        claim_bare(log, "e1")
+        log.outcome(effect_id="e1", execution=FAILED, impact=NONE)
+        assert log.decide("e1").step is fx.NextStep.RETRY
+        with backend.write_locked(store_dir):
+            first = in_thread(lambda: log.retry("e1", new_effect_id="r1"))
+            wait_for(lambda: "r1" in log._queued_claims, "the first retry is queued")
+            second = in_thread(lambda: log.retry("e1", new_effect_id="r2"))
+            wait_for(
+                lambda: not second.thread.is_alive() or "r2" in log._queued_claims,
+                "the second retry is decided",
+            )
+        assert first.result().retry_of == "e1"
+        with pytest.raises(ValueError, match=r"the decision is WAIT \(A retry of it is being"):
+            second.result()
+        # Once the first is durable, the effect's decision is its retry's: pending, WAIT.
+        with pytest.raises(ValueError, match="the decision is WAIT"):
+            log.retry("e1")
+    assert backend.query(
+        store_dir, "SELECT effect_id, retry_of FROM claims WHERE run_id = ? ORDER BY seq", (run_id,)
+    ) == [("e1", None), ("r1", "e1")]
