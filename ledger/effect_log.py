@@ -37,7 +37,7 @@ from types import TracebackType
 from typing import Self
 
 from ledger import _calls, _paths, storage
-from ledger._calls import new_effect_id
+from ledger._calls import current_call, new_effect_id
 from ledger._chain import GENESIS
 from ledger._combiner import Combiner, Entry, acquire_uninterrupted
 from ledger._index import RunIndex
@@ -80,6 +80,7 @@ __all__ = [
     "EffectLog",
     "EffectPersistenceError",
     "OutcomeRequest",
+    "current_call",
     "effects_dir",
     "new_effect_id",
     "new_run_id",
