@@ -22,7 +22,7 @@ from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.errors import StoreFileRefusedError
 from ledger.sqlite import trust as _trust
-from tests.builders import LEDGER, PYTHON, fingerprint, ledger
+from tests.builders import LEDGER, PYTHON, fingerprint, ledger, require_tool, subprocess_env
 from tests.sqlite.trust_helpers import (
     DB,
     SHM,
@@ -587,6 +587,64 @@ def test_a_copy_made_of_short_reads_is_whole_and_keeps_the_wal_header(
     assert (tmp_path / "copy").stat().st_mode & 0o777 == 0o600
     assert short.flags
     assert all(flags & fcntl.FD_CLOEXEC for flags in short.flags)
+
+
+_COPY_IN_SMALL_TMP = """
+import os, sys
+from pathlib import Path
+from ledger.sqlite import trust
+store, tmp = Path(sys.argv[1]), sys.argv[2]
+checked = trust.check_store(store, store / "ledger.sqlite3", writer=False)
+try:
+    with trust.private_copy(checked) as copy:
+        print("copied", copy.stat().st_size)
+except Exception as e:
+    print(type(e).__name__, e)
+print("left:", os.listdir(tmp))
+"""
+
+
+@pytest.mark.program
+@pytest.mark.parametrize("size", ["64k", "16m"])
+def test_a_copy_that_cannot_fit_where_temporary_files_go_is_refused_before_writing(
+    store: tuple[Path, str], tmp_path: Path, size: str
+) -> None:
+    """TMPDIR on a real 64 KiB tmpfs (a mount namespace of its own): refused, naming TMPDIR; 16 MiB: copied."""
+    require_tool("unshare")
+    directory, _ = store
+    small = tmp_path / "small"
+    small.mkdir()
+    shell = 'mount -t tmpfs -o "size=$1" none "$2" && TMPDIR="$2" exec "$3" -c "$4" "$5" "$2"'
+    result = subprocess.run(
+        [
+            "unshare",
+            "-rm",
+            "sh",
+            "-c",
+            shell,
+            "sh",
+            size,
+            small,
+            PYTHON,
+            _COPY_IN_SMALL_TMP,
+            directory,
+        ],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    first, left = result.stdout.splitlines()
+    assert left == "left: []"
+    if size == "16m":
+        assert first == f"copied {(directory / DB).stat().st_size}"
+    else:
+        assert first.startswith(
+            f"StoreUnavailableError the store {directory} is read from a private copy"
+        )
+        assert "set TMPDIR to a directory with room" in first
 
 
 # --------------------------------------------------------------------------- copies and swaps
