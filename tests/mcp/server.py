@@ -31,6 +31,7 @@ def record(ctx: Context, tool: str, **args: Any) -> None:
         "args": args,
         "key": meta.get("ledger/idempotency-key"),
         "pid": os.getpid(),
+        "ppid": os.getppid(),  # the proxy, for a test that kills it
     }
     with (STATE / "calls.jsonl").open("a") as f:
         f.write(json.dumps(line) + "\n")
