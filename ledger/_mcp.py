@@ -335,16 +335,21 @@ class Proxy:
         request_id = message.get("id")
         try:
             JSONRPCRequest.model_validate(message)
+        except ValidationError as e:
+            if "id" in message:
+                self._to_client(
+                    error_line(request_id, INVALID_REQUEST, f"invalid tools/call: {_brief(e)}")
+                )
+            else:
+                self._say("a tools/call without an id (a notification) was dropped, not claimed")
+            return
+        try:
             params = CallToolRequestParams.model_validate(message.get("params"))
             check_identifier(params.name, "tool name")
         except (ValidationError, ValueError, TypeError) as e:
-            if "id" in message:
-                code = (
-                    INVALID_PARAMS if isinstance(message.get("params"), dict) else INVALID_REQUEST
-                )
-                self._to_client(error_line(request_id, code, f"invalid tools/call: {_brief(e)}"))
-            else:
-                self._say("a tools/call without an id (a notification) was dropped, not claimed")
+            self._to_client(
+                error_line(request_id, INVALID_PARAMS, f"invalid tools/call: {_brief(e)}")
+            )
             return
         key = id_key(request_id)
         assert key is not None  # noqa: S101 - validated

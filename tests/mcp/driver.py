@@ -177,10 +177,19 @@ class RawClient:
         return value
 
     def answer(self, request_id: object) -> dict[str, Any]:
-        """The next message answering ``request_id`` (notifications on the way are skipped)."""
+        """The next message answering ``request_id`` (anything else on the way is skipped)."""
         while True:
-            message = self.message()
-            if message.get("id") == request_id and "method" not in message:
+            line = self.line()
+            assert line, "the proxy's stdout ended"
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if (
+                isinstance(message, dict)
+                and message.get("id") == request_id
+                and "method" not in message
+            ):
                 return message
 
     def start(self) -> dict[str, Any]:
@@ -208,10 +217,16 @@ class RawClient:
         try:
             return self.proc.wait(TIMEOUT * 2)
         finally:
-            self._err.close()
+            self._release()
 
     def kill(self) -> None:
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait(TIMEOUT)
+        self._release()
+
+    def _release(self) -> None:
+        self._reader.join(TIMEOUT)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
         self._err.close()
