@@ -736,6 +736,19 @@ there is no store yet.
 `--json` prints one [store path](#store-path) object.
 
 {_shape("store path")}""",
+    "mcp-proxy": """\
+Writes the store: one run per proxy process, one effect per `tools/call`. Needs the
+MCP SDK (`pip install 'effect-ledger[mcp]'`); without it, it says so in one line and
+exits 1. Standard input and output carry the client's MCP messages; standard error
+carries one line per run started or recovered and per call refused. It exits with the
+server's status (128 + the signal's number if a signal killed it). How to put it in a
+client's configuration, what it records and what it answers itself are in
+[mcp.md](mcp.md).
+
+```sh
+ledger mcp-proxy --name files --kind send_mail=irreversible -- python -m my_server
+```
+""",
     "sql": """\
 Reads the store. Replaces itself with the stock `sqlite3` shell, opened on the
 database with `-safe -readonly -nofollow` and `mode=ro`, so that no statement can change
