@@ -46,24 +46,21 @@ from mcp.types import (
     INVALID_PARAMS,
     INVALID_REQUEST,
     SERVER_INFO_META_KEY,
-    CallToolRequestParams,
     CancelledNotificationParams,
     Implementation,
     InitializeResult,
-    JSONRPCRequest,
-    Tool,
 )
 from pydantic import ValidationError
 
+from ledger._mcp_calls import Call, brief, kinds_listed, outcome_of, read_call
 from ledger._mcp_runs import ProxyRun, check_name
-from ledger._mcp_wire import IdKey, Lines, encode, error_line, id_key, parse, tool_error_line
+from ledger._mcp_wire import IdKey, Lines, error_line, id_key, parse, tool_error_line
 from ledger._text import printable
-from ledger.effects import EffectClaim, EffectKind, ExecutionOutcome, Impact, check_identifier
+from ledger.effects import EffectClaim, EffectKind, ExecutionOutcome, Impact
 from ledger.errors import EffectPersistenceError
 
-__all__ = ["KEY_META", "MAX_MESSAGE", "ProxyError", "run"]
+__all__ = ["MAX_MESSAGE", "ProxyError", "run"]
 
-KEY_META = "ledger/idempotency-key"
 MAX_MESSAGE = 64 << 20  # bytes of one message; more from the client is refused
 # After the client has gone: how long the server gets to exit on its own, then after
 # SIGTERM (the MCP stdio shutdown sequence).
@@ -81,36 +78,6 @@ class _Pending:
     request_id: int | str
     method: str
     claim: EffectClaim | None = None  # a tools/call's effect
-
-
-def _kind(tool: dict[str, Any]) -> EffectKind:
-    """A tool's kind from its annotations: hints, read the way the ledger's docs say."""
-    try:
-        hints = Tool.model_validate(tool).annotations
-        read_only = hints is not None and hints.read_only_hint is True
-        idempotent = hints is not None and hints.idempotent_hint is True
-    except ValidationError:  # a tool this SDK cannot read: its raw hints, if any
-        raw = tool.get("annotations")
-        raw = raw if isinstance(raw, dict) else {}
-        read_only = raw.get("readOnlyHint") is True
-        idempotent = raw.get("idempotentHint") is True
-    if read_only:
-        return EffectKind.READ
-    return EffectKind.IDEMPOTENT if idempotent else EffectKind.WRITE
-
-
-def _outcome(message: dict[str, Any], kind: EffectKind) -> tuple[ExecutionOutcome, Impact]:
-    """What a server's answer to a tools/call says happened."""
-    result = message.get("result")
-    if "error" in message or not isinstance(result, dict) or result.get("isError") is True:
-        return ExecutionOutcome.FAILED, Impact.POSSIBLE
-    if result.get("resultType", "complete") == "input_required":
-        # The server asks for input before it runs the tool: nothing has happened, and
-        # the client will call again (a new effect) with the input.
-        return ExecutionOutcome.FAILED, Impact.NONE
-    return ExecutionOutcome.REPORTED_SUCCESS, (
-        Impact.NONE if kind is EffectKind.READ else Impact.CERTAIN
-    )
 
 
 def _label(text: str) -> str:
@@ -271,7 +238,15 @@ class Proxy:
                     )
                 )
                 continue
-            self._from_client_line(data)
+            try:
+                self._from_client_line(data)
+            except Exception as e:  # a bug of the proxy's own must not end the session
+                self._say(f"a client message could not be handled: {brief(e)}")
+                request = parse(data)
+                if isinstance(request, dict) and "method" in request and "id" in request:
+                    self._to_client(
+                        error_line(request["id"], INTERNAL_ERROR, "ledger mcp-proxy failed")
+                    )
         self._client_gone()
 
     def _from_client_line(self, data: bytes) -> None:
@@ -332,82 +307,65 @@ class Proxy:
 
     def _call(self, message: dict[str, Any]) -> None:
         """A tools/call: claimed, then passed on with its key; or answered here."""
-        request_id = message.get("id")
-        try:
-            JSONRPCRequest.model_validate(message)
-        except ValidationError as e:
-            if "id" in message:
-                self._to_client(
-                    error_line(request_id, INVALID_REQUEST, f"invalid tools/call: {_brief(e)}")
-                )
-            else:
-                self._say("a tools/call without an id (a notification) was dropped, not claimed")
+        call = read_call(message)
+        if call is None:
+            self._say("a tools/call without an id (a notification) was dropped, not claimed")
             return
-        try:
-            params = CallToolRequestParams.model_validate(message.get("params"))
-            check_identifier(params.name, "tool name")
-        except (ValidationError, ValueError, TypeError) as e:
-            self._to_client(
-                error_line(request_id, INVALID_PARAMS, f"invalid tools/call: {_brief(e)}")
-            )
+        if isinstance(call, bytes):
+            self._to_client(call)
             return
-        key = id_key(request_id)
-        assert key is not None  # noqa: S101 - validated
-        assert isinstance(request_id, int | str)  # noqa: S101 - validated
-        tool = params.name
-        raw_params: dict[str, Any] = message["params"]
-        args = raw_params.get("arguments")
         with self._lock:
-            kind = self._kinds.get(tool) or self._annotated.get(tool, EffectKind.WRITE)
-            duplicate = key in self._pending
-            closing = self._closing
-        if duplicate or closing:
-            why = "its id is already in use" if duplicate else "the proxy is closing"
-            self._to_client(error_line(request_id, INVALID_REQUEST, f"tools/call refused: {why}"))
+            kind = self._kinds.get(call.tool) or self._annotated.get(call.tool, EffectKind.WRITE)
+            refused = "its id is already in use" if call.key in self._pending else None
+            refused = "the proxy is closing" if self._closing else refused
+        if refused is not None:
+            self._to_client(error_line(call.request_id, INVALID_REQUEST, f"refused: {refused}"))
+            return
+        claim = self._claim(call, kind)
+        if claim is None:
             return
         try:
-            run = self._ensure_run()
-            refusal = run.refusal(tool, args, kind)
-            if refusal is not None:
-                self._say(f"refused {tool}: effect {refusal.effect_id} of run {refusal.run_id}")
-                self._to_client(tool_error_line(request_id, refusal.message(self._directory)))
-                return
-            claim = run.claim(
-                tool, args, kind=kind, backend=self._backend(), server=self._resource_host(run)
-            )
-        except ValueError as e:
-            self._to_client(
-                error_line(request_id, INVALID_PARAMS, f"cannot claim this call: {_brief(e)}")
-            )
+            line = call.with_key(claim.idempotency_key)
+        except (ValueError, RecursionError) as e:  # claimed, but it cannot be sent: it did nothing
+            self._settle(claim, ExecutionOutcome.FAILED, Impact.NONE)
+            self._to_client(error_line(call.request_id, INVALID_PARAMS, f"cannot send: {brief(e)}"))
             return
-        except EffectPersistenceError as e:
-            self._to_client(
-                error_line(
-                    request_id,
-                    INTERNAL_ERROR,
-                    f"the ledger could not record the claim, so the call was not made: {_brief(e)}",
-                )
-            )
-            return
-        meta = raw_params.get("_meta")
-        sent = {
-            **message,
-            "params": {
-                **raw_params,
-                "_meta": {
-                    **(meta if isinstance(meta, dict) else {}),
-                    KEY_META: claim.idempotency_key,
-                },
-            },
-        }
         with self._lock:
-            self._pending[key] = _Pending(request_id, "tools/call", claim)
-        if not self._to_server(encode(sent)):
+            self._pending[call.key] = _Pending(call.request_id, "tools/call", claim)
+        if not self._to_server(line):
             with self._lock:
-                pending = self._pending.pop(key, None)
+                pending = self._pending.pop(call.key, None)
             if pending is not None:  # it never reached the server: it did nothing
                 self._settle(claim, ExecutionOutcome.FAILED, Impact.NONE)
-                self._to_client(error_line(request_id, INTERNAL_ERROR, "the MCP server has exited"))
+                self._to_client(
+                    error_line(call.request_id, INTERNAL_ERROR, "the MCP server has exited")
+                )
+
+    def _claim(self, call: Call, kind: EffectKind) -> EffectClaim | None:
+        """The call's durable claim; or None, the client answered (refused, or not claimable)."""
+        try:
+            run = self._ensure_run()
+            refusal = run.refusal(call.tool, call.args, kind)
+            if refusal is not None:
+                self._say(
+                    f"refused {call.tool}: effect {refusal.effect_id} of run {refusal.run_id}"
+                )
+                self._to_client(tool_error_line(call.request_id, refusal.message(self._directory)))
+                return None
+            return run.claim(
+                call.tool,
+                call.args,
+                kind=kind,
+                backend=self._backend(),
+                server=self._resource_host(run),
+            )
+        except ValueError as e:
+            why, code = f"cannot claim this call: {brief(e)}", INVALID_PARAMS
+        except EffectPersistenceError as e:
+            why = f"the ledger could not record the claim, so the call was not made: {brief(e)}"
+            code = INTERNAL_ERROR
+        self._to_client(error_line(call.request_id, code, why))
+        return None
 
     def _settle(self, claim: EffectClaim, execution: ExecutionOutcome, impact: Impact) -> None:
         run = self._run
@@ -417,7 +375,7 @@ class Proxy:
         except EffectPersistenceError as e:
             self._say(
                 f"the outcome of effect {claim.effect_id} ({execution.value}) could not be "
-                f"recorded; it stays in doubt: {_brief(e)}"
+                f"recorded; it stays in doubt: {brief(e)}"
             )
 
     # ------------------------------------------------------------------ server to client
@@ -468,25 +426,23 @@ class Proxy:
             with self._lock:
                 pending = None if key is None else self._pending.pop(key, None)
             if pending is not None:
-                self._answered(pending, message)
+                try:
+                    self._answered(pending, message)
+                except Exception as e:  # the answer still goes on to the client
+                    self._say(f"a server message could not be read: {brief(e)}")
         self._to_client(data)
 
     def _answered(self, pending: _Pending, message: dict[str, Any]) -> None:
         """Read what the proxy needs from an answer, before the client gets it."""
         result = message.get("result")
         if pending.claim is not None:
-            self._settle(pending.claim, *_outcome(message, pending.claim.kind))
+            self._settle(pending.claim, *outcome_of(message, pending.claim.kind))
         elif not isinstance(result, dict):
             return
         elif pending.method in ("initialize", "server/discover"):
             self._learn_server(pending.method, result)
         elif pending.method == "tools/list":
-            tools = result.get("tools")
-            found = {
-                t["name"]: _kind(t)
-                for t in (tools if isinstance(tools, list) else [])
-                if isinstance(t, dict) and isinstance(t.get("name"), str)
-            }
+            found = kinds_listed(result)
             with self._lock:
                 self._annotated.update(found)
 
@@ -503,12 +459,11 @@ class Proxy:
         with self._lock:
             if self._server is None:
                 self._server = server
-        self._ensure_run()  # earlier runs of this name recovered before the first call
-
-
-def _brief(error: BaseException) -> str:
-    text = " ".join(str(error).split())
-    return printable(text if len(text) <= 300 else text[:297] + "...")
+        try:
+            self._ensure_run()  # earlier runs of this name recovered before the first call
+        except (EffectPersistenceError, ValueError) as e:
+            # Said here; each tool call then tries again, and is refused while it fails.
+            self._say(f"the run cannot start: {brief(e)}")
 
 
 def _status(status: int) -> str:
