@@ -103,8 +103,11 @@ class ProxyRun:
         self._log = EffectLog(self.run_id, directory)
         # (tool, args digest) -> effects of earlier runs of this name a person must settle
         self._earlier: dict[tuple[str, str], list[tuple[str, str]]] = {}
-        # (tool, args digest) -> effects of this run that may need settling
-        self._own: dict[tuple[str, str], list[str]] = {}
+        # (tool, args digest) -> effects of this run whose decision was ESCALATE when
+        # their outcome was recorded: the only ones of this run the guard must look at
+        # again, so a call costs the same however many identical ones went before.
+        self._doubtful: dict[tuple[str, str], set[str]] = {}
+        self._keys: dict[str, tuple[str, str]] = {}  # effect id -> (tool, args digest)
 
     # ------------------------------------------------------------------ start
 
@@ -160,15 +163,15 @@ class ProxyRun:
                 if decision.effect_id == effect_id and decision.step is NextStep.ESCALATE:
                     return Refusal(run_id, effect_id, decision.reason)
         with self._lock:
-            own = list(self._own.get(key, ()))
-            if not own:
+            doubtful = self._doubtful.get(key)
+            if not doubtful:
                 return None
-            if any(self._log.decide(e).step is NextStep.ESCALATE for e in own):
-                self._reload()  # a person may have resolved it since this log read the run
-            for effect_id in own:
+            self._reload()  # a person may have resolved one since this log read the run
+            for effect_id in sorted(doubtful):
                 decision = self._log.decide(effect_id)
                 if decision.step is NextStep.ESCALATE:
                     return Refusal(self.run_id, effect_id, decision.reason)
+                doubtful.discard(effect_id)
         return None
 
     # ------------------------------------------------------------------ records
@@ -201,7 +204,7 @@ class ProxyRun:
             except EffectPersistenceError:
                 self._reload()  # and if the run cannot be loaded, the claim is refused
                 claim = self._log.history().claim(effect_id) or attempt()
-            self._own.setdefault((tool, operation.args_sha256), []).append(effect_id)
+            self._keys[effect_id] = (tool, operation.args_sha256)
         return claim
 
     def settle(self, effect_id: str, execution: ExecutionOutcome, impact: Impact) -> None:
@@ -212,17 +215,19 @@ class ProxyRun:
         with self._lock:
             try:
                 self._log.outcome(effect_id=effect_id, execution=execution, impact=impact)
-                if not self._log.degraded:
-                    return
+                written = not self._log.degraded
             except EffectPersistenceError:
-                pass
-            self._reload()
-            if self._log.assess(effect_id).execution is None:
-                self._log.outcome(effect_id=effect_id, execution=execution, impact=impact)
-            if self._log.degraded:
-                raise EffectPersistenceError(
-                    f"the outcome of effect {effect_id} of run {self.run_id} was not persisted"
-                )
+                written = False
+            if not written:
+                self._reload()
+                if self._log.assess(effect_id).execution is None:
+                    self._log.outcome(effect_id=effect_id, execution=execution, impact=impact)
+                if self._log.degraded:
+                    raise EffectPersistenceError(
+                        f"the outcome of effect {effect_id} of run {self.run_id} was not persisted"
+                    )
+            if self._log.decide(effect_id).step is NextStep.ESCALATE:
+                self._doubtful.setdefault(self._keys[effect_id], set()).add(effect_id)
 
     def _reload(self) -> None:
         """Load the run again: the store may hold records another process wrote."""

@@ -181,3 +181,38 @@ def test_a_cancelled_call_is_failed_with_possible_impact(tmp_path: Path) -> None
     first, second = history.claims
     assert outcome_of(history, first.effect_id) == (FAILED, POSSIBLE)
     assert outcome_of(history, second.effect_id) == (SUCCESS, NONE)
+
+
+def test_a_failed_write_is_guarded_in_its_own_run_until_resolved(tmp_path: Path) -> None:
+    """A write that failed maybe-done is refused again in the same run; resolved, it passes."""
+    setup = Setup.make(tmp_path)
+    errlog = tmp_path / "proxy.err"
+    answers: list[tuple[bool, str]] = []
+
+    async def scenario() -> None:
+        async with session(setup, errlog=errlog) as client:
+            await client.list_tools()
+            for step in ("first", "refused", "other", "resolved", "after"):
+                if step == "resolved":
+                    run_id = run_id_in(errlog.read_text())
+                    first = setup.history(run_id).claims[0].effect_id
+                    resolved = setup.ledger(
+                        "resolve", run_id, first, "--not-applied", "--by", "tester"
+                    )
+                    assert resolved.returncode == 0, resolved.stderr
+                reason = "other" if step == "other" else "boom"
+                result = await client.call_tool("explode", {"reason": reason})
+                answers.append((result.is_error, _text(result)))
+
+    run_session(scenario)
+    assert [error for error, _ in answers] == [True] * 5  # each an error, of one kind or another
+    first, refused, other, resolved, after = (text for _, text in answers)
+    for text in (first, other, resolved):  # the server's own tool errors
+        assert "did not forward" not in text
+    assert "did not forward" in refused
+    assert "did not forward" in after  # the resolved one went through and failed again
+    assert [c["args"]["reason"] for c in setup.calls()] == ["boom", "other", "boom"]
+    history = setup.history(run_id_in(errlog.read_text()))
+    assert len(history.claims) == 3
+    assert len(history.resolutions) == 1
+    assert {outcome_of(history, c.effect_id) for c in history.claims} == {(FAILED, POSSIBLE)}
