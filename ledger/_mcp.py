@@ -53,7 +53,7 @@ from mcp.types import (
 from pydantic import ValidationError
 
 from ledger._mcp_calls import Call, brief, kinds_listed, outcome_of, read_call
-from ledger._mcp_runs import ProxyRun, check_name
+from ledger._mcp_runs import MAX_NAME, ProxyRun, check_name
 from ledger._mcp_wire import IdKey, Lines, error_line, id_key, parse, tool_error_line
 from ledger._text import printable
 from ledger.effects import EffectClaim, EffectKind, ExecutionOutcome, Impact
@@ -115,6 +115,8 @@ class Proxy:
         self._run: ProxyRun | None = None
         self._run_lock = threading.Lock()
         self._closing = False
+        # Held while a tools/call is claimed and sent: the run is closed only between calls.
+        self._calling = threading.Lock()
         self._child: subprocess.Popen[bytes] | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -141,7 +143,7 @@ class Proxy:
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
-            with self._lock:
+            with self._calling, self._lock:
                 self._closing = True  # no claim is made from now on
             with self._run_lock:
                 if self._run is not None:
@@ -179,7 +181,7 @@ class Proxy:
         with self._run_lock:
             if self._run is None:
                 name = self._name or self._server_name() or Path(self._command[0]).name
-                run = ProxyRun(self._directory, check_name(_label(name) or "mcp"))
+                run = ProxyRun(self._directory, check_name(_label(name)[:MAX_NAME] or "mcp"))
                 earlier = run.start()
                 for recovery in earlier.recovered:
                     for outcome in recovery.outcomes:
@@ -201,7 +203,8 @@ class Proxy:
         return _label(f"{self._server.name}/{self._server.version}".strip("/"))
 
     def _resource_host(self, run: ProxyRun) -> str:
-        return urllib.parse.quote(self._server_name() or run.name, safe="-._~")
+        # Short enough that any tool's URI stays a ledger identifier.
+        return urllib.parse.quote(self._server_name() or run.name, safe="-._~")[:60]
 
     # ------------------------------------------------------------------ writing
 
@@ -267,7 +270,8 @@ class Proxy:
         elif isinstance(message, dict):
             method = message.get("method")
             if method == "tools/call":
-                self._call(message)
+                with self._calling:
+                    self._call(message)
                 return
             key = id_key(message.get("id"))
             if isinstance(method, str) and key is not None:

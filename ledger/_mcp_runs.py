@@ -37,7 +37,7 @@ from ledger.effects import (
 from ledger.errors import EffectPersistenceError
 from ledger.resources import ExternalResource
 
-__all__ = ["Earlier", "ProxyRun", "Refusal", "action_prefix"]
+__all__ = ["MAX_NAME", "Earlier", "ProxyRun", "Refusal", "action_prefix", "check_name"]
 
 _ACTION = "mcp-proxy/{name}/"
 MAX_NAME = 100  # the action id (prefix, name, 32-hex effect id) stays an identifier
