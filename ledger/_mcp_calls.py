@@ -1,9 +1,9 @@
 """What ``ledger mcp-proxy`` reads of a ``tools/call``, of its answer, and of ``tools/list``.
 
-Pure functions of messages (parsed JSON), with the SDK's types: a request checked
-before it is claimed, the request as it goes on (the claim's idempotency key added to
-its ``_meta``), the outcome an answer says, the kind a tool's annotations say. The
-proxy (:mod:`ledger._mcp`) does the I/O.
+Pure functions of messages (parsed JSON), with the SDK's types where they check what
+the proxy relies on: a request checked before it is claimed, the request as it goes on
+(the claim's idempotency key added to its ``_meta``), the outcome an answer says, the
+kind a tool's annotations say. The proxy (:mod:`ledger._mcp`) does the I/O.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from mcp.types import (
     INVALID_REQUEST,
     CallToolRequestParams,
     JSONRPCRequest,
-    Tool,
 )
 from pydantic import ValidationError
 
@@ -80,19 +79,18 @@ def read_call(message: dict[str, Any]) -> Call | bytes | None:
 
 
 def kind_of(tool: dict[str, Any]) -> EffectKind:
-    """A tool's kind from its annotations (hints, read the way docs/mcp.md says)."""
-    try:
-        hints = Tool.model_validate(tool).annotations
-        read_only = hints is not None and hints.read_only_hint is True
-        idempotent = hints is not None and hints.idempotent_hint is True
-    except ValidationError:  # a tool this SDK cannot read: its raw hints, if any
-        raw = tool.get("annotations")
-        raw = raw if isinstance(raw, dict) else {}
-        read_only = raw.get("readOnlyHint") is True
-        idempotent = raw.get("idempotentHint") is True
-    if read_only:
+    """A tool's kind from its annotations (hints, read the way docs/mcp.md says).
+
+    Read from the JSON as sent, not through the SDK's ``ToolAnnotations``: its lax
+    validation takes ``"yes"`` or ``1`` for true, and a hint that is not JSON ``true``
+    was not given. A tool misjudged ``read`` would lose the guard; one misjudged
+    ``write`` only costs an escalation.
+    """
+    hints = tool.get("annotations")
+    hints = hints if isinstance(hints, dict) else {}
+    if hints.get("readOnlyHint") is True:
         return EffectKind.READ
-    return EffectKind.IDEMPOTENT if idempotent else EffectKind.WRITE
+    return EffectKind.IDEMPOTENT if hints.get("idempotentHint") is True else EffectKind.WRITE
 
 
 def kinds_listed(result: dict[str, Any]) -> dict[str, EffectKind]:
