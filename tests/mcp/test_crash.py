@@ -16,7 +16,7 @@ import anyio
 import pytest
 from mcp.types import TextContent
 
-from tests.builders import INTERRUPTED, POSSIBLE
+from tests.builders import FAILED, INTERRUPTED, POSSIBLE
 from tests.mcp.driver import Setup, outcome_of, run_id_in, run_session, session, wait_until
 
 pytestmark = pytest.mark.program
@@ -124,3 +124,40 @@ def test_the_call_in_doubt_is_on_the_incident_list_after_recovery(tmp_path: Path
     listed = setup.ledger("status", "--unresolved")
     assert in_doubt.effect_id in listed.stdout
     assert "slow_write" in listed.stdout
+
+
+@pytest.mark.parametrize("how", ["stdin closed", "SIGTERM"])
+def test_a_client_that_goes_mid_call_leaves_the_call_interrupted(tmp_path: Path, how: str) -> None:
+    """The client goes (its stdin closes, or the proxy is told to stop) inside a call.
+
+    The server is stopped, the proxy exits, and the call is settled with impact
+    possible: interrupted if the server died without answering, failed if it answered
+    with an error as it stopped (the SDK's server cancels its calls). In doubt, not lost.
+    """
+    from tests.builders import wait_for
+    from tests.mcp.driver import RawClient
+
+    setup = Setup.make(tmp_path)
+    errlog = tmp_path / "proxy.err"
+    client = RawClient(setup.argv(), errlog)
+    try:
+        client.start()
+        client.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {"name": "slow_write", "arguments": {"label": "never"}},
+            }
+        )
+        wait_for((setup.state / "started-never").exists, "the call starts")
+        if how == "SIGTERM":
+            client.proc.send_signal(signal.SIGTERM)
+        status = client.close()
+    except BaseException:
+        client.kill()
+        raise
+    del status  # the server's: how it stopped is its own business
+    history = setup.history(run_id_in(errlog.read_text()))
+    [claim] = history.claims
+    assert outcome_of(history, claim.effect_id) in {(INTERRUPTED, POSSIBLE), (FAILED, POSSIBLE)}
