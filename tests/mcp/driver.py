@@ -4,7 +4,7 @@
 the SDK's own stdio client to ``ledger mcp-proxy`` (run as the installed console
 script) in front of ``server.py``; ``RawClient`` writes bytes to a proxy's stdin and
 reads its stdout line by line, for what no SDK client would send. Every wait fails
-the test after ``TIMEOUT``.
+the test after ``WAIT`` (one step) or ``SESSION_TIMEOUT`` (a whole conversation).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import re
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -27,11 +28,14 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from ledger import effects as fx
 from ledger.effect_log import EffectLog
-from tests.builders import LEDGER, PYTHON, TIMEOUT, ledger, subprocess_env
+from tests.builders import CHILD_TIMEOUT, LEDGER, PYTHON, ledger, subprocess_env
 
 HERE = Path(__file__).resolve().parent
 SERVER = HERE / "server.py"
-SESSION_TIMEOUT = 60.0  # one whole conversation through the proxy
+# Every step starts or crosses Python processes that import the SDK (a second or more
+# of CPU each): on a loaded machine a step may take far longer than in-process waits.
+WAIT = float(CHILD_TIMEOUT)
+SESSION_TIMEOUT = 3 * WAIT  # one whole conversation through the proxy
 INIT = {
     "jsonrpc": "2.0",
     "id": 0,
@@ -112,7 +116,7 @@ async def session(
             stdio_client(params, errlog=err) as (read, write),
             ClientSession(read, write, **callbacks) as client,
         ):
-            with anyio.fail_after(TIMEOUT):
+            with anyio.fail_after(WAIT):
                 await client.initialize()
             yield client
 
@@ -128,11 +132,19 @@ def run_session(scenario: Any) -> Any:
 
 
 async def wait_until(predicate: Any, what: str) -> None:
-    """Wait (without blocking the loop) until ``predicate()``; fail after ``TIMEOUT``."""
-    with anyio.fail_after(TIMEOUT):
+    """Wait (without blocking the loop) until ``predicate()``; fail after ``WAIT``."""
+    with anyio.fail_after(WAIT):
         while not predicate():  # noqa: ASYNC110 - a file or a store another process writes
             await anyio.sleep(0.01)
     del what
+
+
+def wait_file(path: Path) -> None:
+    """Wait until ``path`` exists (a test server's marker); fail after ``WAIT``."""
+    deadline = time.monotonic() + WAIT
+    while not path.exists():
+        assert time.monotonic() < deadline, f"timed out waiting for {path.name}"
+        time.sleep(0.01)
 
 
 class RawClient:
@@ -166,7 +178,7 @@ class RawClient:
     def line(self) -> bytes:
         """The next line the proxy writes; b"" once its stdout ends."""
         try:
-            return self._lines.get(timeout=TIMEOUT)
+            return self._lines.get(timeout=WAIT)
         except queue.Empty:
             raise AssertionError("the proxy wrote nothing in time") from None
 
@@ -215,18 +227,18 @@ class RawClient:
         assert self.proc.stdin is not None
         self.proc.stdin.close()
         try:
-            return self.proc.wait(TIMEOUT * 2)
+            return self.proc.wait(2 * WAIT)
         finally:
             self._release()
 
     def kill(self) -> None:
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(TIMEOUT)
+        self.proc.wait(WAIT)
         self._release()
 
     def _release(self) -> None:
-        self._reader.join(TIMEOUT)
+        self._reader.join(WAIT)
         assert self.proc.stdout is not None
         self.proc.stdout.close()
         self._err.close()

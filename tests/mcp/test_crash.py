@@ -134,8 +134,7 @@ def test_a_client_that_goes_mid_call_leaves_the_call_interrupted(tmp_path: Path,
     possible: interrupted if the server died without answering, failed if it answered
     with an error as it stopped (the SDK's server cancels its calls). In doubt, not lost.
     """
-    from tests.builders import wait_for
-    from tests.mcp.driver import RawClient
+    from tests.mcp.driver import RawClient, wait_file
 
     setup = Setup.make(tmp_path)
     errlog = tmp_path / "proxy.err"
@@ -150,7 +149,7 @@ def test_a_client_that_goes_mid_call_leaves_the_call_interrupted(tmp_path: Path,
                 "params": {"name": "slow_write", "arguments": {"label": "never"}},
             }
         )
-        wait_for((setup.state / "started-never").exists, "the call starts")
+        wait_file(setup.state / "started-never")
         if how == "SIGTERM":
             client.proc.send_signal(signal.SIGTERM)
         status = client.close()
