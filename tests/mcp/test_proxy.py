@@ -7,6 +7,7 @@ says; everything else (progress, a server's request to the client) passes throug
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -216,3 +217,32 @@ def test_a_failed_write_is_guarded_in_its_own_run_until_resolved(tmp_path: Path)
     assert len(history.claims) == 3
     assert len(history.resolutions) == 1
     assert {outcome_of(history, c.effect_id) for c in history.claims} == {(FAILED, POSSIBLE)}
+
+
+def test_a_client_on_the_per_request_protocol_is_served_the_same(tmp_path: Path) -> None:
+    """The SDK's Client negotiates server/discover (2026-07-28): the same claims and keys."""
+    from mcp import Client, StdioServerParameters
+
+    from tests.builders import subprocess_env
+
+    setup = Setup.make(tmp_path)
+    argv = setup.argv()
+
+    async def scenario() -> tuple[str | None, bool]:
+        params = StdioServerParameters(command=argv[0], args=argv[1:], env=subprocess_env())
+        async with Client(params) as client:  # mode "auto": server/discover first
+            await client.list_tools()
+            result = await client.call_tool("read_note", {"name": "z"})
+            return client.session.protocol_version, bool(result.is_error)
+
+    version, error = run_session(scenario)
+    assert version == "2026-07-28"
+    assert error is False
+    [run] = json.loads(setup.ledger("runs", "--json").stdout)
+    history = setup.history(run["run_id"])
+    [claim] = history.claims
+    assert claim.kind is KIND.READ
+    assert claim.operation.backend == "ledger-test-server/1.2.3"
+    assert claim.action_id.startswith("mcp-proxy/ledger-test-server/")
+    assert setup.calls()[0]["key"] == claim.idempotency_key
+    assert outcome_of(history, claim.effect_id) == (SUCCESS, NONE)
