@@ -807,7 +807,7 @@ checkpointed once, so that all measure the steady state.
 | `threads8_shared` | 8 threads started together, all sharing one log; claims/s |
 | `processes4` | 4 processes started together, one store; claims/s, `errors`, `max_wait_s` |
 | `raw_off`, `cpu_off` | `raw` and `claim` with `synchronous=OFF`: the cost without the disk |
-| `mcp_direct`, `mcp_call` | a `tools/call` and its answer over stdio to a minimal server, direct and through `ledger mcp-proxy` (only with the MCP SDK installed) |
+| `mcp_direct`, `mcp_call` | a `tools/call` to a tiny stdio server, direct and via `mcp-proxy` |
 | `assess_*` | `log.assess` on a loaded run of 1k and of 100k records (10k with `--quick`) |
 | `recover_*` | `recover_interrupted` of 100 claims on those loaded runs |
 | `recovery_*` | `load` + `recover_interrupted`, a 1k run in stores of 10k and 1m (quick: 100k) |
@@ -822,7 +822,8 @@ in a batch of 8 / claim p50, at most 0.2), `threads8_vs_single` (claims/s, at le
 a second or more. After them, without a target, come `threads8_shared_vs_single`
 (claims/s of `threads8_shared` / `threads1`; the three thread cases run in turn, in
 the same rounds) and `mcp_call_vs_direct` (p50s; what the proxy adds should be about
-`claim_outcome`). Missed targets are reported, not an error: the exit status is 0.
+`claim_outcome`; the MCP cases run only when the MCP SDK is installed). Missed targets
+are reported, not an error: the exit status is 0.
 
 `--json` prints one object: `quick`, `store`, `seconds`, `machine` (`cpus`,
 `platform`, `python`, `sqlite`), `notes` (strings), `cases` (by name: `what`, `n`,
