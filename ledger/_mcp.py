@@ -115,6 +115,7 @@ class Proxy:
         self._run: ProxyRun | None = None
         self._run_lock = threading.Lock()
         self._closing = False
+        self._gone = False  # the client has gone: the server's stdin is being closed
         # Held while a tools/call is claimed and sent: the run is closed only between calls.
         self._calling = threading.Lock()
         self._child: subprocess.Popen[bytes] | None = None
@@ -152,16 +153,21 @@ class Proxy:
 
     def _on_signal(self, _signum: int, _frame: FrameType | None) -> None:
         # Like a client that goes: the server's stdin closes, and it is stopped if it stays.
-        self._client_gone()
+        # In a thread: the handler runs in the thread reading the server, which must go on
+        # reading while the stdin lock waits for a write the server has yet to take.
+        threading.Thread(target=self._client_gone, name="mcp-signal", daemon=True).start()
 
     def _client_gone(self) -> None:
-        with self._in_lock:
-            child = self._child
-            if child is None or child.stdin is None or child.stdin.closed:
+        with self._lock:
+            if self._gone:
                 return
-            with contextlib.suppress(OSError):
-                child.stdin.close()
+            self._gone = True
+        # The timer first: a server that reads nothing more must not block the close below.
         threading.Thread(target=self._stop_server, name="mcp-stop", daemon=True).start()
+        child = self._child
+        if child is not None and child.stdin is not None:
+            with self._in_lock, contextlib.suppress(OSError):
+                child.stdin.close()
 
     def _stop_server(self) -> None:
         child = self._child
