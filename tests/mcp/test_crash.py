@@ -26,8 +26,8 @@ def _text(result: Any) -> str:
     return "".join(c.text for c in result.content if isinstance(c, TextContent))
 
 
-def _kill_proxy_mid_call(setup: Setup, errlog: Path) -> str:
-    """Start slow_write through a proxy named crashy, SIGKILL the proxy inside it: its run."""
+def _kill_proxy_mid_call(setup: Setup, errlog: Path, *options: str) -> str:
+    """Start slow_write through a proxy (named crashy unless ``options`` say), SIGKILL it."""
 
     async def call(client: Any) -> None:
         try:
@@ -37,7 +37,7 @@ def _kill_proxy_mid_call(setup: Setup, errlog: Path) -> str:
 
     async def scenario() -> None:
         async with (
-            session(setup, "--name", "crashy", errlog=errlog) as client,
+            session(setup, *(options or ("--name", "crashy")), errlog=errlog) as client,
             anyio.create_task_group() as tasks,
         ):
             tasks.start_soon(call, client)
@@ -107,16 +107,21 @@ def test_a_killed_proxy_is_recovered_and_its_call_guarded_until_resolved(tmp_pat
 
 
 def test_the_call_in_doubt_is_on_the_incident_list_after_recovery(tmp_path: Path) -> None:
-    """ledger status --unresolved lists the interrupted call once the next proxy started."""
+    """Named by the server (no --name): recovered at initialize, listed as unresolved."""
     setup = Setup.make(tmp_path)
-    first = _kill_proxy_mid_call(setup, tmp_path / "first.err")
+    first = _kill_proxy_mid_call(setup, tmp_path / "first.err", "--kind", "slow_write=write")
     [in_doubt] = setup.history(first).claims
+    assert in_doubt.action_id == f"mcp-proxy/ledger-test-server/{in_doubt.effect_id}"
 
     async def restart() -> None:
-        async with session(setup, "--name", "crashy", errlog=tmp_path / "second.err") as client:
+        async with session(setup, errlog=tmp_path / "second.err") as client:
             await client.list_tools()
 
     run_session(restart)
+    assert (
+        f"recovered run {first} of a dead proxy named ledger-test-server: effect "
+        f"{in_doubt.effect_id} (slow_write) interrupted, impact possible"
+    ) in (tmp_path / "second.err").read_text()
     rows = setup.status("--unresolved")
     assert [(r["run_id"], r["effect_id"], r["execution"], r["impact"]) for r in rows] == [
         (first, in_doubt.effect_id, "interrupted", "possible")
