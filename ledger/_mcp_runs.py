@@ -15,6 +15,7 @@ resolution never stops the proxy.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -86,6 +87,28 @@ class Refusal:
             f"{self.run_id} {self.effect_id} --applied --by NAME{store}` (or --not-applied); "
             f"`ledger show {self.run_id}{store}` shows the run."
         )
+
+
+_LOG = logging.getLogger("ledger")
+
+
+class _HeldBack(logging.Filter):
+    """Holds back what this thread logs on the ``ledger`` logger, to let it go or drop it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._thread = threading.get_ident()
+        self._records: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.thread != self._thread:
+            return True
+        self._records.append(record)
+        return False
+
+    def release(self) -> None:
+        for record in self._records:
+            _LOG.handle(record)
 
 
 class ProxyRun:
@@ -213,12 +236,20 @@ class ProxyRun:
         Returns once the outcome is durable: only then is the client told the answer.
         """
         with self._lock:
+            held = _HeldBack()
+            _LOG.addFilter(held)
             try:
                 self._log.outcome(effect_id=effect_id, execution=execution, impact=impact)
                 written = not self._log.degraded
             except EffectPersistenceError:
                 written = False
-            if not written:
+            finally:
+                _LOG.removeFilter(held)
+            if written:
+                held.release()
+            else:
+                # What the log said as it degraded ("nothing more will be written") is
+                # not so here: the run is loaded again and the outcome written once more.
                 self._reload()
                 if self._log.assess(effect_id).execution is None:
                     self._log.outcome(effect_id=effect_id, execution=execution, impact=impact)
