@@ -282,7 +282,9 @@ class Proxy:
             key = id_key(message.get("id"))
             if isinstance(method, str) and key is not None:
                 with self._lock:
-                    self._pending[key] = _Pending(message["id"], method)
+                    held = self._pending.get(key)
+                    if held is None or held.claim is None:  # a reused id never hides a claim
+                        self._pending[key] = _Pending(message["id"], method)
             elif method == "notifications/cancelled":
                 self._cancelled(message)
         if not self._to_server(data):
