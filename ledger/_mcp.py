@@ -283,8 +283,13 @@ class Proxy:
             if isinstance(method, str) and key is not None:
                 with self._lock:
                     held = self._pending.get(key)
-                    if held is None or held.claim is None:  # a reused id never hides a claim
+                    if held is None or held.claim is None:
                         self._pending[key] = _Pending(message["id"], method)
+                if held is not None and held.claim is not None:
+                    # Its answer could be taken for the tool call's, whose outcome it is not.
+                    why = "refused: its id is that of a tool call in flight"
+                    self._to_client(error_line(message["id"], INVALID_REQUEST, why))
+                    return
             elif method == "notifications/cancelled":
                 self._cancelled(message)
         if not self._to_server(data):

@@ -15,7 +15,7 @@ import pytest
 
 from ledger._mcp import MAX_MESSAGE
 from tests.builders import CERTAIN, FAILED, POSSIBLE, PYTHON, SUCCESS
-from tests.mcp.driver import HERE, RawClient, Setup, outcome_of, run_id_in
+from tests.mcp.driver import HERE, RawClient, Setup, outcome_of, run_id_in, wait_file
 
 pytestmark = pytest.mark.program
 
@@ -140,3 +140,32 @@ def test_a_garbage_writing_server_is_passed_through_untouched(tmp_path: Path) ->
         (SUCCESS, CERTAIN),
     ]
     assert {c.operation.backend for c in history.claims} == {"garbage/0.1"}
+
+
+def test_a_request_reusing_the_id_of_a_call_in_flight_is_refused(tmp_path: Path) -> None:
+    """Its answer would pass for the tool call's: it is answered with an error instead."""
+    setup = Setup.make(tmp_path)
+    client = RawClient(setup.argv(), tmp_path / "proxy.err")
+    try:
+        client.start()
+        client.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 5,
+                "method": "tools/call",
+                "params": {"name": "slow_write", "arguments": {"label": "r"}},
+            }
+        )
+        wait_file(setup.state / "started-r")
+        client.send({"jsonrpc": "2.0", "id": 5, "method": "ping"})
+        refused = client.answer(5)
+        assert refused["error"]["code"] == INVALID_REQUEST
+        (setup.state / "release-r").write_text("")
+        assert client.answer(5)["result"]["content"][0]["text"] == "done r"
+    finally:
+        status = client.close()
+    assert status == 0
+    run_id = run_id_in((tmp_path / "proxy.err").read_text())
+    _every_call_claimed(setup, run_id)
+    history = setup.history(run_id)
+    assert [outcome_of(history, c.effect_id) for c in history.claims] == [(SUCCESS, CERTAIN)]
