@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ledger import _bench_mcp
 from ledger._bench_cases import (
     SMALL_RUN,
     UNSETTLED,
@@ -157,6 +158,10 @@ def _writes(scratch: Path, plan: _Plan, say: Progress) -> dict[str, dict[str, An
             "raw_off": raw_off.chunk,
             "cpu_off": off.chunk,
         }
+        if _bench_mcp.available():
+            mcp = _bench_mcp.McpCalls(scratch)
+            stack.callback(mcp.close)
+            cases |= mcp.chunks()
         names = list(cases)
         samples: dict[str, list[int]] = {name: [] for name in names}
         for r in range(plan.rounds):
@@ -165,7 +170,8 @@ def _writes(scratch: Path, plan: _Plan, say: Progress) -> dict[str, dict[str, An
             turn = r % len(names)
             for name in names[turn:] + names[:turn]:
                 samples[name] += cases[name](plan.chunk)
-        found = {name: _case(_WHAT[name], samples[name]) for name in names}
+        what = _WHAT | _bench_mcp.WHAT
+        found = {name: _case(what[name], samples[name]) for name in names}
         found["claim_many8"]["per_claim_p50_us"] = round(found["claim_many8"]["p50_us"] / 8, 1)
         # Still open: the store and its WAL stay as warm as the cases above found them.
         return found | _concurrency(scratch / "store", plan, say)
@@ -379,6 +385,8 @@ def _report(
             cases["threads8_shared"]["per_s"], cases["threads1"]["per_s"]
         ),
     }
+    if "mcp_call" in cases:
+        extra_ratios["mcp_call_vs_direct"] = _ratio(p50("mcp_call"), p50("mcp_direct"))
     met = {
         name: value <= RATIOS[name][1] if RATIOS[name][0] == "<=" else value >= RATIOS[name][1]
         for name, value in ratios.items()
@@ -412,6 +420,16 @@ def _report(
         (
             f"recover_{big} repeats on one run, which gets {UNSETTLED} new claims before each "
             f"repeat; recover_{small} uses a run of its own each time."
+        ),
+        (
+            "mcp_call is a tools/call through ledger mcp-proxy (claimed, relayed, settled: two "
+            "more pipe hops and two commits), mcp_direct the same call to the same server "
+            "without it; mcp_call minus mcp_direct, next to claim_outcome, is what the proxy "
+            "adds beyond the ledger's own commits. mcp_call_vs_direct is reported without a "
+            "target."
+            if "mcp_call" in cases
+            else "mcp_call and mcp_direct were left out: the MCP SDK is not installed "
+            "(pip install effect-ledger[mcp])."
         ),
         f"The scratch directory {scratch} was removed.",
     ]

@@ -52,6 +52,7 @@ __all__ = [
     "threads",
     "timed",
     "unsettle",
+    "warm",
     "worker",
 ]
 
@@ -120,7 +121,7 @@ def _flush(db: Path) -> None:
             os.close(fd)
 
 
-def _warm(db: Path, bulk: Callable[[], object], step: Callable[[], object]) -> None:
+def warm(db: Path, bulk: Callable[[], object], step: Callable[[], object]) -> None:
     """Commit until the WAL has been checkpointed once and is reused rather than grown."""
     while _wal(db) < _WAL_BYTES:  # the commit that crosses it checkpoints
         bulk()
@@ -135,7 +136,7 @@ def _warm(db: Path, bulk: Callable[[], object], step: Callable[[], object]) -> N
 
 def _warm_log(log: EffectLog, name: str) -> None:
     ids = iter(range(10**9))
-    _warm(
+    warm(
         log.path,
         lambda: log.claim_many(_request(f"{name}{next(ids)}", _ref(0)) for _ in range(50)),
         lambda: _claim(log, f"{name}{next(ids)}", _ref(0)),
@@ -163,7 +164,7 @@ class Raw:
             "backend TEXT, args_sha256 TEXT, recorded_at TEXT)"
         )
         self.rows = 0
-        _warm(db, lambda: self.insert(200), lambda: self.insert(1))
+        warm(db, lambda: self.insert(200), lambda: self.insert(1))
 
     def insert(self, rows: int) -> None:
         self.conn.execute("BEGIN IMMEDIATE")

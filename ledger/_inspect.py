@@ -9,7 +9,7 @@ through :class:`ledger.effect_log.EffectLog` like any worker.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -186,14 +186,19 @@ def recover_run(directory: Path, prefix: str, *, force: bool = False) -> Recover
     return recovery
 
 
-def recover_dead(directory: Path) -> list[Recovery]:
+def recover_dead(directory: Path, runs: Iterable[str] | None = None) -> list[Recovery]:
     """Recover every run with unsettled claims that no live process has loaded.
 
     A run is taken for dead when no process holds it (see docs/storage.md, "Liveness"),
     whatever process, pid namespace or host wrote it. A run a live process has loaded,
-    or that another process is recovering, is left alone, and said so.
+    or that another process is recovering, is left alone, and said so. ``runs``: only
+    those of these runs (``ledger mcp-proxy`` recovers its own predecessors).
     """
-    return [_recover(directory, run_id) for run_id in reader(directory).unsettled()]
+    unsettled = reader(directory).unsettled()
+    if runs is not None:
+        wanted = set(runs)
+        unsettled = [run_id for run_id in unsettled if run_id in wanted]
+    return [_recover(directory, run_id) for run_id in unsettled]
 
 
 def resolve_effect(

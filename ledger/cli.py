@@ -26,7 +26,7 @@ from ledger import _inspect, _jsonl, _report
 from ledger._paths import DB_NAME
 from ledger._text import UNPRINTABLE, printable
 from ledger.effect_log import EffectPersistenceError, effects_dir
-from ledger.effects import EffectClaim, EffectOutcome, Record, Resolution
+from ledger.effects import EffectClaim, EffectKind, EffectOutcome, Record, Resolution
 from ledger.storage import ShellMissingError
 
 __all__ = ["main"]
@@ -679,6 +679,77 @@ def _wait_for_shell(argv: list[str]) -> int:
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+
+
+_KINDS = {kind.value: kind for kind in EffectKind}
+
+
+def _kind_option(
+    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
+) -> dict[str, EffectKind]:
+    kinds = {}
+    for value in values:
+        tool, sep, word = value.rpartition("=")
+        if not sep or not tool or word.lower() not in _KINDS:
+            raise click.BadParameter(
+                printable(f"{value!r} is not TOOL=KIND, KIND one of {', '.join(_KINDS)}")
+            )
+        kinds[tool] = _KINDS[word.lower()]
+    return kinds
+
+
+@main.command(
+    name="mcp-proxy",
+    short_help="Put an MCP server behind the ledger: every tool call an effect.",
+    context_settings={"allow_interspersed_args": False},
+)
+@click.argument("command", nargs=-1, required=True, metavar="-- COMMAND [ARG]...")
+@click.option(
+    "--name",
+    default=None,
+    metavar="NAME",
+    help="The name of this proxy's runs. Default: the server's name (its serverInfo).",
+)
+@click.option(
+    "--kind",
+    "kinds",
+    multiple=True,
+    metavar="TOOL=KIND",
+    callback=_kind_option,
+    help="The kind of TOOL's calls (read, idempotent, write, irreversible), whatever the "
+    "server's annotations say. Repeatable.",
+)
+@_store_option
+def mcp_proxy(
+    command: tuple[str, ...], name: str | None, kinds: dict[str, EffectKind], store: Path | None
+) -> None:
+    """Start COMMAND, an MCP server speaking stdio, and relay MCP between it and the client.
+
+    Every message passes through; every tools/call is claimed in the ledger before the
+    server gets it (its idempotency key in params._meta["ledger/idempotency-key"]) and
+    its answer recorded before the client gets it. Each proxy process is one run, its
+    id on stderr. Runs of the same NAME left unsettled by a dead proxy are recovered at
+    start, and a write identical to an earlier one a person must check is refused
+    until it is resolved. See docs/mcp.md.
+    """
+    try:
+        from ledger import _mcp  # noqa: PLC0415 - the MCP SDK is an optional extra
+    except ImportError as e:
+        if (e.name or "").partition(".")[0] not in ("mcp", "mcp_types", "pydantic"):
+            raise
+        raise click.ClickException(
+            "ledger mcp-proxy needs the MCP SDK: pip install effect-ledger[mcp]"
+        ) from None
+
+    def say(line: str) -> None:
+        click.echo(printable(f"ledger mcp-proxy: {line}"), err=True)
+
+    with _library_errors():
+        try:
+            status = _mcp.run(command, _directory(store), name=name, kinds=kinds, say=say)
+        except _mcp.ProxyError as e:
+            raise click.ClickException(_one_line(e)) from None
+    raise SystemExit(status)
 
 
 @main.command(short_help="Kill a worker mid-effect, recover, show every verdict.")

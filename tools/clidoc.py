@@ -755,6 +755,19 @@ there is no store yet.
 `--json` prints one [store path](#store-path) object.
 
 {_shape("store path")}""",
+    "mcp-proxy": """\
+Writes the store: one run per proxy process, one effect per `tools/call`. Needs the
+MCP SDK (`pip install 'effect-ledger[mcp]'`); without it, it says so in one line and
+exits 1. Standard input and output carry the client's MCP messages; standard error
+carries one line per run started or recovered and per call refused. It exits with the
+server's status (128 + the signal's number if a signal killed it). How to put it in a
+client's configuration, what it records and what it answers itself are in
+[mcp.md](mcp.md).
+
+```sh
+ledger mcp-proxy --name files --kind send_mail=irreversible -- python -m my_server
+```
+""",
     "sql": """\
 Reads the store. Replaces itself with the stock `sqlite3` shell, opened on the
 database with `-safe -readonly -nofollow` and `mode=ro`, so that no statement can change
@@ -813,6 +826,7 @@ checkpointed once, so that all measure the steady state.
 | `threads8_shared` | 8 threads started together, all sharing one log; claims/s |
 | `processes4` | 4 processes started together, one store; claims/s, `errors`, `max_wait_s` |
 | `raw_off`, `cpu_off` | `raw` and `claim` with `synchronous=OFF`: the cost without the disk |
+| `mcp_direct`, `mcp_call` | a `tools/call` to a tiny stdio server, direct and via `mcp-proxy` |
 | `assess_*` | `log.assess` on a loaded run of 1k and of 100k records (10k with `--quick`) |
 | `recover_*` | `recover_interrupted` of 100 claims on those loaded runs |
 | `recovery_*` | `load` + `recover_interrupted`, a 1k run in stores of 10k and 1m (quick: 100k) |
@@ -824,15 +838,18 @@ p50, at most 1.15), `claim_vs_jsonl` (at most 1), `claim_many8_vs_claim` (p50 pe
 in a batch of 8 / claim p50, at most 0.2), `threads8_vs_single` (claims/s, at least 4),
 `cpu_off_vs_raw_off` (at most 3), `assess_100k_vs_1k` (at most 2) and
 `recovery_1m_vs_10k` (at most 2); `processes4` must have no error and no claim waiting
-a second or more. After them, without a target, comes `threads8_shared_vs_single`
+a second or more. After them, without a target, come `threads8_shared_vs_single`
 (claims/s of `threads8_shared` / `threads1`; the three thread cases run in turn, in
-the same rounds). Missed targets are reported, not an error: the exit status is 0.
+the same rounds) and `mcp_call_vs_direct` (p50s; what the proxy adds should be about
+`claim_outcome`; the MCP cases run only when the MCP SDK is installed). Missed targets
+are reported, not an error: the exit status is 0.
 
 `--json` prints one object: `quick`, `store`, `seconds`, `machine` (`cpus`,
 `platform`, `python`, `sqlite`), `notes` (strings), `cases` (by name: `what`, `n`,
 `p50_us`, `p99_us`, `per_s`, and `records` for the scale cases), `builds` (`name`,
 `records`, `seconds`), `ratios`, `targets` and `met` (the seven ratios, in the order
-above), `extra_ratios` (`threads8_shared_vs_single`) and `processes4` (`claims_per_s`,
+above), `extra_ratios` (`effect_vs_claim_outcome`, `threads8_shared_vs_single`,
+`mcp_call_vs_direct`) and `processes4` (`claims_per_s`,
 `errors`, `max_wait_s`, `p99_us`, `target`, `met`). The figures are this machine's: no
 two runs print the same.
 """,

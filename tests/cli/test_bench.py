@@ -15,13 +15,18 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from ledger import _bench, _bench_cases
+from ledger import _bench, _bench_cases, _bench_mcp
 from ledger.cli import main
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.sqlite.store import unsynchronised
 from tests.builders import PYTHON, op, subprocess_env
 
-LATENCY = ["raw", "jsonl", "claim", "claim_outcome", "claim_many8", "effect", "raw_off", "cpu_off"]
+# The MCP cases run when the SDK the proxy needs is installed (it is, in make's environment).
+MCP = ["mcp_direct", "mcp_call"] if _bench_mcp.available() else []
+LATENCY = [
+    *("raw", "jsonl", "claim", "claim_outcome", "claim_many8", "effect", "raw_off", "cpu_off"),
+    *MCP,
+]
 CONCURRENCY = ["threads1", "threads8", "threads8_shared", "processes4"]
 SCALE = ["assess_1k", "assess_10k", "recover_1k", "recover_10k", "recovery_10k", "recovery_100k"]
 RATIOS = [
@@ -33,7 +38,11 @@ RATIOS = [
     "assess_100k_vs_1k",
     "recovery_1m_vs_10k",
 ]
-EXTRA_RATIOS = ["effect_vs_claim_outcome", "threads8_shared_vs_single"]
+EXTRA_RATIOS = [
+    "effect_vs_claim_outcome",
+    "threads8_shared_vs_single",
+    *(["mcp_call_vs_direct"] if MCP else []),
+]
 
 
 def _bench_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,508 @@
+"""``ledger mcp-proxy``: an MCP stdio proxy that makes every tool call an effect.
+
+The proxy starts the server (COMMAND) and sits between it and the client, speaking
+newline-delimited JSON-RPC on both sides. Two threads move the lines, one per
+direction, each blocked in a read until a line arrives: nothing polls, and a line is
+passed on as soon as it is read. Every ``tools/call`` is claimed in the ledger before
+it is passed on (with the claim's idempotency key in ``params._meta``), and its answer
+is recorded before the client gets it; that is the only time the proxy adds.
+
+Why a raw relay and not the SDK's ``ClientSession``/``ServerSession``: a session parses
+every message into the models of the protocol version it negotiated, answers pings
+itself, drops what it does not know and serialises what it passes again. A proxy
+between two other programs must change nothing it does not have to: so every line it
+does not interpret goes through byte for byte, whatever it holds (a method of a
+protocol version this SDK does not know, a server's stray output). The SDK's types
+read the few messages the proxy must understand (``initialize`` and
+``server/discover`` results for the server's name, ``tools/list`` for annotations,
+``tools/call`` and its answer, ``notifications/cancelled``) and make the answers it
+gives itself.
+
+What the proxy answers itself instead of passing on, never crashing:
+- a ``tools/call`` it cannot claim (not a valid request, arguments JSON cannot hold
+  exactly, the store failing): an error, and the server never sees the call;
+- a ``tools/call`` the guard refuses: a tool error naming the earlier effect;
+- a client message longer than the limit: an error (it cannot be read, so it cannot
+  be claimed); a server's is passed on in pieces;
+- requests left unanswered when the server exits: an error each.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import signal
+import subprocess
+import threading
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
+
+from mcp.types import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    SERVER_INFO_META_KEY,
+    CancelledNotificationParams,
+    Implementation,
+    InitializeResult,
+)
+from pydantic import ValidationError
+
+from ledger._mcp_calls import Call, brief, kinds_listed, outcome_of, read_call
+from ledger._mcp_runs import MAX_NAME, ProxyRun, check_name
+from ledger._mcp_wire import IdKey, Lines, error_line, id_key, parse, tool_error_line
+from ledger._text import printable
+from ledger.effects import EffectClaim, EffectKind, ExecutionOutcome, Impact
+from ledger.errors import EffectPersistenceError
+
+__all__ = ["MAX_MESSAGE", "ProxyError", "run"]
+
+MAX_MESSAGE = 64 << 20  # bytes of one message; more from the client is refused
+# After the client has gone: how long the server gets to exit on its own, then after
+# SIGTERM (the MCP stdio shutdown sequence).
+_GRACE = 5.0
+
+
+class ProxyError(Exception):
+    """The proxy cannot start (the server's command cannot be run)."""
+
+
+@dataclasses.dataclass(slots=True)
+class _Pending:
+    """A client request the server has not answered yet."""
+
+    request_id: int | str
+    method: str
+    claim: EffectClaim | None = None  # a tools/call's effect
+
+
+def _label(text: str) -> str:
+    """A server-given string as a ledger identifier (printable, at most 200 characters)."""
+    return printable(" ".join(text.split()))[:200]
+
+
+class Proxy:
+    """One proxy process: the server, the two relays, the run."""
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        directory: Path,
+        *,
+        name: str | None,
+        kinds: Mapping[str, EffectKind],
+        client_in: IO[bytes],
+        client_out: IO[bytes],
+        say: Callable[[str], None],
+    ) -> None:
+        self._command = list(command)
+        self._directory = directory
+        self._name = None if name is None else check_name(name)
+        self._kinds = dict(kinds)
+        self._client_in = client_in
+        self._client_out = client_out
+        self._say = say
+        self._lock = threading.Lock()  # the pending requests, the tools' kinds, the run
+        self._out_lock = threading.Lock()  # one writer at a time on the client's stdout
+        self._in_lock = threading.Lock()  # and on the server's stdin
+        self._pending: dict[IdKey, _Pending] = {}
+        self._annotated: dict[str, EffectKind] = {}
+        self._server: Implementation | None = None
+        self._run: ProxyRun | None = None
+        self._run_lock = threading.Lock()
+        self._closing = False
+        self._gone = False  # the client has gone: the server's stdin is being closed
+        # Held while a tools/call is claimed and sent: the run is closed only between calls.
+        self._calling = threading.Lock()
+        self._child: subprocess.Popen[bytes] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def serve(self) -> int:
+        """Run until the server exits; return the proxy's exit status."""
+        if self._name is not None:
+            self._ensure_run()  # recovery first: before the server runs any call
+        try:
+            self._child = subprocess.Popen(  # noqa: S603 - the user's own server
+                self._command, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            )
+        except OSError as e:
+            raise ProxyError(f"cannot start {self._command[0]}: {e.strerror or e}") from None
+        previous = {
+            s: signal.signal(s, self._on_signal)
+            for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        }
+        try:
+            reader = threading.Thread(target=self._from_client, name="mcp-client", daemon=True)
+            reader.start()
+            self._from_server()  # until the server's stdout ends
+            status = self._child.wait()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            with self._calling, self._lock:
+                self._closing = True  # no claim is made from now on
+            with self._run_lock:
+                if self._run is not None:
+                    self._run.close()
+        return status if status >= 0 else 128 - status
+
+    def _on_signal(self, _signum: int, _frame: FrameType | None) -> None:
+        # Like a client that goes: the server's stdin closes, and it is stopped if it stays.
+        # In a thread: the handler runs in the thread reading the server, which must go on
+        # reading while the stdin lock waits for a write the server has yet to take.
+        threading.Thread(target=self._client_gone, name="mcp-signal", daemon=True).start()
+
+    def _client_gone(self) -> None:
+        with self._lock:
+            if self._gone:
+                return
+            self._gone = True
+        # The timer first: a server that reads nothing more must not block the close below.
+        threading.Thread(target=self._stop_server, name="mcp-stop", daemon=True).start()
+        child = self._child
+        if child is not None and child.stdin is not None:
+            with self._in_lock, contextlib.suppress(OSError):
+                child.stdin.close()
+
+    def _stop_server(self) -> None:
+        child = self._child
+        assert child is not None  # noqa: S101 - started before any reader
+        for stop in (child.terminate, child.kill):
+            try:
+                child.wait(_GRACE)
+            except subprocess.TimeoutExpired:
+                stop()
+            else:
+                return
+
+    # ------------------------------------------------------------------ the run
+
+    def _ensure_run(self) -> ProxyRun:
+        """The run, started (and earlier runs of its name recovered) on first need."""
+        with self._run_lock:
+            if self._run is None:
+                name = self._name or self._server_name() or Path(self._command[0]).name
+                run = ProxyRun(self._directory, check_name(_label(name)[:MAX_NAME] or "mcp"))
+                earlier = run.start()
+                for recovery in earlier.recovered:
+                    for outcome in recovery.outcomes:
+                        tool = earlier.operations[recovery.run_id, outcome.effect_id]
+                        self._say(
+                            f"recovered run {recovery.run_id} of a dead proxy named {run.name}: "
+                            f"effect {outcome.effect_id} ({tool}) interrupted, impact possible"
+                        )
+                self._say(f"{run.name}: run {run.run_id} in {self._directory}")
+                self._run = run
+            return self._run
+
+    def _server_name(self) -> str:
+        return "" if self._server is None else self._server.name
+
+    def _backend(self) -> str:
+        if self._server is None:
+            return ""
+        return _label(f"{self._server.name}/{self._server.version}".strip("/"))
+
+    def _resource_host(self, run: ProxyRun) -> str:
+        # Short enough that any tool's URI stays a ledger identifier.
+        return urllib.parse.quote(self._server_name() or run.name, safe="-._~")[:60]
+
+    # ------------------------------------------------------------------ writing
+
+    def _to_client(self, data: bytes) -> None:
+        with self._out_lock, contextlib.suppress(OSError):  # a client gone hears nothing
+            self._client_out.write(data)
+            self._client_out.flush()
+
+    def _to_server(self, data: bytes) -> bool:
+        """Pass ``data`` to the server; False when it can no longer read."""
+        child = self._child
+        assert child is not None  # noqa: S101 - started
+        assert child.stdin is not None  # noqa: S101 - started
+        with self._in_lock:
+            try:
+                child.stdin.write(data)
+                child.stdin.flush()
+            except (OSError, ValueError):  # a broken pipe, or closed after the client went
+                return False
+        return True
+
+    # ------------------------------------------------------------------ client to server
+
+    def _from_client(self) -> None:
+        lines = Lines(self._client_in, MAX_MESSAGE)
+        while (item := lines.next()) is not None:
+            data, complete = item
+            if not complete:
+                while (rest := lines.next()) is not None and not rest[1]:
+                    pass
+                self._to_client(
+                    error_line(
+                        None, INVALID_REQUEST, f"message longer than {MAX_MESSAGE} bytes: dropped"
+                    )
+                )
+                continue
+            try:
+                self._from_client_line(data)
+            except Exception as e:  # a bug of the proxy's own must not end the session
+                self._say(f"a client message could not be handled: {brief(e)}")
+                request = parse(data)
+                if isinstance(request, dict) and "method" in request and "id" in request:
+                    self._to_client(
+                        error_line(request["id"], INTERNAL_ERROR, "ledger mcp-proxy failed")
+                    )
+        self._client_gone()
+
+    def _from_client_line(self, data: bytes) -> None:
+        message = parse(data)
+        if isinstance(message, list):
+            if any(isinstance(m, dict) and m.get("method") == "tools/call" for m in message):
+                # A batch cannot be split, and a tool call in it cannot pass unclaimed.
+                for m in message:
+                    if isinstance(m, dict) and "id" in m and "method" in m:
+                        self._to_client(
+                            error_line(
+                                m["id"],
+                                INVALID_REQUEST,
+                                "ledger mcp-proxy: no batches with tools/call",
+                            )
+                        )
+                return
+        elif isinstance(message, dict):
+            method = message.get("method")
+            if method == "tools/call":
+                with self._calling:
+                    self._call(message)
+                return
+            key = id_key(message.get("id"))
+            if isinstance(method, str) and key is not None:
+                with self._lock:
+                    held = self._pending.get(key)
+                    if held is None or held.claim is None:
+                        self._pending[key] = _Pending(message["id"], method)
+                if held is not None and held.claim is not None:
+                    # Its answer could be taken for the tool call's, whose outcome it is not.
+                    why = "refused: its id is that of a tool call in flight"
+                    self._to_client(error_line(message["id"], INVALID_REQUEST, why))
+                    return
+            elif method == "notifications/cancelled":
+                self._cancelled(message)
+        if not self._to_server(data):
+            self._unsent(data, message)
+
+    def _unsent(self, data: bytes, message: object) -> None:
+        """A message the server could not take: a request gets an error."""
+        del data
+        if isinstance(message, dict) and "method" in message:
+            key = id_key(message.get("id"))
+            if key is not None:
+                with self._lock:
+                    pending = self._pending.pop(key, None)
+                if pending is not None:
+                    self._answer_gone(pending, "the MCP server has exited")
+
+    def _cancelled(self, message: dict[str, Any]) -> None:
+        """The client gave up on a request: a tool call still unanswered failed, maybe done."""
+        try:
+            params = CancelledNotificationParams.model_validate(message.get("params") or {})
+        except ValidationError:
+            return  # passed on as it is; the server judges it
+        key = id_key(params.request_id)
+        if key is None:
+            return
+        with self._lock:
+            pending = self._pending.get(key)
+            if pending is None or pending.claim is None:
+                return
+            del self._pending[key]
+        self._settle(pending.claim, ExecutionOutcome.FAILED, Impact.POSSIBLE)
+
+    def _call(self, message: dict[str, Any]) -> None:
+        """A tools/call: claimed, then passed on with its key; or answered here."""
+        call = read_call(message)
+        if call is None:
+            self._say("a tools/call without an id (a notification) was dropped, not claimed")
+            return
+        if isinstance(call, bytes):
+            self._to_client(call)
+            return
+        with self._lock:
+            kind = self._kinds.get(call.tool) or self._annotated.get(call.tool, EffectKind.WRITE)
+            refused = "its id is already in use" if call.key in self._pending else None
+            refused = "the proxy is closing" if self._closing else refused
+        if refused is not None:
+            self._to_client(error_line(call.request_id, INVALID_REQUEST, f"refused: {refused}"))
+            return
+        claim = self._claim(call, kind)
+        if claim is None:
+            return
+        try:
+            line = call.with_key(claim.idempotency_key)
+        except (ValueError, RecursionError) as e:  # claimed, but it cannot be sent: it did nothing
+            self._settle(claim, ExecutionOutcome.FAILED, Impact.NONE)
+            self._to_client(error_line(call.request_id, INVALID_PARAMS, f"cannot send: {brief(e)}"))
+            return
+        with self._lock:
+            self._pending[call.key] = _Pending(call.request_id, "tools/call", claim)
+        if not self._to_server(line):
+            with self._lock:
+                pending = self._pending.pop(call.key, None)
+            if pending is not None:  # it never reached the server: it did nothing
+                self._settle(claim, ExecutionOutcome.FAILED, Impact.NONE)
+                self._to_client(
+                    error_line(call.request_id, INTERNAL_ERROR, "the MCP server has exited")
+                )
+
+    def _claim(self, call: Call, kind: EffectKind) -> EffectClaim | None:
+        """The call's durable claim; or None, the client answered (refused, or not claimable)."""
+        try:
+            run = self._ensure_run()
+            refusal = run.refusal(call.tool, call.args, kind)
+            if refusal is not None:
+                self._say(
+                    f"refused {call.tool}: effect {refusal.effect_id} of run {refusal.run_id}"
+                )
+                self._to_client(tool_error_line(call.request_id, refusal.message(self._directory)))
+                return None
+            return run.claim(
+                call.tool,
+                call.args,
+                kind=kind,
+                backend=self._backend(),
+                server=self._resource_host(run),
+            )
+        except ValueError as e:
+            why, code = f"cannot claim this call: {brief(e)}", INVALID_PARAMS
+        except EffectPersistenceError as e:
+            why = f"the ledger could not record the claim, so the call was not made: {brief(e)}"
+            code = INTERNAL_ERROR
+        self._to_client(error_line(call.request_id, code, why))
+        return None
+
+    def _settle(self, claim: EffectClaim, execution: ExecutionOutcome, impact: Impact) -> None:
+        run = self._run
+        assert run is not None  # noqa: S101 - a claim was made through it
+        try:
+            run.settle(claim.effect_id, execution, impact)
+        except EffectPersistenceError as e:
+            self._say(
+                f"the outcome of effect {claim.effect_id} ({execution.value}) could not be "
+                f"recorded; it stays in doubt: {brief(e)}"
+            )
+
+    # ------------------------------------------------------------------ server to client
+
+    def _from_server(self) -> None:
+        child = self._child
+        assert child is not None  # noqa: S101 - started
+        assert child.stdout is not None  # noqa: S101 - started
+        lines = Lines(child.stdout, MAX_MESSAGE)
+        while (item := lines.next()) is not None:
+            data, complete = item
+            if complete:
+                self._from_server_line(data)
+                continue
+            # Too long to read: passed on in pieces, unread (an answer in it records nothing).
+            with self._out_lock, contextlib.suppress(OSError):
+                self._client_out.write(data)
+                while (rest := lines.next()) is not None:
+                    self._client_out.write(rest[0])
+                    if rest[1]:
+                        break
+                self._client_out.flush()
+        status = child.wait()
+        with self._lock:
+            self._closing = True
+            left = list(self._pending.values())
+            self._pending.clear()
+        for pending in left:
+            self._answer_gone(
+                pending, f"the MCP server exited ({_status(status)}) before answering"
+            )
+
+    def _answer_gone(self, pending: _Pending, why: str) -> None:
+        if pending.claim is not None:
+            self._settle(pending.claim, ExecutionOutcome.INTERRUPTED, Impact.POSSIBLE)
+            run = self._run
+            assert run is not None  # noqa: S101 - the claim was made through it
+            why += (
+                f"; the call may have happened: effect {pending.claim.effect_id} of run "
+                f"{run.run_id} is recorded as interrupted (ledger show {run.run_id})"
+            )
+        self._to_client(error_line(pending.request_id, INTERNAL_ERROR, why))
+
+    def _from_server_line(self, data: bytes) -> None:
+        message = parse(data)
+        if isinstance(message, dict) and "method" not in message:
+            key = id_key(message.get("id"))
+            with self._lock:
+                pending = None if key is None else self._pending.pop(key, None)
+            if pending is not None:
+                try:
+                    self._answered(pending, message)
+                except Exception as e:  # the answer still goes on to the client
+                    self._say(f"a server message could not be read: {brief(e)}")
+        self._to_client(data)
+
+    def _answered(self, pending: _Pending, message: dict[str, Any]) -> None:
+        """Read what the proxy needs from an answer, before the client gets it."""
+        result = message.get("result")
+        if pending.claim is not None:
+            self._settle(pending.claim, *outcome_of(message, pending.claim.kind))
+        elif not isinstance(result, dict):
+            return
+        elif pending.method in ("initialize", "server/discover"):
+            self._learn_server(pending.method, result)
+        elif pending.method == "tools/list":
+            found = kinds_listed(result)
+            with self._lock:
+                self._annotated.update(found)
+
+    def _learn_server(self, method: str, result: dict[str, Any]) -> None:
+        try:
+            if method == "initialize":
+                server = InitializeResult.model_validate(result).server_info
+            else:
+                meta = result.get("_meta")
+                stamp = meta.get(SERVER_INFO_META_KEY) if isinstance(meta, dict) else None
+                server = Implementation.model_validate(stamp)
+        except ValidationError:
+            return  # no name to learn: the run is named by --name or the command
+        with self._lock:
+            if self._server is None:
+                self._server = server
+        try:
+            self._ensure_run()  # earlier runs of this name recovered before the first call
+        except (EffectPersistenceError, ValueError) as e:
+            # Said here; each tool call then tries again, and is refused while it fails.
+            self._say(f"the run cannot start: {brief(e)}")
+
+
+def _status(status: int) -> str:
+    if status < 0:
+        return f"killed by {signal.Signals(-status).name}"
+    return f"status {status}"
+
+
+def run(
+    command: Sequence[str],
+    directory: Path,
+    *,
+    name: str | None,
+    kinds: Mapping[str, EffectKind],
+    say: Callable[[str], None],
+) -> int:
+    """Run the proxy on this process's stdin and stdout; return its exit status."""
+    # Buffered copies of fds 0 and 1 (a line is read at once, not byte by byte); the
+    # proxy flushes after each message.
+    stdin = os.fdopen(os.dup(0), "rb")
+    stdout = os.fdopen(os.dup(1), "wb")
+    proxy = Proxy(
+        command, directory, name=name, kinds=kinds, client_in=stdin, client_out=stdout, say=say
+    )
+    return proxy.serve()

@@ -1,0 +1,117 @@
+"""What ``ledger mcp-proxy`` reads of a ``tools/call``, of its answer, and of ``tools/list``.
+
+Pure functions of messages (parsed JSON), with the SDK's types where they check what
+the proxy relies on: a request checked before it is claimed, the request as it goes on
+(the claim's idempotency key added to its ``_meta``), the outcome an answer says, the
+kind a tool's annotations say. The proxy (:mod:`ledger._mcp`) does the I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from mcp.types import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    CallToolRequestParams,
+    JSONRPCRequest,
+)
+from pydantic import ValidationError
+
+from ledger._mcp_wire import IdKey, encode, error_line, id_key
+from ledger._text import printable
+from ledger.effects import EffectKind, ExecutionOutcome, Impact, check_identifier
+
+__all__ = ["KEY_META", "Call", "brief", "kind_of", "kinds_listed", "outcome_of", "read_call"]
+
+KEY_META = "ledger/idempotency-key"
+
+
+def brief(error: BaseException) -> str:
+    """An error as one printable line of at most 300 characters."""
+    text = " ".join(str(error).split())
+    return printable(text if len(text) <= 300 else text[:297] + "...")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Call:
+    """A valid ``tools/call`` request, ready to be claimed."""
+
+    message: dict[str, Any]
+    request_id: int | str
+    key: IdKey
+    tool: str
+    args: object  # as the client sent them: the digest is of these
+
+    def with_key(self, idempotency_key: str) -> bytes:
+        """The request as it goes on: the claim's key in ``params._meta``.
+
+        ``ValueError`` (or ``RecursionError``) when it cannot be written as JSON again.
+        """
+        params: dict[str, Any] = self.message["params"]
+        meta = params.get("_meta")
+        meta = {**(meta if isinstance(meta, dict) else {}), KEY_META: idempotency_key}
+        return encode({**self.message, "params": {**params, "_meta": meta}})
+
+
+def read_call(message: dict[str, Any]) -> Call | bytes | None:
+    """A ``tools/call`` checked: the call, or the error to answer, or None for a notification.
+
+    Nothing that fails here may reach the server: it could not be claimed.
+    """
+    request_id = message.get("id")
+    try:
+        JSONRPCRequest.model_validate(message)
+    except ValidationError as e:
+        if "id" not in message:
+            return None
+        return error_line(request_id, INVALID_REQUEST, f"invalid tools/call: {brief(e)}")
+    key = id_key(request_id)
+    if key is None or not isinstance(request_id, int | str):  # the SDK admits no other
+        return error_line(request_id, INVALID_REQUEST, "invalid tools/call: its id")
+    try:
+        params = CallToolRequestParams.model_validate(message.get("params"))
+        check_identifier(params.name, "tool name")
+    except (ValidationError, ValueError, TypeError) as e:
+        return error_line(request_id, INVALID_PARAMS, f"invalid tools/call: {brief(e)}")
+    return Call(message, request_id, key, params.name, message["params"].get("arguments"))
+
+
+def kind_of(tool: dict[str, Any]) -> EffectKind:
+    """A tool's kind from its annotations (hints, read the way docs/mcp.md says).
+
+    Read from the JSON as sent, not through the SDK's ``ToolAnnotations``: its lax
+    validation takes ``"yes"`` or ``1`` for true, and a hint that is not JSON ``true``
+    was not given. A tool misjudged ``read`` would lose the guard; one misjudged
+    ``write`` only costs an escalation.
+    """
+    hints = tool.get("annotations")
+    hints = hints if isinstance(hints, dict) else {}
+    if hints.get("readOnlyHint") is True:
+        return EffectKind.READ
+    return EffectKind.IDEMPOTENT if hints.get("idempotentHint") is True else EffectKind.WRITE
+
+
+def kinds_listed(result: dict[str, Any]) -> dict[str, EffectKind]:
+    """The kind of each tool a ``tools/list`` result lists."""
+    tools = result.get("tools")
+    return {
+        t["name"]: kind_of(t)
+        for t in (tools if isinstance(tools, list) else [])
+        if isinstance(t, dict) and isinstance(t.get("name"), str)
+    }
+
+
+def outcome_of(message: dict[str, Any], kind: EffectKind) -> tuple[ExecutionOutcome, Impact]:
+    """What a server's answer to a ``tools/call`` says happened."""
+    result = message.get("result")
+    if "error" in message or not isinstance(result, dict) or result.get("isError") is True:
+        return ExecutionOutcome.FAILED, Impact.POSSIBLE
+    if result.get("resultType", "complete") == "input_required":
+        # The server asks for input before it runs the tool: nothing has happened, and
+        # the client will call again (a new effect) with the input.
+        return ExecutionOutcome.FAILED, Impact.NONE
+    return ExecutionOutcome.REPORTED_SUCCESS, (
+        Impact.NONE if kind is EffectKind.READ else Impact.CERTAIN
+    )

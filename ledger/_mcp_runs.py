@@ -1,0 +1,272 @@
+"""The ledger side of ``ledger mcp-proxy``: one run per proxy, its claims, recovery and guard.
+
+A proxy's effects carry its NAME in their action id (``mcp-proxy/NAME/EFFECT``): that
+is how a proxy started later with the same NAME finds the runs of its predecessors, to
+recover the ones a dead proxy left unsettled and to refuse a blind repeat of a call
+whose fate a person must settle first. Nothing here knows MCP; :mod:`ledger._mcp`
+speaks the protocol and calls this module.
+
+A person may settle an effect of the live run (``ledger resolve``) while the proxy
+holds it: the store then holds a record this log does not know, and the log's next
+write is refused. The proxy then loads the run again and writes once more, so a
+resolution never stops the proxy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+from ledger import _inspect
+from ledger._paths import DB_NAME
+from ledger.effect_log import EffectLog, new_effect_id, new_run_id
+from ledger.effects import (
+    EffectClaim,
+    EffectKind,
+    ExecutionOutcome,
+    History,
+    Impact,
+    NextStep,
+    OperationRef,
+    args_digest,
+    check_identifier,
+    resource_ref,
+)
+from ledger.errors import EffectPersistenceError
+from ledger.resources import ExternalResource
+
+__all__ = ["MAX_NAME", "Earlier", "ProxyRun", "Refusal", "action_prefix", "check_name"]
+
+_ACTION = "mcp-proxy/{name}/"
+MAX_NAME = 100  # the action id (prefix, name, 32-hex effect id) stays an identifier
+
+
+def action_prefix(name: str) -> str:
+    """The start of the action id of every effect a proxy named ``name`` claims."""
+    return _ACTION.format(name=name)
+
+
+def check_name(name: str) -> str:
+    """``name`` if it can name a proxy's runs; ``ValueError`` otherwise."""
+    check_identifier(name, "name")
+    if len(name) > MAX_NAME:
+        raise ValueError(f"name is longer than {MAX_NAME} characters")
+    return name
+
+
+def _is_named(claim: EffectClaim, name: str) -> bool:
+    return claim.action_id == action_prefix(name) + claim.effect_id
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Earlier:
+    """What starting a proxy did to the earlier runs of its NAME."""
+
+    recovered: tuple[_inspect.Recovery, ...]
+    operations: Mapping[tuple[str, str], str]  # (run, effect) -> tool, for the messages
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why an identical call is not forwarded: an earlier effect a person must settle."""
+
+    run_id: str
+    effect_id: str
+    reason: str
+
+    def message(self, directory: Path) -> str:
+        """The tool error the client gets: the effect, why, and how to settle it."""
+        store = f" --store {directory}"
+        return (
+            f"ledger mcp-proxy did not forward this call: an identical call (effect "
+            f"{self.effect_id} of run {self.run_id}) may already have happened. {self.reason} "
+            f"Check whether it landed, then record what you found with `ledger resolve "
+            f"{self.run_id} {self.effect_id} --applied --by NAME{store}` (or --not-applied); "
+            f"`ledger show {self.run_id}{store}` shows the run."
+        )
+
+
+_LOG = logging.getLogger("ledger")
+
+
+class _HeldBack(logging.Filter):
+    """Holds back what this thread logs on the ``ledger`` logger, to let it go or drop it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._thread = threading.get_ident()
+        self._records: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.thread != self._thread:
+            return True
+        self._records.append(record)
+        return False
+
+    def release(self) -> None:
+        for record in self._records:
+            _LOG.handle(record)
+
+
+class ProxyRun:
+    """One proxy's run: claims and outcomes of tool calls, and the guard's memory.
+
+    Thread-safe: the proxy claims from the thread reading the client and records
+    outcomes from the thread reading the server.
+    """
+
+    def __init__(self, directory: Path, name: str) -> None:
+        self.directory = directory
+        self.name = check_name(name)
+        self.run_id = new_run_id()
+        self._lock = threading.RLock()
+        self._log = EffectLog(self.run_id, directory)
+        # (tool, args digest) -> effects of earlier runs of this name a person must settle
+        self._earlier: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        # (tool, args digest) -> effects of this run whose decision was ESCALATE when
+        # their outcome was recorded: the only ones of this run the guard must look at
+        # again, so a call costs the same however many identical ones went before.
+        self._doubtful: dict[tuple[str, str], set[str]] = {}
+        self._keys: dict[str, tuple[str, str]] = {}  # effect id -> (tool, args digest)
+
+    # ------------------------------------------------------------------ start
+
+    def start(self) -> Earlier:
+        """Recover the earlier runs of this name a dead proxy left, and note what to guard."""
+        if not (self.directory / DB_NAME).exists():
+            return Earlier((), {})
+        reader = _inspect.reader(self.directory)
+        named: dict[str, History] = {}
+
+        def history(run_id: str) -> History:
+            if run_id not in named:
+                named[run_id] = reader.run(run_id)[1]
+            return named[run_id]
+
+        dead = [r for r in reader.unsettled() if self._holds_named(history(r))]
+        recovered = tuple(r for r in _inspect.recover_dead(self.directory, dead) if r.outcomes)
+        operations: dict[tuple[str, str], str] = {}
+        for recovery in recovered:
+            claims = {c.effect_id: c for c in named[recovery.run_id].claims}
+            for outcome in recovery.outcomes:
+                operations[recovery.run_id, outcome.effect_id] = claims[
+                    outcome.effect_id
+                ].operation.name
+        # ESCALATE needs an impact nobody settled: the incident list holds every candidate.
+        for recovery in recovered:
+            named.pop(recovery.run_id)  # read again below: recovery wrote to it
+        for row in reader.effects(None, unresolved=True):
+            claim = history(row.run_id).claim(row.effect_id)
+            if claim is not None and _is_named(claim, self.name):
+                key = (claim.operation.name, claim.operation.args_sha256)
+                self._earlier.setdefault(key, []).append((row.run_id, row.effect_id))
+        return Earlier(recovered, operations)
+
+    def _holds_named(self, history: History) -> bool:
+        return any(_is_named(c, self.name) for c in history.claims)
+
+    # ------------------------------------------------------------------ the guard
+
+    def refusal(self, tool: str, args: object, kind: EffectKind) -> Refusal | None:
+        """Why an identical earlier call forbids forwarding this one, or None.
+
+        Only a ``WRITE`` or ``IRREVERSIBLE`` call is refused, and only while an earlier
+        identical effect of this name is to be escalated. The decision is read from the
+        store each time, so a resolution recorded meanwhile lets the call through.
+        """
+        if kind not in (EffectKind.WRITE, EffectKind.IRREVERSIBLE):
+            return None
+        key = (tool, args_digest({} if args is None else args))
+        for run_id, effect_id in self._earlier.get(key, ()):
+            report = _inspect.show_run(self.directory, run_id)
+            for decision in report.decisions:
+                if decision.effect_id == effect_id and decision.step is NextStep.ESCALATE:
+                    return Refusal(run_id, effect_id, decision.reason)
+        with self._lock:
+            doubtful = self._doubtful.get(key)
+            if not doubtful:
+                return None
+            self._reload()  # a person may have resolved one since this log read the run
+            for effect_id in sorted(doubtful):
+                decision = self._log.decide(effect_id)
+                if decision.step is NextStep.ESCALATE:
+                    return Refusal(self.run_id, effect_id, decision.reason)
+                doubtful.discard(effect_id)
+        return None
+
+    # ------------------------------------------------------------------ records
+
+    def claim(
+        self, tool: str, args: object, *, kind: EffectKind, backend: str, server: str
+    ) -> EffectClaim:
+        """Claim one tool call, durably; ``ValueError`` for what cannot be claimed.
+
+        ``server`` names the resource (``mcp://SERVER/TOOL``). Raises
+        :class:`EffectPersistenceError` when the claim could not be persisted even after
+        loading the run again: then it exists nowhere and the call must not be made.
+        """
+        effect_id = new_effect_id()
+        operation = OperationRef(tool, backend, args_digest({} if args is None else args))
+        target = resource_ref(ExternalResource(f"mcp://{server}/{tool}"), "target")
+
+        def attempt() -> EffectClaim:
+            return self._log.claim(
+                effect_id=effect_id,
+                action_id=action_prefix(self.name) + effect_id,
+                operation=operation,
+                impact_scope=[target],
+                kind=kind,
+            )
+
+        with self._lock:
+            try:
+                claim = attempt()
+            except EffectPersistenceError:
+                self._reload()  # and if the run cannot be loaded, the claim is refused
+                claim = self._log.history().claim(effect_id) or attempt()
+            self._keys[effect_id] = (tool, operation.args_sha256)
+        return claim
+
+    def settle(self, effect_id: str, execution: ExecutionOutcome, impact: Impact) -> None:
+        """Record the call's outcome; :class:`EffectPersistenceError` if it cannot be persisted.
+
+        Returns once the outcome is durable: only then is the client told the answer.
+        """
+        with self._lock:
+            held = _HeldBack()
+            _LOG.addFilter(held)
+            try:
+                self._log.outcome(effect_id=effect_id, execution=execution, impact=impact)
+                written = not self._log.degraded
+            except EffectPersistenceError:
+                written = False
+            finally:
+                _LOG.removeFilter(held)
+            if written:
+                held.release()
+            else:
+                # What the log said as it degraded ("nothing more will be written") is
+                # not so here: the run is loaded again and the outcome written once more.
+                self._reload()
+                if self._log.assess(effect_id).execution is None:
+                    self._log.outcome(effect_id=effect_id, execution=execution, impact=impact)
+                if self._log.degraded:
+                    raise EffectPersistenceError(
+                        f"the outcome of effect {effect_id} of run {self.run_id} was not persisted"
+                    )
+            if self._log.decide(effect_id).step is NextStep.ESCALATE:
+                self._doubtful.setdefault(self._keys[effect_id], set()).add(effect_id)
+
+    def _reload(self) -> None:
+        """Load the run again: the store may hold records another process wrote."""
+        with self._lock:
+            self._log.close()
+            self._log = EffectLog.load(self.run_id, self.directory)
+
+    def close(self) -> None:
+        """Release the run."""
+        with self._lock:
+            self._log.close()

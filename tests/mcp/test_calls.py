@@ -1,0 +1,162 @@
+"""What the proxy reads of messages, as plain values: requests, answers, annotations, lines.
+
+No process here: ``ledger._mcp_calls`` and ``ledger._mcp_wire`` are functions of
+messages and streams.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import pytest
+
+from ledger._mcp_calls import KEY_META, Call, kind_of, kinds_listed, outcome_of, read_call
+from ledger._mcp_wire import Lines, error_line, id_key, parse, tool_error_line
+from ledger.effects import EffectKind, ExecutionOutcome, Impact
+
+SUCCESS, FAILED = ExecutionOutcome.REPORTED_SUCCESS, ExecutionOutcome.FAILED
+
+
+def _request(**params: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params}
+
+
+def test_a_valid_call_is_read_with_its_arguments_as_sent() -> None:
+    """Tool name, arguments exactly as the client sent them, and the id as a key."""
+    call = read_call(_request(name="write", arguments={"b": 1.5, "a": [1, "x"]}))
+    assert isinstance(call, Call)
+    assert (call.tool, call.args, call.request_id, call.key) == (
+        "write",
+        {"b": 1.5, "a": [1, "x"]},
+        7,
+        ("int", 7),
+    )
+
+
+def test_the_key_goes_into_meta_and_nothing_else_changes() -> None:
+    """The request goes on with the key added to _meta, other _meta entries kept."""
+    message = _request(name="w", arguments={"x": "é"}, _meta={"progressToken": 3})
+    call = read_call(message)
+    assert isinstance(call, Call)
+    sent = json.loads(call.with_key("k" * 32))
+    assert sent["params"]["_meta"] == {"progressToken": 3, KEY_META: "k" * 32}
+    del sent["params"]["_meta"]
+    del message["params"]["_meta"]
+    assert sent == message
+
+
+@pytest.mark.parametrize(
+    ("message", "code"),
+    [
+        ({"jsonrpc": "2.0", "id": None, "method": "tools/call", "params": {"name": "a"}}, -32600),
+        ({"jsonrpc": "2.0", "id": 1.5, "method": "tools/call", "params": {"name": "a"}}, -32600),
+        ({"jsonrpc": "1.0", "id": 1, "method": "tools/call", "params": {"name": "a"}}, -32600),
+        (_request(), -32602),
+        (_request(name=3), -32602),
+        (_request(name="a", arguments=[1]), -32602),
+        (_request(name="bad\nname"), -32602),
+    ],
+)
+def test_a_call_that_cannot_be_claimed_is_answered_with_an_error(
+    message: dict[str, Any], code: int
+) -> None:
+    """Bad envelope: invalid request; bad params: invalid params; never a call to claim."""
+    answer = read_call(message)
+    assert isinstance(answer, bytes)
+    assert json.loads(answer)["error"]["code"] == code
+
+
+def test_a_call_without_an_id_is_a_notification_to_drop() -> None:
+    """No id: nothing to answer, and nothing may reach the server."""
+    assert read_call({"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "a"}}) is None
+
+
+@pytest.mark.parametrize(
+    ("annotations", "kind"),
+    [
+        (None, EffectKind.WRITE),
+        ({}, EffectKind.WRITE),
+        ({"readOnlyHint": True}, EffectKind.READ),
+        ({"readOnlyHint": True, "idempotentHint": True}, EffectKind.READ),
+        ({"idempotentHint": True}, EffectKind.IDEMPOTENT),
+        ({"idempotentHint": True, "destructiveHint": True}, EffectKind.IDEMPOTENT),
+        ({"readOnlyHint": False, "destructiveHint": False}, EffectKind.WRITE),
+        ({"readOnlyHint": "yes"}, EffectKind.WRITE),  # not the SDK's type: raw, and not True
+    ],
+)
+def test_a_tools_kind_comes_from_its_annotations(annotations: object, kind: EffectKind) -> None:
+    """readOnlyHint: read; idempotentHint: idempotent; anything else: write."""
+    tool: dict[str, Any] = {"name": "t", "inputSchema": {"type": "object"}}
+    if annotations is not None:
+        tool["annotations"] = annotations
+    assert kind_of(tool) is kind
+
+
+def test_a_tools_list_gives_each_named_tool_its_kind() -> None:
+    """Entries without a name, and a list that is not one, are left out."""
+    result = {
+        "tools": [
+            {"name": "r", "inputSchema": {}, "annotations": {"readOnlyHint": True}},
+            {"inputSchema": {}},
+            "junk",
+        ]
+    }
+    assert kinds_listed(result) == {"r": EffectKind.READ}
+    assert kinds_listed({"tools": "no"}) == {}
+
+
+@pytest.mark.parametrize(
+    ("answer", "kind", "outcome"),
+    [
+        ({"result": {"content": []}}, EffectKind.WRITE, (SUCCESS, Impact.CERTAIN)),
+        ({"result": {"content": []}}, EffectKind.READ, (SUCCESS, Impact.NONE)),
+        ({"result": {"content": [], "isError": True}}, EffectKind.READ, (FAILED, Impact.POSSIBLE)),
+        ({"error": {"code": -1, "message": "x"}}, EffectKind.WRITE, (FAILED, Impact.POSSIBLE)),
+        ({"result": "not an object"}, EffectKind.WRITE, (FAILED, Impact.POSSIBLE)),
+        ({"result": {"resultType": "input_required"}}, EffectKind.WRITE, (FAILED, Impact.NONE)),
+    ],
+)
+def test_an_answer_says_the_outcome(
+    answer: dict[str, Any], kind: EffectKind, outcome: tuple[ExecutionOutcome, Impact]
+) -> None:
+    """Result: success; isError, an error or a malformed result: failed, maybe done."""
+    assert outcome_of({"jsonrpc": "2.0", "id": 1, **answer}, kind) == outcome
+
+
+def test_lines_come_whole_or_an_oversized_one_in_pieces() -> None:
+    """Lines up to the limit whole; a longer one in pieces, the last one ending it."""
+    stream = io.BytesIO(b"short\n" + b"x" * 25 + b"\nafter\nno newline")
+    lines = Lines(stream, limit=10)
+    got = []
+    while (item := lines.next()) is not None:
+        got.append(item)
+    assert got[0] == (b"short\n", True)
+    assert b"".join(piece for piece, _ in got[1:-2]) == b"x" * 25 + b"\n"
+    assert [complete for _, complete in got[1:-2]][-1] is True
+    assert not any(complete for _, complete in got[1:-3])
+    assert got[-2:] == [(b"after\n", True), (b"no newline", True)]
+
+
+def test_parse_and_ids() -> None:
+    """Not JSON is None; 1 and "1" are different ids; a bool or a float is no id."""
+    assert parse(b"\xff") is None
+    assert parse(b"[" * 100_000) is None
+    assert parse(b'{"a": 1}\n') == {"a": 1}
+    assert id_key(1) != id_key("1")
+    assert id_key(True) is None
+    assert id_key(1.0) is None
+
+
+def test_the_proxys_own_answers_are_json_rpc() -> None:
+    """An error for a bad id answers null; a refused call is a tool error result."""
+    assert json.loads(error_line(1.5, -32600, "no")) == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32600, "message": "no", "data": None},
+    }
+    refused = json.loads(tool_error_line("r", "not forwarded"))
+    assert refused["id"] == "r"
+    assert refused["result"]["isError"] is True
+    assert refused["result"]["content"] == [{"type": "text", "text": "not forwarded"}]

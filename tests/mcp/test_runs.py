@@ -1,0 +1,65 @@
+"""The proxy's run (``ledger._mcp_runs``) when a person writes to it meanwhile.
+
+``ledger resolve`` on the live run appends a record the proxy's log does not know: its
+next write meets it, and the proxy loads the run again and writes once more, saying
+nothing false ("degraded") on the way.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from ledger._mcp_runs import ProxyRun
+from ledger.effects import EffectKind, NextStep
+from tests.builders import CERTAIN, FAILED, POSSIBLE, SUCCESS, ledger
+
+pytestmark = pytest.mark.program
+
+
+def test_a_resolution_between_a_claim_and_its_outcome_loses_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The outcome lands after the run is loaded again; no degraded log is reported."""
+    store = tmp_path / "store"
+    run = ProxyRun(store, "srv")
+    run.start()
+    try:
+        first = run.claim("write", {"a": 1}, kind=EffectKind.WRITE, backend="srv/1", server="srv")
+        run.settle(first.effect_id, FAILED, POSSIBLE)
+        refusal = run.refusal("write", {"a": 1}, EffectKind.WRITE)
+        assert refusal is not None
+        assert refusal.effect_id == first.effect_id
+        second = run.claim("write", {"a": 2}, kind=EffectKind.WRITE, backend="srv/1", server="srv")
+        resolved = ledger(
+            "resolve",
+            run.run_id,
+            first.effect_id,
+            "--not-applied",
+            "--by",
+            "me",
+            "--store",
+            str(store),
+        )
+        assert resolved.returncode == 0, resolved.stderr
+        with caplog.at_level(logging.WARNING, logger="ledger"):
+            run.settle(second.effect_id, SUCCESS, CERTAIN)
+        assert caplog.records == []
+        assert run.refusal("write", {"a": 1}, EffectKind.WRITE) is None
+    finally:
+        run.close()
+    reloaded = ProxyRun(store, "srv")
+    try:
+        reloaded.start()
+    finally:
+        reloaded.close()
+    shown = ledger("show", run.run_id, "--json", "--store", str(store))
+    assert shown.returncode == 0, shown.stderr
+    decisions = {d["effect_id"]: d["step"] for d in json.loads(shown.stdout)["decisions"]}
+    assert decisions == {
+        first.effect_id: NextStep.RETRY.value,
+        second.effect_id: NextStep.DONE.value,
+    }
