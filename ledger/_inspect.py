@@ -80,7 +80,7 @@ class RunReport:
             "run_id": self.run_id,
             "writer": None
             if self.writer is None
-            else {"host": self.writer.host, "pid": self.writer.pid},
+            else {"host": self.writer.host, "pid": self.writer.pid, "name": self.writer.name},
             "records": [
                 {"type": r.record_type, "record": r.to_dict()} for r in self.history.records()
             ],

@@ -123,7 +123,7 @@ class ProxyRun:
         self.name = check_name(name)
         self.run_id = new_run_id()
         self._lock = threading.RLock()
-        self._log = EffectLog(self.run_id, directory)
+        self._log = EffectLog(self.run_id, directory, writer_name=self.name)
         # (tool, args digest) -> effects of earlier runs of this name a person must settle
         self._earlier: dict[tuple[str, str], list[tuple[str, str]]] = {}
         # (tool, args digest) -> effects of this run whose decision was ESCALATE when
@@ -264,7 +264,7 @@ class ProxyRun:
         """Load the run again: the store may hold records another process wrote."""
         with self._lock:
             self._log.close()
-            self._log = EffectLog.load(self.run_id, self.directory)
+            self._log = EffectLog.load(self.run_id, self.directory, writer_name=self.name)
 
     def close(self) -> None:
         """Release the run."""

@@ -42,9 +42,15 @@ class Writer:
     boot_id: str | None
     pid: int
     started: str | None
+    name: str | None = None  # what the worker calls itself (``EffectLog(writer_name=...)``)
 
     @classmethod
-    def current(cls) -> Writer:
-        """This process."""
+    def current(cls, name: str | None = None) -> Writer:
+        """This process, under ``name`` if it gave one."""
         pid = os.getpid()
-        return cls(socket.gethostname(), _boot_id(), pid, process_start(pid))
+        return cls(socket.gethostname(), _boot_id(), pid, process_start(pid), name)
+
+    def label(self) -> str:
+        """How ``ledger runs`` and ``ledger show`` print it: ``name (host:pid)`` or ``host:pid``."""
+        where = f"{self.host}:{self.pid}"
+        return where if self.name is None else f"{self.name} ({where})"

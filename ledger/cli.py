@@ -172,7 +172,7 @@ def _runs_table(summaries: list[_inspect.RunSummary]) -> None:
                 s.run_id,
                 s.first_at,
                 s.last_at,
-                None if s.writer is None else f"{s.writer.host}:{s.writer.pid}",
+                None if s.writer is None else s.writer.label(),
                 s.claims,
                 *(s.verdicts[v] for v in _inspect.VERDICTS),
             )
@@ -228,7 +228,7 @@ def show(run: str, store: Path | None, as_json: bool) -> None:
     if as_json:
         _print_json(report.to_dict())
         return
-    writer = "unknown" if report.writer is None else f"{report.writer.host}:{report.writer.pid}"
+    writer = "unknown" if report.writer is None else report.writer.label()
     click.echo(printable(f"run {report.run_id}  writer {writer}") + "\n")
     rows = []
     for record in report.history.records():

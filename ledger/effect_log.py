@@ -160,13 +160,23 @@ class EffectLog:
     under it and dies with its process (docs/storage.md, "Liveness").
     """
 
-    def __init__(self, run_id: str, directory: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        directory: str | os.PathLike[str] | None = None,
+        *,
+        writer_name: str | None = None,
+    ) -> None:
         """Start a new run in the store at ``directory`` (default :func:`effects_dir`).
 
         Writes nothing: the store is created by the first claim. If the store
         already holds rows of ``run_id``, that first write raises
         :class:`EffectPersistenceError`; use :meth:`load` to continue a run.
+        ``writer_name`` (an identifier) is recorded with this process as the run's
+        writer, for people: ``ledger runs`` shows it.
         """
+        check_identifier(writer_name, "writer_name", optional=True)
+        self._writer_name = writer_name
         self._run_id = _check_run_id(run_id)
         self._directory = _directory(directory)
         # Agent tools must never reach a store a log points at, even before it exists.
@@ -233,7 +243,13 @@ class EffectLog:
     # ------------------------------------------------------------------ lifecycle
 
     @classmethod
-    def load(cls, run_id: str, directory: str | os.PathLike[str] | None = None) -> Self:
+    def load(
+        cls,
+        run_id: str,
+        directory: str | os.PathLike[str] | None = None,
+        *,
+        writer_name: str | None = None,
+    ) -> Self:
         """Reopen a run after a restart, from its durable rows only.
 
         Every row is validated; one that does not (a forged state, an impossible
@@ -243,9 +259,10 @@ class EffectLog:
 
         The log holds the run (shared) until it is closed: no other process can
         recover it meanwhile, while any may read or write it (see
-        :meth:`recover_interrupted`).
+        :meth:`recover_interrupted`). ``writer_name`` is as for the constructor: recorded
+        with this process at its first write.
         """
-        self = cls(run_id, directory)
+        self = cls(run_id, directory, writer_name=writer_name)
         self._continuing = True
         store = self._backend.acquire(self._directory)
         try:
@@ -441,7 +458,7 @@ class EffectLog:
             now=utc_now(),
             start=not self._started,
             continuing=self._continuing,
-            writer=None if self._writer_pid == os.getpid() else Writer.current(),
+            writer=None if self._writer_pid == os.getpid() else Writer.current(self._writer_name),
             # A loaded run that was empty must still be: had another process started it
             # since, this log's first record would clash with that one's.
             ends_at=0 if self._continuing and not self._started else None,
@@ -955,7 +972,7 @@ class EffectLog:
             records=appended,
             head=self._head,
             now=now,
-            writer=Writer.current(),
+            writer=Writer.current(self._writer_name),
             ends_at=base,  # or another writer touched the run: refused
         )
         settling = {o.effect_id for o in appended}

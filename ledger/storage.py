@@ -175,6 +175,7 @@ class RunSummary:
             "last_at": self.last_at,
             "host": None if self.writer is None else self.writer.host,
             "pid": None if self.writer is None else self.writer.pid,
+            "writer_name": None if self.writer is None else self.writer.name,
             "claims": self.claims,
             **self.verdicts,
             "problem": self.problem,

@@ -325,6 +325,11 @@ _SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("last_at", "string or null", "when its last record was written; `null` if none"),
         ("host", "string or null", "the host its writer ran on; `null` when none is recorded"),
         ("pid", "integer or null", "the writer's process id; `null` when none is recorded"),
+        (
+            "writer_name",
+            "string or null",
+            "the name its writer gave (`EffectLog(writer_name=...)`, `mcp-proxy --name`)",
+        ),
         ("claims", "integer", "how many effects it claimed"),
         ("pending", "integer", "how many of them are pending"),
         ("unverified", "integer", "how many are unverified"),
@@ -351,6 +356,7 @@ _SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
     "writer": (
         ("host", "string", "the host name it ran on"),
         ("pid", "integer", "its process id"),
+        ("name", "string or null", "the name it gave; `null` if none"),
     ),
     "record entry": (
         ("type", "string", "`claim`, `outcome`, `observation` or `resolution`"),

@@ -72,9 +72,10 @@ def _writer(conn: Connection, run_id: str) -> Writer | None:
     if not _has_table(conn, "run_writers"):
         return None
     row = conn.exec_driver_sql(
-        "SELECT host, boot_id, pid, process_started FROM run_writers WHERE run_id = ?", (run_id,)
+        "SELECT host, boot_id, pid, process_started, name FROM run_writers WHERE run_id = ?",
+        (run_id,),
     ).first()
-    return None if row is None else Writer(row[0], row[1], row[2], row[3])
+    return None if row is None else Writer(row[0], row[1], row[2], row[3], row[4])
 
 
 def _run_problem(conn: Connection, run_id: str) -> str | None:

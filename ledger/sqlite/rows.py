@@ -209,7 +209,8 @@ _UPSERT_WRITER = _Compiled(
     _upsert.on_conflict_do_update(
         index_elements=["run_id"],
         set_={
-            c: _upsert.excluded[c] for c in ("host", "boot_id", "pid", "process_started", "since")
+            c: _upsert.excluded[c]
+            for c in ("host", "boot_id", "pid", "process_started", "since", "name")
         },
     )
 )
@@ -277,6 +278,7 @@ def set_writer(cursor: sqlite3.Cursor, run_id: str, writer: Writer, now: str) ->
         "pid": writer.pid,
         "process_started": writer.started,
         "since": now,
+        "name": writer.name,
     }
     cursor.execute(_UPSERT_WRITER.sql, _UPSERT_WRITER.params(row))
     landed(cursor.rowcount, 1, _UPSERT_WRITER.sql)

@@ -284,9 +284,11 @@ run_writers = Table(
     Column("pid", Integer, nullable=False),
     Column("process_started", Text, nullable=True),
     Column("since", Text, nullable=False),
+    Column("name", Text, nullable=True),
     PrimaryKeyConstraint("run_id"),
     ForeignKeyConstraint(["run_id"], ["runs.run_id"]),
     CheckConstraint("pid > 0", name="pid"),
+    CheckConstraint("name IS NULL OR length(name) BETWEEN 1 AND 200", name="name"),
     sqlite_strict=True,
 )
 

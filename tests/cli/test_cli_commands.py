@@ -48,6 +48,7 @@ RUNS_KEYS = {
     "last_at",
     "host",
     "pid",
+    "writer_name",
     "claims",
     "pending",
     "unverified",
@@ -463,6 +464,7 @@ def test_runs_json_has_one_entry_per_run_with_writer_and_verdict_counts(built, c
             "last_at": max(times),
             "host": socket.gethostname(),
             "pid": os.getpid(),
+            "writer_name": None,
             "claims": len(history.claims),
             **{v: verdicts.count(v) for v in VERDICTS},
             "problem": None,
@@ -508,7 +510,7 @@ def test_show_json_is_the_run_its_writer_its_records_and_assessments(built, cli,
     assert set(report) == {"run_id", "writer", "records", "effects", "decisions"}
     assert report["decisions"] == [fx.decide(c, history).to_dict() for c in history.claims]
     assert report["run_id"] == built.run(name)
-    assert report["writer"] == {"host": socket.gethostname(), "pid": os.getpid()}
+    assert report["writer"] == {"host": socket.gethostname(), "pid": os.getpid(), "name": None}
     assert report["records"] == [
         {"type": r.record_type, "record": r.to_dict()} for r in history.records()
     ]

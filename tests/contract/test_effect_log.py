@@ -1210,3 +1210,40 @@ def test_two_threads_retrying_one_effect_at_once_make_one_retry(
     assert backend.query(
         store_dir, "SELECT effect_id, retry_of FROM claims WHERE run_id = ? ORDER BY seq", (run_id,)
     ) == [("e1", None), ("r1", "e1")]
+
+
+def test_a_writer_name_is_recorded_with_the_process_and_shown_by_runs(
+    backend: Backend, store_dir: Path
+) -> None:
+    """writer_name goes with this process into the run's writer; ledger runs prints it."""
+    named, plain = new_run_id(), new_run_id()
+    with EffectLog(named, store_dir, writer_name="mailer-7") as log:
+        claim_bare(log, "e1")
+    with EffectLog(plain, store_dir) as log:
+        claim_bare(log, "e1")
+    writers = {s.run_id: s.writer for s in _inspect.list_runs(store_dir)}
+    assert writers[named] is not None
+    assert (writers[named].name, writers[named].pid) == ("mailer-7", os.getpid())
+    assert writers[named].label().startswith("mailer-7 (")
+    assert writers[plain] is not None
+    assert writers[plain].name is None
+    with EffectLog.load(named, store_dir, writer_name="mailer-8") as log:
+        claim_bare(log, "e2")
+    assert {s.run_id: s.writer for s in _inspect.list_runs(store_dir)}[named].name == "mailer-8"  # type: ignore[union-attr]
+    shown = _inspect.show_run(store_dir, named).to_dict()
+    assert shown["writer"]["name"] == "mailer-8"
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [("", ValueError), ("a\nb", ValueError), ("x" * 201, ValueError), (7, TypeError)],
+)
+def test_a_bad_writer_name_is_refused_before_anything_is_written(
+    backend: Backend, store_dir: Path, name: object, error: type[Exception]
+) -> None:
+    """An empty, multi-line, too long or non-str writer_name: the caller's mistake, nothing written."""
+    with pytest.raises(error, match="writer_name"):
+        EffectLog(new_run_id(), store_dir, writer_name=name)  # type: ignore[arg-type]
+    with pytest.raises(error, match="writer_name"):
+        EffectLog.load(new_run_id(), store_dir, writer_name=name)  # type: ignore[arg-type]
+    assert not store_dir.exists()

@@ -7,6 +7,7 @@ passes. A proxy of another name leaves that run alone.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -85,6 +86,11 @@ def test_a_killed_proxy_is_recovered_and_its_call_guarded_until_resolved(tmp_pat
 
     run_session(second)
     stderr = second_log.read_text()
+    names = {
+        r["run_id"]: r["writer_name"] for r in json.loads(setup.ledger("runs", "--json").stdout)
+    }
+    assert names[run_id_in(stderr)] == "crashy"
+    assert "crashy (" in setup.ledger("runs").stdout
     assert (
         f"recovered run {first} of a dead proxy named crashy: effect {in_doubt.effect_id} "
         "(slow_write) interrupted, impact possible"

@@ -239,6 +239,7 @@ def test_a_client_on_the_per_request_protocol_is_served_the_same(tmp_path: Path)
     assert version == "2026-07-28"
     assert error is False
     [run] = json.loads(setup.ledger("runs", "--json").stdout)
+    assert run["writer_name"] == "ledger-test-server"  # NAME defaults to the server's name
     history = setup.history(run["run_id"])
     [claim] = history.claims
     assert claim.kind is KIND.READ
