@@ -3,7 +3,7 @@
 ``tests/pure`` tests values and functions with no store at all; ``tests/contract`` tests
 the library through its public API on a store of each backend (``tests/backends.py``),
 so none of its modules may reach for one backend's driver; ``tests/sqlite``,
-``tests/cli`` and ``tests/reliability`` test the SQLite backend, the ``ledger``
+``tests/postgresql``, ``tests/cli`` and ``tests/reliability`` test the SQLite backend, the ``ledger``
 command and the long-running reliability scenarios. docs/architecture.md describes it.
 """
 
@@ -17,11 +17,11 @@ import pytest
 from tests.builders import REPO
 
 TESTS = REPO / "tests"
-FOLDERS = ("pure", "contract", "sqlite", "cli", "reliability")
+FOLDERS = ("pure", "contract", "sqlite", "postgresql", "cli", "reliability")
 TOP_LEVEL = {"test_layout.py", "test_packaging.py", "test_readme.py"}
 
 # What a module that is not about one backend may not import, and what a pure one may not.
-BACKEND = ("sqlite3", "ledger.sqlite")
+BACKEND = ("sqlite3", "ledger.sqlite", "psycopg", "ledger.postgresql")
 STORAGE = (
     *BACKEND,
     "sqlalchemy",
