@@ -107,14 +107,17 @@ def _check_run_id(run_id: object) -> str:
     return run_id
 
 
-def _directory(directory: str | os.PathLike[str] | None) -> Path:
+def _location(directory: str | os.PathLike[str] | None) -> storage.Location:
+    """A store directory as an absolute path, or a PostgreSQL URL as given."""
     if directory is None:
-        return effects_dir()
+        directory = _paths.default_store()
     if not isinstance(directory, (str, os.PathLike)):
-        raise InvalidTypeError(f"directory must be a path, not {type(directory).__name__}")
+        raise InvalidTypeError(f"directory must be a path or a URL, not {type(directory).__name__}")
     text = os.fspath(directory)
     if not text or "\x00" in text:
-        raise ValueError("directory must be a non-empty path without NUL")
+        raise ValueError("directory must be a non-empty path or URL without NUL")
+    if storage.is_url(text):
+        return text
     return Path(text).expanduser().absolute()
 
 
@@ -159,16 +162,19 @@ class EffectLog:
     """
 
     def __init__(self, run_id: str, directory: str | os.PathLike[str] | None = None) -> None:
-        """Start a new run in the store at ``directory`` (default :func:`effects_dir`).
+        """Start a new run in the store at ``directory``: a directory, or ``postgresql://...``.
+
+        The default is ``$LEDGER_URL`` when set, else :func:`effects_dir`.
 
         Writes nothing: the store is created by the first claim. If the store
         already holds rows of ``run_id``, that first write raises
         :class:`EffectPersistenceError`; use :meth:`load` to continue a run.
         """
         self._run_id = _check_run_id(run_id)
-        self._directory = _directory(directory)
-        # Agent tools must never reach a store a log points at, even before it exists.
-        _paths.remember_store(self._directory)
+        self._directory = _location(directory)
+        if isinstance(self._directory, Path):
+            # Agent tools must never reach a store a log points at, even before it exists.
+            _paths.remember_store(self._directory)
         self._backend = storage.backend(self._directory)
         self._store: Store | None = None
         # Threads that write at once queue here; one of them (the leader) writes every
@@ -211,14 +217,21 @@ class EffectLog:
         return self._run_id
 
     @property
-    def path(self) -> Path:
-        """The store's database file (it may not exist yet)."""
-        return self._directory / _paths.DB_NAME
+    def path(self) -> Path | None:
+        """The store's database file (it may not exist yet); None for a PostgreSQL store."""
+        if isinstance(self._directory, Path):
+            return self._directory / _paths.DB_NAME
+        return None
 
     @property
-    def directory(self) -> Path:
-        """The store directory."""
-        return self._directory
+    def directory(self) -> Path | None:
+        """The store directory; None for a PostgreSQL store."""
+        return self._directory if isinstance(self._directory, Path) else None
+
+    @property
+    def store(self) -> str:
+        """The store's name: its directory, or its URL with the password removed."""
+        return storage.describe(self._directory)
 
     @property
     def degraded(self) -> bool:
@@ -338,7 +351,7 @@ class EffectLog:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "degraded" if self._degraded else "open"
-        return f"<EffectLog run_id={self._run_id} path={self.path} {state}>"
+        return f"<EffectLog run_id={self._run_id} store={self.store} {state}>"
 
     # ------------------------------------------------------------------ internals
 
