@@ -32,7 +32,7 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup
 
-from ledger import _inspect, _text
+from ledger import _inspect, _text, storage
 from ledger.effects import (
     Assessment,
     EffectClaim,
@@ -158,7 +158,7 @@ class RunPage:
 class Report:
     """Everything the page shows."""
 
-    store: Path
+    store: storage.Location
     generated_at: str
     asked: str
     verify: _inspect.VerifyReport
@@ -216,7 +216,7 @@ def _match(summaries: Sequence[_inspect.RunSummary], prefix: str) -> str:
 
 
 def build(
-    directory: Path,
+    directory: storage.Location,
     runs: Sequence[str] = (),
     *,
     unresolved: bool = False,
@@ -301,7 +301,12 @@ def _incident(row: _inspect.EffectRow, run_index: int | None, store: str) -> Inc
 
 
 def _run_page(
-    directory: Path, index: int, summary: _inspect.RunSummary, problems: list[str], *, draw: bool
+    directory: storage.Location,
+    index: int,
+    summary: _inspect.RunSummary,
+    problems: list[str],
+    *,
+    draw: bool,
 ) -> RunPage:
     found = list(dict.fromkeys([*([summary.problem] if summary.problem else []), *problems]))
     if found or not draw:

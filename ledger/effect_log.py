@@ -224,9 +224,9 @@ class EffectLog:
         return None
 
     @property
-    def directory(self) -> Path | None:
-        """The store directory; None for a PostgreSQL store."""
-        return self._directory if isinstance(self._directory, Path) else None
+    def directory(self) -> Path | str:
+        """The store directory, or a PostgreSQL store's URL as it was given."""
+        return self._directory
 
     @property
     def store(self) -> str:

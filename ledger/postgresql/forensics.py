@@ -22,6 +22,7 @@ from ledger.effects import History
 from ledger.errors import EffectPersistenceError
 from ledger.postgresql import engine as _engine
 from ledger.postgresql import liveness
+from ledger.postgresql import store as _store
 from ledger.postgresql.guards import with_views
 from ledger.postgresql.store import Store
 from ledger.sqlite import rows
@@ -284,13 +285,17 @@ class Reader:
 
     @contextlib.contextmanager
     def recovering(self, run_id: str) -> Iterator[RecoveryHold]:
-        """Take the run for recovery on a session of this reader's own, or say who has it."""
-        store = Store(self.location)
+        """Take the run for recovery, or say who has it.
+
+        On the session that holds the runs of this process's logs: a log of this process
+        may load the run meanwhile, as on SQLite, where the holds are the process's.
+        """
+        store = _store.acquire(self.location)
         try:
             with liveness.recovering(store.holder, run_id) as found:
                 yield found
         finally:
-            store.dispose()
+            _store.release(store)
 
     @contextlib.contextmanager
     def shell(self, args: Sequence[str]) -> Iterator[Shell]:

@@ -67,7 +67,10 @@ class Holder:
     def _connection(self) -> Any:
         if self._raw is None or self._generation != _generation:
             self._raw = self._engine().raw_connection()
-            self._raw.driver_connection.autocommit = True
+            conn = self._raw.driver_connection
+            conn.autocommit = True
+            # Named apart from the pooled sessions, for people reading pg_stat_activity.
+            conn.execute("SET application_name = 'ledger liveness'")
             self._generation = _generation
         return self._raw.driver_connection
 
