@@ -217,8 +217,9 @@ def test_effects_dir_honours_ledger_dir(
     """
     monkeypatch.setenv("LEDGER_DIR", str(tmp_path / "mine"))
     assert effects_dir() == tmp_path / "mine"
-    store = backend.location(tmp_path / "mine")
-    if isinstance(store, str):
+    store: Path | str = tmp_path / "mine"
+    if isinstance(location := backend.location(tmp_path), str):
+        store = location
         monkeypatch.setenv("LEDGER_URL", store)
     with EffectLog(run_id) as log:
         assert log.store == str(store)
