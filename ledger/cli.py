@@ -652,7 +652,11 @@ def _report_imports(imported: list[_jsonl.Imported], *, as_json: bool) -> None:
 @_store_option
 @_json_option
 def path(store: storage.Location | None, as_json: bool) -> None:
-    """Print the path of the store's database file (a PostgreSQL store's URL, no password)."""
+    """Print the path of the store's database file.
+
+    For a PostgreSQL store, its URL with the password removed (and, with --json, a null
+    path).
+    """
     location = _directory(store)
     if not isinstance(location, Path):
         if as_json:
