@@ -21,9 +21,11 @@ import itertools
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -151,6 +153,21 @@ class Server:
                 [*self._pg_ctl, "-w", "-m", mode, "stop"], check=True, capture_output=True
             )
             self.running = False
+
+    def kill(self) -> None:
+        """SIGKILL the server and every process of it, as a power cut would stop it."""
+        postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        children = subprocess.run(
+            ["pgrep", "-P", str(postmaster)], capture_output=True, text=True, check=False
+        ).stdout.split()
+        for pid in (postmaster, *map(int, children)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in (postmaster, *map(int, children)):
+            deadline = time.monotonic() + 30
+            while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+                time.sleep(0.01)
+        self.running = False
 
     def start(self) -> None:
         """Start the stopped server again, on the same data and socket."""
