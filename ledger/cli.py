@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import click
 
-from ledger import _bench, _demo, _inspect, _jsonl, _report, storage
+from ledger import _bench, _bench_postgresql, _demo, _inspect, _jsonl, _report, storage
 from ledger._paths import DB_NAME, default_store
 from ledger._text import UNPRINTABLE, printable
 from ledger.effect_log import EffectPersistenceError
@@ -736,18 +736,19 @@ def demo(report: Path | None, store: storage.Location | None) -> None:
 @main.command(short_help="Measure what a durable claim costs on this disk.")
 @click.option(
     "--store",
-    type=click.Path(path_type=Path),
+    type=_StoreType(),
     default=None,
-    metavar="DIR",
+    metavar="DIR|URL",
     help="Measure in a scratch directory created in DIR and removed afterwards. Default: "
     "the directory that holds the default store (or its nearest existing ancestor), on the "
-    "disk workers write to.",
+    "disk workers write to. A PostgreSQL URL: measure on that server, in a scratch schema "
+    "dropped afterwards.",
 )
 @_json_option
 @click.option(
     "--quick", is_flag=True, help="Smaller runs and stores, fewer samples: under half a minute."
 )
-def bench(store: Path | None, as_json: bool, quick: bool) -> None:
+def bench(store: storage.Location | None, as_json: bool, quick: bool) -> None:
     """Measure what a durable claim costs on this disk, against what it cannot beat.
 
     Runs stdlib sqlite3 (the floor), fsynced JSON lines (the file-based logs) and the
@@ -756,6 +757,14 @@ def bench(store: Path | None, as_json: bool, quick: bool) -> None:
     full run takes a few minutes.
     """
     progress = None if _quiet() else (lambda line: click.echo(line, err=True))
+    if isinstance(store, str):
+        with _library_errors():
+            found = _bench_postgresql.run(store, quick=quick, progress=progress)
+        if as_json:
+            _print_json(found)
+        else:
+            _bench_postgresql.render(found, click.echo)
+        return
     with _library_errors():
         try:
             report = _bench.run(store, quick=quick, progress=progress)
