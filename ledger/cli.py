@@ -81,6 +81,11 @@ class _StoreType(click.ParamType[storage.Location]):
             return value
         if not isinstance(value, str):
             self.fail(f"{value!r} is not a directory or a URL", param, ctx)
+        if value.lower().startswith("postgres"):
+            try:
+                storage.backend(value)
+            except ValueError as e:
+                self.fail(str(e), param, ctx)
         converted: Path = click.Path(file_okay=False, path_type=Path).convert(value, param, ctx)
         return converted
 

@@ -60,6 +60,10 @@ Location = Path | str
 """Where a store is: a directory (SQLite), or a URL ``postgresql://...`` (PostgreSQL)."""
 
 _URL = re.compile(r"postgresql(\+psycopg)?://", re.IGNORECASE)
+# What a PostgreSQL URL becomes as a Path ("//" folds to "/"), or under another scheme
+# name or driver: never a directory to create a SQLite store in.
+# (Made absolute, it follows a "/".)
+_NOT_A_DIRECTORY = re.compile(r"(^|/)postgres(ql)?(\+\w+)?:/", re.IGNORECASE)
 
 
 def is_url(location: object) -> bool:
@@ -385,6 +389,11 @@ _EXTRAS = {"postgresql": ("psycopg", "effect-ledger[postgresql]")}
 def backend(directory: Location) -> Backend:
     """The backend serving the store at ``directory`` (a directory, or a URL)."""
     kind = "postgresql" if is_url(directory) else "directory"
+    if kind == "directory" and _NOT_A_DIRECTORY.search(str(directory)):
+        raise ValueError(
+            f"{describe(str(directory))!r} is not a store directory: a PostgreSQL store is "
+            "named by a str URL postgresql://... (not a Path, nor postgres://)"
+        )
     try:
         module = importlib.import_module(_BACKENDS[kind])
     except ModuleNotFoundError as e:

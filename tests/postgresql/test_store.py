@@ -186,3 +186,22 @@ def test_the_forensics_recipes_run_in_psql(url: str) -> None:
     )
     assert refused.returncode != 0
     assert "read-only transaction" in refused.stderr
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        Path("postgresql://ledger@/db"),  # a URL made a Path: "//" folds to "/"
+        "postgres://ledger@/db",  # another spelling of the scheme
+        "postgresql+asyncpg://ledger@/db",  # another driver
+    ],
+    ids=["path", "postgres-scheme", "other-driver"],
+)
+def test_a_url_that_names_no_store_is_refused_not_made_a_directory(
+    given: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mangled or foreign PostgreSQL URL is a ValueError, never a SQLite store in the cwd."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="not a store directory"):
+        EffectLog(new_run_id(), given)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
