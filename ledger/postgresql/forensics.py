@@ -23,7 +23,7 @@ from ledger.errors import EffectPersistenceError
 from ledger.postgresql import engine as _engine
 from ledger.postgresql import liveness
 from ledger.postgresql import store as _store
-from ledger.postgresql.guards import with_views
+from ledger.postgresql.guards import TRIGGER_TABLE, with_views
 from ledger.postgresql.store import Store
 from ledger.sqlite import rows
 from ledger.sqlite.engine import head_revision
@@ -249,6 +249,7 @@ class Reader:
             revision = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
             if revision != head_revision():
                 problems.append(f"schema: revision {revision} where {head_revision()} is current")
+            problems.extend(f"schema: {p}" for p in _guard_problems(conn))
             run_ids = list(conn.execute(text("SELECT run_id FROM runs ORDER BY run_id")).scalars())
             orphans = conn.execute(
                 text(
@@ -317,6 +318,34 @@ class Reader:
         # libpq reads PGOPTIONS: every transaction of the session is read-only.
         conninfo = url.render_as_string(hide_password=False)
         return [program, "--no-psqlrc", "--set=ON_ERROR_STOP=1", _readonly(conninfo)]
+
+
+def _guard_problems(conn: Connection) -> list[str]:
+    """Guards of the library missing from the store, and triggers on its tables that are not."""
+    found = {
+        (name, table)
+        for name, table in conn.execute(
+            text(
+                "SELECT t.tgname, c.relname FROM pg_trigger AS t"
+                " JOIN pg_class AS c ON c.oid = t.tgrelid"
+                " WHERE NOT t.tgisinternal AND c.relnamespace = current_schema()::regnamespace"
+            )
+        ).all()
+    }
+    wanted = set(TRIGGER_TABLE.items())
+    problems = [f"trigger {name} on {table} is missing" for name, table in sorted(wanted - found)]
+    problems += [
+        f"trigger {name} on {table} is not the library's" for name, table in sorted(found - wanted)
+    ]
+    disabled = conn.execute(
+        text(
+            "SELECT t.tgname FROM pg_trigger AS t JOIN pg_class AS c ON c.oid = t.tgrelid"
+            " WHERE NOT t.tgisinternal AND t.tgenabled = 'D'"
+            " AND c.relnamespace = current_schema()::regnamespace ORDER BY 1"
+        )
+    ).scalars()
+    problems += [f"trigger {name} is disabled" for name in disabled]
+    return problems
 
 
 def _readonly(conninfo: str) -> str:

@@ -15,7 +15,7 @@ from sqlalchemy import create_engine
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.postgresql.engine import parse
 from ledger.sqlite.engine import alembic_config, head_revision
-from tests.builders import claim_bare, run_python, write_five_records
+from tests.builders import claim_bare, ledger, run_python, write_five_records
 from tests.postgresql import driver
 from tests.postgresql.server import SUPERUSER, server
 
@@ -205,3 +205,22 @@ def test_a_url_that_names_no_store_is_refused_not_made_a_directory(
     with pytest.raises(ValueError, match="not a store directory"):
         EffectLog(new_run_id(), given)  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_verify_names_a_dropped_disabled_or_foreign_trigger(url: str) -> None:
+    """ledger verify reports each guard dropped or disabled, and each trigger not the library's."""
+    with EffectLog(new_run_id(), url) as log:
+        write_five_records(log)
+    assert ledger("verify", "--store", url).returncode == 0
+    driver.execute(url, "DROP TRIGGER claims_no_update ON claims")
+    driver.execute(url, "ALTER TABLE outcomes DISABLE TRIGGER outcomes_no_delete")
+    driver.execute(
+        url,
+        "CREATE TRIGGER sneaky BEFORE INSERT ON claims FOR EACH ROW"
+        " EXECUTE FUNCTION ledger_refuse()",
+    )
+    done = ledger("verify", "--store", url)
+    assert done.returncode == 1
+    assert "trigger claims_no_update on claims is missing" in done.stdout
+    assert "trigger outcomes_no_delete is disabled" in done.stdout
+    assert "trigger sneaky on claims is not the library's" in done.stdout
