@@ -74,6 +74,9 @@ class _StoreType(click.ParamType[storage.Location]):
 
     name = "store"
 
+    def __init__(self, *, file_okay: bool = False) -> None:
+        self._path = click.Path(file_okay=file_okay, path_type=Path)
+
     def convert(
         self, value: object, param: click.Parameter | None, ctx: click.Context | None
     ) -> storage.Location:
@@ -86,7 +89,7 @@ class _StoreType(click.ParamType[storage.Location]):
                 storage.backend(value)
             except ValueError as e:
                 self.fail(str(e), param, ctx)
-        converted: Path = click.Path(file_okay=False, path_type=Path).convert(value, param, ctx)
+        converted: Path = self._path.convert(value, param, ctx)
         return converted
 
 
@@ -741,7 +744,8 @@ def demo(report: Path | None, store: storage.Location | None) -> None:
 @main.command(short_help="Measure what a durable claim costs on this disk.")
 @click.option(
     "--store",
-    type=_StoreType(),
+    # A file is refused by the bench itself, in its own words.
+    type=_StoreType(file_okay=True),
     default=None,
     metavar="DIR|URL",
     help="Measure in a scratch directory created in DIR and removed afterwards. Default: "
