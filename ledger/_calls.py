@@ -490,6 +490,25 @@ async def _wait(future: asyncio.Future[Any]) -> asyncio.CancelledError | None:
     return cancelled
 
 
+# The call whose block is running in this context (thread or task), for code that runs
+# inside it without being handed it: a function decorated with @log.tool.
+_CURRENT: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
+    "ledger_current_call", default=None
+)
+
+
+def current_call() -> EffectCall | AsyncEffectCall | None:
+    """The effect whose ``log.effect`` block (or ``@log.tool`` call) is running here, if any.
+
+    A tool function reads its idempotency key from it:
+    ``current_call().idempotency_key``. Per thread and per asyncio task; the innermost
+    block when they nest; ``None`` outside every block.
+    """
+    call = _CURRENT.get()
+    assert call is None or isinstance(call, EffectCall | AsyncEffectCall)  # noqa: S101
+    return call
+
+
 class EffectScope:
     """What :meth:`~ledger.effect_log.EffectLog.effect` returns: one effect, entered once.
 
@@ -497,7 +516,7 @@ class EffectScope:
     Every argument was checked when it was made: nothing is written for a bad one.
     """
 
-    __slots__ = ("_call", "_entered", "_plan")
+    __slots__ = ("_call", "_entered", "_plan", "_token")
 
     def __init__(
         self,
@@ -539,6 +558,7 @@ class EffectScope:
         )
         self._entered = False
         self._call: _Call | None = None
+        self._token: contextvars.Token[_Call | None] | None = None
 
     @property
     def effect_id(self) -> str:
@@ -556,6 +576,7 @@ class EffectScope:
         self._enter()
         call = EffectCall(self._plan, self._plan.begin())
         self._call = call
+        self._token = _CURRENT.set(call)
         return call
 
     def __exit__(
@@ -565,7 +586,13 @@ class EffectScope:
         tb: TracebackType | None,
     ) -> None:
         assert self._call is not None  # noqa: S101 - entered, or there is no exit
+        self._leave()
         self._plan.finish(self._call.outcome_given, exc)
+
+    def _leave(self) -> None:
+        if self._token is not None:
+            _CURRENT.reset(self._token)
+            self._token = None
 
     async def __aenter__(self) -> AsyncEffectCall:
         self._enter()
@@ -574,6 +601,7 @@ class EffectScope:
         if cancelled is None:
             call = AsyncEffectCall(self._plan, begun.result())
             self._call = call
+            self._token = _CURRENT.set(call)
             return call
         error = begun.exception()
         if error is not None:
@@ -589,6 +617,7 @@ class EffectScope:
     ) -> None:
         call = self._call
         assert isinstance(call, AsyncEffectCall)  # noqa: S101 - entered with async with
+        self._leave()
         cancelled = None
         given_error = None
         pending = call.pending_outcome

@@ -21,6 +21,10 @@ import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+# A signal handler raises once per signal; the same call failing this many times in a
+# row is a bug, not a burst of Ctrl-C, and is raised rather than retried for ever.
+_RETRIES = 1000
+
 
 def acquire_uninterrupted(lock: Any) -> BaseException | None:
     """Hold ``lock`` (an RLock, or a Condition on one) even if a signal handler raises.
@@ -31,7 +35,7 @@ def acquire_uninterrupted(lock: Any) -> BaseException | None:
     blocks on a lock it holds nor goes on without it.
     """
     interrupt = None
-    while True:
+    for _ in range(_RETRIES):
         try:
             if not lock._is_owned():  # noqa: SLF001 - what Condition itself relies on
                 lock.acquire()
@@ -39,6 +43,7 @@ def acquire_uninterrupted(lock: Any) -> BaseException | None:
             interrupt = interrupt or e
         else:
             return interrupt
+    raise RuntimeError(f"cannot take {lock!r}: every attempt raised") from interrupt
 
 
 def wait_for_gate(gate: Any, ready: Callable[[], bool]) -> BaseException | None:
@@ -48,12 +53,16 @@ def wait_for_gate(gate: Any, ready: Callable[[], bool]) -> BaseException | None:
     flag, not the lock, says whether the wake-up already came.
     """
     interrupt = None
+    failures = 0
     while True:
         try:
             if not ready():
                 gate.acquire()
         except BaseException as e:  # held back, see above
             interrupt = interrupt or e
+            failures += 1
+            if failures >= _RETRIES:
+                raise RuntimeError(f"cannot wait on {gate!r}: every attempt raised") from e
         else:
             if ready():
                 return interrupt

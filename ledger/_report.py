@@ -29,9 +29,6 @@ from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 
-import jinja2
-from markupsafe import Markup
-
 from ledger import _inspect, _text, storage
 from ledger.effects import (
     Assessment,
@@ -132,8 +129,9 @@ class Incident:
 
     row: _inspect.EffectRow
     run_index: int | None  # the run's section on the page, when the run is drawn
-    step: str  # what the command does
-    command: str  # the exact command to type
+    reason: str  # why its decision is what it is, as `decide` says
+    step: str  # what the commands do
+    commands: tuple[str, ...]  # the exact commands to type
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -237,8 +235,13 @@ def build(
     if unresolved:
         troubled = {row.run_id for row in incidents}
         summaries = [s for s in summaries if s.run_id in troubled]
-    checked = _inspect.verify(directory)
     shown = {s.run_id for s in summaries}
+    loaded = _load(
+        {row.run_id for row in incidents if row.run_id in shown}
+        | {s.run_id for s in summaries[-RUN_LIMIT:] if not s.problem},
+        directory,
+    )
+    checked = _inspect.verify(directory)
     by_run: dict[str, list[str]] = defaultdict(list)
     store_problems = []
     for problem in checked.problems:
@@ -254,7 +257,7 @@ def build(
         store_problems.append(f"{others} problem(s) in runs this page does not show")
     drawn = {s.run_id for s in summaries[-RUN_LIMIT:]}
     pages = [
-        _run_page(directory, i, s, by_run[s.run_id], draw=s.run_id in drawn)
+        _run_page(loaded, i, s, by_run[s.run_id], draw=s.run_id in drawn)
         for i, s in enumerate(summaries)
     ]
     index = {p.summary.run_id: p.index for p in pages if p.timeline is not None}
@@ -266,7 +269,9 @@ def build(
         verify=checked,
         store_problems=tuple(store_problems),
         incidents=tuple(
-            _incident(row, index.get(row.run_id), store) for row in incidents if row.run_id in shown
+            _incident(row, index.get(row.run_id), loaded.get(row.run_id), store)
+            for row in incidents
+            if row.run_id in shown
         ),
         runs=tuple(pages),
         drawn=len(index),
@@ -282,26 +287,55 @@ def _asked(runs: Sequence[str], *, unresolved: bool, since: str | None) -> str:
     return what
 
 
-def _incident(row: _inspect.EffectRow, run_index: int | None, store: str) -> Incident:
-    # The effects layer's `ledger resolve` will settle any of these; until then only an
-    # unanswered claim has a command that moves it on.
+def _load(
+    run_ids: set[str], directory: storage.Location
+) -> dict[str, _inspect.RunReport | EffectPersistenceError]:
+    """Each run loaded and judged once, for its incidents' decisions and its timeline."""
+    loaded: dict[str, _inspect.RunReport | EffectPersistenceError] = {}
+    for run_id in sorted(run_ids):
+        try:
+            loaded[run_id] = _inspect.show_run(directory, run_id)
+        except EffectPersistenceError as e:  # it does not validate, or was written badly
+            loaded[run_id] = e
+    return loaded
+
+
+def _incident(
+    row: _inspect.EffectRow,
+    run_index: int | None,
+    run: _inspect.RunReport | EffectPersistenceError | None,
+    store: str,
+) -> Incident:
+    at = f"--store {store}"
+    if isinstance(run, _inspect.RunReport):
+        decisions = {d.effect_id: d for d in run.decisions}
+        reason = decisions[row.effect_id].reason if row.effect_id in decisions else ""
+    else:
+        reason = "its run does not validate: no decision is believed"
     if row.execution is None:
         return Incident(
             row,
             run_index,
-            "once its worker is dead, mark it interrupted, then observe its targets:",
-            f"ledger recover {row.run_id} --store {store}",
+            reason,
+            "once its worker is dead, mark it interrupted, then check whether it landed:",
+            (f"ledger recover {row.run_id} {at}",),
         )
+    effect = shlex.quote(row.effect_id)
+    resolve = f"ledger resolve {row.run_id} {effect}"
     return Incident(
         row,
         run_index,
-        "observe its targets (no command settles it yet); inspect it with",
-        f"ledger show {row.run_id} --store {store}",
+        reason,
+        "check whether it landed, then record what you found:",
+        (
+            f'{resolve} --applied --by "$USER" {at}',
+            f'{resolve} --not-applied --by "$USER" {at}',
+        ),
     )
 
 
 def _run_page(
-    directory: storage.Location,
+    loaded: dict[str, _inspect.RunReport | EffectPersistenceError],
     index: int,
     summary: _inspect.RunSummary,
     problems: list[str],
@@ -311,10 +345,9 @@ def _run_page(
     found = list(dict.fromkeys([*([summary.problem] if summary.problem else []), *problems]))
     if found or not draw:
         return RunPage(index, summary, tuple(found), 0, None, (), summary.verdicts)
-    try:
-        shown = _inspect.show_run(directory, summary.run_id)
-    except EffectPersistenceError as e:  # written to between two reads, badly
-        return RunPage(index, summary, (str(e),), 0, None, (), summary.verdicts)
+    shown = loaded[summary.run_id]
+    if isinstance(shown, EffectPersistenceError):  # written to between two reads, badly
+        return RunPage(index, summary, (str(shown),), 0, None, (), summary.verdicts)
     records = shown.history.records()
     verdicts = dict.fromkeys(_inspect.VERDICTS, 0)
     for a in shown.assessments:
@@ -591,6 +624,8 @@ def printable(value: object) -> object:
     A bidi override or a control character in a locator would otherwise change what the
     reader sees (``txt.exe`` shown as ``exe.txt``). Markup (the page's own) passes as is.
     """
+    from markupsafe import Markup  # noqa: PLC0415 - loaded by render, see there
+
     if isinstance(value, Markup) or not isinstance(value, str) or value.isprintable():
         return value
     return _text.printable(value)
@@ -613,6 +648,11 @@ def _hash(text: str) -> str:
 
 def render(report: Report) -> str:
     """The page: one HTML document that loads nothing and runs only its own script."""
+    # Imported here: every `ledger` command imports this module (`--since`), and the
+    # template engine would add a tenth of a second to each start.
+    import jinja2  # noqa: PLC0415
+    from markupsafe import Markup  # noqa: PLC0415
+
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("ledger", "templates"),
         autoescape=True,

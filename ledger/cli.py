@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import click
 
-from ledger import _bench, _bench_postgresql, _demo, _inspect, _jsonl, _report, storage
+from ledger import _inspect, _jsonl, _report, storage
 from ledger._paths import DB_NAME, default_store
 from ledger._text import UNPRINTABLE, printable
 from ledger.effect_log import EffectPersistenceError
@@ -327,17 +327,30 @@ def status(
 
 def _status_table(rows: list[_inspect.EffectRow]) -> None:
     _table(
-        ("RUN", "SEQ", "EFFECT", "OPERATION", "EXECUTION", "IMPACT", "VERDICT", "UNRESOLVED"),
+        (
+            "RUN",
+            "SEQ",
+            "EFFECT",
+            "OPERATION",
+            "KIND",
+            "EXECUTION",
+            "IMPACT",
+            "VERDICT",
+            "UNRESOLVED",
+            "NEXT",
+        ),
         [
             (
                 r.run_id,
                 r.seq,
                 r.effect_id,
                 r.operation,
+                r.kind,
                 r.execution,
                 r.impact,
                 r.verdict,
                 "yes" if r.unresolved_impact else "no",
+                r.next_step,
             )
             for r in rows
         ],
@@ -736,6 +749,8 @@ def demo(report: Path | None, store: storage.Location | None) -> None:
     location = _directory(store)
     if not isinstance(location, Path):
         raise click.UsageError("ledger demo runs on a store directory, not a PostgreSQL store")
+    from ledger import _demo  # noqa: PLC0415 - only this command needs it
+
     with _library_errors():
         code = _demo.run(location, click.echo, report)
     raise SystemExit(code)
@@ -765,8 +780,12 @@ def bench(store: storage.Location | None, as_json: bool, quick: bool) -> None:
     large runs and stores. Prints medians, p99 and ratios against their targets. A
     full run takes a few minutes.
     """
+    from ledger import _bench  # noqa: PLC0415 - only this command needs it (and it is large)
+
     progress = None if _quiet() else (lambda line: click.echo(line, err=True))
     if isinstance(store, str):
+        from ledger import _bench_postgresql  # noqa: PLC0415 - only this command needs it
+
         with _library_errors():
             found = _bench_postgresql.run(store, quick=quick, progress=progress)
         if as_json:

@@ -29,6 +29,7 @@ import os
 import secrets
 import threading
 import weakref
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,7 @@ from types import TracebackType
 from typing import Self
 
 from ledger import _calls, _paths, storage
-from ledger._calls import new_effect_id
+from ledger._calls import current_call, new_effect_id
 from ledger._chain import GENESIS
 from ledger._combiner import Combiner, Entry, acquire_uninterrupted
 from ledger._index import RunIndex
@@ -79,6 +80,7 @@ __all__ = [
     "EffectLog",
     "EffectPersistenceError",
     "OutcomeRequest",
+    "current_call",
     "effects_dir",
     "new_effect_id",
     "new_run_id",
@@ -186,6 +188,9 @@ class EffectLog:
         self._queued_settles: set[str] = set()
         self._queued_observations: set[str] = set()
         self._queued_resolutions: set[str] = set()
+        # The idempotency keys of claims queued or being written: an effect whose key is
+        # among them has a retry on its way, and is not to be retried again meanwhile.
+        self._queued_keys: Counter[str] = Counter()
         self._index = RunIndex()
         self._claims: list[EffectClaim] = []
         self._claimed: dict[str, EffectClaim] = {}
@@ -400,6 +405,10 @@ class EffectLog:
         self._queued_settles.difference_update(request.settles)
         self._queued_observations.difference_update(request.observation_ids)
         self._queued_resolutions.difference_update(request.resolves)
+        for record in request.records:
+            if isinstance(record, EffectClaim):
+                self._queued_keys[record.idempotency_key] -= 1
+        self._queued_keys += Counter()  # drops the keys no claim in flight has
 
     def _write(self, batch: list[_Request]) -> BaseException | None:
         """The queue's writer (see ledger._combiner): lock held, released to write."""
@@ -446,6 +455,9 @@ class EffectLog:
             start=not self._started,
             continuing=self._continuing,
             writer=None if self._writer_pid == os.getpid() else Writer.current(),
+            # A loaded run that was empty must still be: had another process started it
+            # since, this log's first record would clash with that one's.
+            ends_at=0 if self._continuing and not self._started else None,
         )
         store = self._store_for_write()
         failed = self._hold_run(store, durable.action)
@@ -575,9 +587,13 @@ class EffectLog:
             return ()
         return self._claim_all(batch, f"{len(batch)} claims")
 
-    def _claim_all(self, batch: tuple[ClaimRequest, ...], action: str) -> tuple[EffectClaim, ...]:
+    def _claim_all(
+        self, batch: tuple[ClaimRequest, ...], action: str, *, retrying: str | None = None
+    ) -> tuple[EffectClaim, ...]:
         with self._cond:
             self._check_open()
+            if retrying is not None:
+                self._check_retry(retrying)
             records: list[EffectClaim] = []
             batch_ids: set[str] = set()
             now = utc_now()
@@ -612,6 +628,7 @@ class EffectLog:
             pending = _Request(action, records, claims=True)
             pending.effect_ids = batch_ids
             self._queued_claims.update(batch_ids)
+            self._queued_keys.update(r.idempotency_key for r in records)
             self._submit(pending)
             if pending.error is not None:
                 raise pending.error
@@ -798,17 +815,11 @@ class EffectLog:
         ``effect_id`` and a fresh effect id unless ``new_effect_id`` is given; from then
         on, ``effect_id``'s decision is its newest retry's. Durable as :meth:`claim` is.
         """
-        # Not under the log's lock: claim queues behind other writers, which needs it free.
-        decision = self.decide(effect_id)
-        if decision.step is not NextStep.RETRY:
-            raise ValueError(
-                f"effect {effect_id!r} is not to be retried: the decision is "
-                f"{decision.step.value.upper()} ({decision.reason})"
-            )
         with self._cond:
-            claim = self._claimed[effect_id]
-        return self.claim(
-            effect_id=new_effect_id or _fresh_effect_id(),
+            claim = self._claim_of(effect_id)
+        new_id = new_effect_id or _fresh_effect_id()
+        request = ClaimRequest(
+            effect_id=new_id,
             action_id=claim.action_id,
             operation=claim.operation,
             impact_scope=claim.impact_scope,
@@ -816,6 +827,21 @@ class EffectLog:
             kind=claim.kind,
             retry_of=effect_id,
         )
+        return self._claim_all((request,), f"claim {new_id!r}", retrying=effect_id)[0]
+
+    def _check_retry(self, effect_id: str) -> None:
+        """Refuse a retry unless the decision is RETRY and no other retry is on its way."""
+        claim = self._claim_of(effect_id)
+        decision = self._index.decide(claim)
+        step, reason = decision.step, decision.reason
+        if self._queued_keys[claim.idempotency_key]:
+            # Decided together with the queue: two threads retrying at once make one retry.
+            step, reason = NextStep.WAIT, "A retry of it is being claimed."
+        if step is not NextStep.RETRY:
+            raise ValueError(
+                f"effect {effect_id!r} is not to be retried: the decision is "
+                f"{step.value.upper()} ({reason})"
+            )
 
     def resolve(self, effect_id: str, *, applied: bool, by: str, note: str = "") -> Resolution:
         """Record that a person checked whether ``effect_id`` landed: ``applied`` or not.

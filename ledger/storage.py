@@ -125,7 +125,8 @@ class Batch:
     start: bool = False  # the run's first write from this log: create its row
     continuing: bool = False  # the log loaded the run: an existing row is its own
     writer: Writer | None = None  # record this process as the run's writer
-    # Recovery's condition: the run's durable records end at this seq (no one else wrote).
+    # The run's durable records end at this seq: no one else wrote since the log read it
+    # (recovery's condition, and a loaded empty run's first write).
     ends_at: int | None = None
 
 
@@ -227,6 +228,10 @@ class EffectRow:
     verdict: str
     unresolved_impact: bool
     claimed_at: str
+    kind: str  # the effect's kind: read, idempotent, write or irreversible
+    idempotency_key: str
+    resolution: str | None  # a person's word: "applied", "not_applied", or none yet
+    next_step: str  # what the worker should do next: done, wait, retry or escalate
     run_problem: str | None = None  # why its run does not validate: the verdict is not believed
 
     def to_dict(self) -> dict[str, Any]:

@@ -672,7 +672,10 @@ class Child:
         """Let the child exit; its return code."""
         if self.proc.poll() is None and self.proc.stdin is not None:
             self.proc.stdin.close()
-        return self.proc.wait(timeout=CHILD_TIMEOUT)
+        code = self.proc.wait(timeout=CHILD_TIMEOUT)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        return code
 
     def kill(self) -> None:
         """SIGKILL the child and reap it."""

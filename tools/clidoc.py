@@ -44,6 +44,7 @@ from ledger.effects import (
     Resolution,
     ResourceRef,
     assess,
+    decide,
     idempotency_key,
 )
 
@@ -161,6 +162,10 @@ def _examples() -> dict[str, object]:
             verdict=a.verdict.value,
             unresolved_impact=a.unresolved_impact,
             claimed_at=claim.recorded_at,
+            kind=claim.kind.value,
+            idempotency_key=claim.idempotency_key,
+            resolution=a.resolution,
+            next_step=decide(claim, history).step.value,
         )
         for run_id, history, a in (
             (_RUN_A, history_a, effects_a[0]),
@@ -362,6 +367,18 @@ _SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("verdict", "string", "`pending`, `verified`, `unverified`, `contradicted` or `failed`"),
         ("unresolved_impact", "boolean", "it may have changed the world, nobody can say how"),
         ("claimed_at", "string", "when the claim was written"),
+        ("kind", "string", "`read`, `idempotent`, `write` or `irreversible`"),
+        ("idempotency_key", "string", "the key its call carried; a retry carries the same"),
+        (
+            "resolution",
+            "string or null",
+            "a person's word (`ledger resolve`): `applied`, `not_applied`; `null` if none",
+        ),
+        (
+            "next_step",
+            "string",
+            "what to do next, as `decide` says: `done`, `wait`, `retry` or `escalate`",
+        ),
         (
             "run_problem",
             "string or null",
@@ -584,7 +601,8 @@ stale.
     "status": f"""\
 Reads the store. One row per claimed effect across all runs, oldest claim first, with
 the verdict the `effect_status` view computes (the same rules as `assess`; see
-[forensics.md](forensics.md#effect_status)). `--run` keeps the effects of one run (an
+[forensics.md](forensics.md#effect_status)), its kind and what to do next (`decide`:
+`done`, `wait`, `retry` or `escalate`). `--run` keeps the effects of one run (an
 id or a unique prefix). `--unresolved` keeps the effects whose impact is unresolved
 (pending, unverified or contradicted, with an impact that is not `none`): the incident
 list after a crash.
@@ -601,10 +619,11 @@ loads nothing, from anywhere (its Content-Security-Policy says `default-src 'non
 and allows only its own style and script, by hash).
 
 - **Incidents**, at the top: every effect whose impact is unresolved, in the runs the
-  page shows (the rows of `ledger status --unresolved`), with its run, operation,
-  execution, impact, verdict, when it was claimed, and the exact command for the next
-  step: `ledger recover RUN` for a claim that has no outcome (once its worker is dead),
-  else `ledger show RUN` to inspect it.
+  page shows (the rows of `ledger status --unresolved`), with its run, operation, kind,
+  execution, impact, verdict, when it was claimed, its decision and the reason for it
+  (`decide`), and the exact commands for the next step: `ledger recover RUN` for a
+  claim that has no outcome (once its worker is dead); else the two `ledger resolve`
+  commands that record a person's word once they have checked whether it landed.
 - **Runs**: a summary row per run (first and last record, writer, claims, how many
   effects have each verdict, and whether its rows and hash chain validate). The page
   runs `ledger verify` on the whole store when it is written and says what it found;

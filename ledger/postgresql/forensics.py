@@ -170,7 +170,8 @@ class Reader:
                 text(
                     with_views(
                         "SELECT run_id, seq, effect_id, operation, execution, impact, verdict,"
-                        f" unresolved_impact, claimed_at FROM effect_status {clause}"
+                        " unresolved_impact, claimed_at, kind, idempotency_key, resolution,"
+                        f" next_step FROM effect_status {clause}"
                         " ORDER BY claimed_at, run_id, seq"
                     )
                 ),
@@ -188,6 +189,10 @@ class Reader:
                     verdict=row[6],
                     unresolved_impact=bool(row[7]),
                     claimed_at=row[8],
+                    kind=row[9],
+                    idempotency_key=row[10],
+                    resolution=row[11],
+                    next_step=row[12],
                     run_problem=problems[row[0]],
                 )
                 for row in found

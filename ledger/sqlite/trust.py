@@ -237,6 +237,30 @@ def _copy_once(dir_fd: int, checked: Checked, target: Path) -> bool:
     return salt_before == copied_salt == _wal_salt(dir_fd, checked)
 
 
+def _check_room(dir_fd: int, checked: Checked, scratch: Path) -> None:
+    """Refuse a copy that would not fit where temporary files go, before writing a byte.
+
+    The temporary directory is often a small shared file system (a tmpfs in memory):
+    filling it would fail the copy and, meanwhile, every other program writing there.
+    """
+    size = 0
+    for name in (checked.db.name, sidecar(checked.db, "-wal").name):
+        with contextlib.suppress(FileNotFoundError):
+            size += os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_size
+    room = os.statvfs(scratch)
+    free = room.f_bavail * room.f_frsize
+    if size > free:
+        raise StoreUnavailableError(
+            f"the store {checked.directory} is read from a private copy, which needs "
+            f"{_mib(size)} where temporary files go "
+            f"({scratch.parent}: {_mib(free)} free); set TMPDIR to a directory with room"
+        )
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):.1f} MiB"
+
+
 @contextlib.contextmanager
 def private_copy(checked: Checked) -> Iterator[Path]:
     """A copy of the store's database and ``-wal`` in a new 0700 directory, removed afterwards.
@@ -252,6 +276,7 @@ def private_copy(checked: Checked) -> Iterator[Path]:
         try:
             # The directory opened is the one checked: nobody swapped it meanwhile.
             _check_directory_stat(checked.directory, os.fstat(dir_fd), writer=False)
+            _check_room(dir_fd, checked, scratch)
             target = scratch / checked.db.name
             for _ in range(_COPY_ATTEMPTS):
                 if _copy_once(dir_fd, checked, target):

@@ -66,6 +66,10 @@ STATUS_KEYS = {
     "verdict",
     "unresolved_impact",
     "claimed_at",
+    "kind",
+    "idempotency_key",
+    "resolution",
+    "next_step",
     "run_problem",
 }
 ASSESSMENT_KEYS = {
@@ -95,10 +99,12 @@ STATUS_HEADER = [
     "SEQ",
     "EFFECT",
     "OPERATION",
+    "KIND",
     "EXECUTION",
     "IMPACT",
     "VERDICT",
     "UNRESOLVED",
+    "NEXT",
 ]
 
 Result = subprocess.CompletedProcess[str]
@@ -173,6 +179,7 @@ class Built:
                 continue
             for claim in history.claims:
                 a = fx.assess(claim, history)
+                decision = fx.decide(claim, history)
                 rows.append(
                     {
                         "run_id": rid,
@@ -184,6 +191,10 @@ class Built:
                         "verdict": a.verdict.value,
                         "unresolved_impact": a.unresolved_impact,
                         "claimed_at": claim.recorded_at,
+                        "kind": claim.kind.value,
+                        "idempotency_key": claim.idempotency_key,
+                        "resolution": a.resolution,
+                        "next_step": decision.step.value,
                         "run_problem": None,
                     }
                 )
@@ -613,7 +624,7 @@ def test_status_json_lists_every_effect_with_assess_verdicts(built, cli) -> None
 
 
 def test_status_table_has_the_documented_columns(built, cli) -> None:
-    """`status` prints run, seq, effect, operation, execution, impact, verdict and unresolved."""
+    """`status` prints run, seq, effect, operation, kind, execution, impact, verdict, unresolved, next."""
     rows = _table(_ok(cli("status")))
     assert list(rows[0]) == STATUS_HEADER
     assert [list(r.values()) for r in rows] == [
@@ -622,10 +633,12 @@ def test_status_table_has_the_documented_columns(built, cli) -> None:
             str(e["seq"]),
             e["effect_id"],
             e["operation"],
+            e["kind"],
             e["execution"] or "-",
             e["impact"] or "-",
             e["verdict"],
             "yes" if e["unresolved_impact"] else "no",
+            e["next_step"],
         ]
         for e in built.status_rows()
     ]

@@ -220,6 +220,27 @@ def _sql(out: str, e: Expect, store: Path) -> None:
     assert out.strip() == str(len(e.effects))
 
 
+def _page_dir() -> str:
+    """A new directory for a report's page, outside every fingerprinted tree.
+
+    World-writable and sticky, like /tmp, so that uid 65534 may write its page there.
+    """
+    directory = Path(tempfile.mkdtemp(prefix="ledger-page-"))
+    directory.chmod(0o1777)
+    return str(directory)
+
+
+def _report_page(out: str, e: Expect, store: Path) -> None:
+    page = Path(out.strip())
+    try:
+        html = page.read_text(encoding="utf-8")
+        assert stat.S_IMODE(page.stat().st_mode) == 0o600
+        assert e.main_run in html
+        assert "ledger verify: ok." in html
+    finally:
+        shutil.rmtree(page.parent)
+
+
 @dataclasses.dataclass(frozen=True)
 class Command:
     """One read command: its words ({run} is a prefix of the main run) and its content check."""
@@ -239,6 +260,7 @@ class Command:
     def argv(self, e: Expect, store: Path) -> list[str]:
         """The arguments after `ledger`."""
         words = [w.replace("{run}", e.main_run[:8]) for w in self.words]
+        words = [w.replace("{out}", f"{_page_dir()}/page.html") for w in words]
         return [*words, "--store", str(store)]
 
 
@@ -258,6 +280,7 @@ ALL_COMMANDS = (
     Command(("path",), _path_text),
     Command(("path", "--json"), _path_json),
     Command(("sql", COUNT_CLAIMS), _sql),
+    Command(("report", "-o", "{out}"), _report_page),
 )
 # One form of each command (the text and --json forms make the same library call): for
 # the scenarios where each invocation is about the store's state, not the rendering.
@@ -275,6 +298,7 @@ EACH_COMMAND = tuple(
         "verify --json",
         "export RUN",
         "sql",
+        "report -o {out}",
     )
 )
 

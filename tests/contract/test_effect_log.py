@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger import _inspect
+from ledger import _inspect, _jsonl
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, effects_dir, new_run_id
 from ledger.errors import (
@@ -46,6 +46,8 @@ from tests.builders import (
     UNVERIFIED,
     VERIFIED,
     Call,
+    Child,
+    claim_bare,
     claim_write,
     file_ref,
     fs_ref,
@@ -1124,3 +1126,96 @@ def test_a_claim_made_while_recovery_commits_is_numbered_after_it(
         history = log.history()
     with EffectLog.load(run_id, store_dir) as again:
         assert again.history() == history
+
+
+# --------------------------------------------------------------------------- other writers of a run
+
+
+def test_a_run_loaded_empty_and_started_elsewhere_is_refused_as_stale(
+    backend: Backend, store_dir: Path
+) -> None:
+    """A log that loaded an empty run refuses to write once another writer started it: load again."""
+    run_id = new_run_id()
+    with EffectLog.load(run_id, store_dir) as empty, EffectLog(run_id, store_dir) as other:
+        claim_bare(other, "e-other")
+        with pytest.raises(RunHeldError) as refused:
+            claim_bare(empty, "e-stale")
+        assert str(refused.value) == (
+            f"cannot record claim 'e-stale' in run {run_id}: run {run_id} holds records up to "
+            "seq 1 where this log knows 0: another writer touched it; load it again"
+        )
+    assert backend.query(store_dir, "SELECT run_id, effect_id FROM claims") == [(run_id, "e-other")]
+    with EffectLog.load(run_id, store_dir) as again:
+        assert claim_bare(again, "e-again").seq == 2
+
+
+def test_the_first_write_after_a_load_records_this_process_as_the_runs_writer(
+    backend: Backend, store_dir: Path
+) -> None:
+    """A run another process wrote names this process as its writer once this one writes."""
+    run_id = new_run_id()
+    child = Child("claim", store_dir, run_id)
+    assert child.answer == {"claimed": True}
+    assert child.finish() == 0
+    (before,) = backend.query(store_dir, "SELECT pid FROM run_writers WHERE run_id = ?", (run_id,))
+    assert before[0] != os.getpid()
+    with EffectLog.load(run_id, store_dir) as log:
+        claim_bare(log, "e2")
+    assert backend.query(store_dir, "SELECT pid FROM run_writers WHERE run_id = ?", (run_id,)) == [
+        (os.getpid(),)
+    ]
+
+
+def test_an_exported_run_imports_as_a_new_run_that_loads_the_same(
+    backend: Backend, store_dir: Path, tmp_path: Path
+) -> None:
+    """Import (in process): a new run's row and records, loading to the history exported."""
+    run_id = new_run_id()
+    with EffectLog(run_id, store_dir) as log:
+        claim_write(log)
+        settle(log)
+        see(log, "o1")
+    _, lines = _jsonl.export_lines(store_dir, run_id)
+    new_id = new_run_id()
+    exported = tmp_path / f"{new_id}.jsonl"
+    exported.write_text("\n".join(lines) + "\n")
+    other = backend.location(tmp_path / "other")
+    imported = _jsonl.import_file(other, exported)
+    assert imported.records == 3
+    assert stored_runs(backend, other) == {imported.run_id}
+    assert imported.run_id == new_id
+    with (
+        EffectLog.load(run_id, store_dir) as original,
+        EffectLog.load(imported.run_id, other) as copy,
+    ):
+        assert copy.history() == original.history()
+    with pytest.raises(_jsonl.ImportRefusedError, match="already in the store"):
+        _jsonl.import_file(other, exported, imported.run_id)
+
+
+def test_two_threads_retrying_one_effect_at_once_make_one_retry(
+    backend: Backend, store_dir: Path, in_thread: Callable[[Callable[[], Any]], Call]
+) -> None:
+    """A retry decided while another retry of the effect is being written is refused: WAIT."""
+    run_id = new_run_id()
+    with EffectLog(run_id, store_dir) as log:
+        claim_bare(log, "e1")
+        log.outcome(effect_id="e1", execution=FAILED, impact=NONE)
+        assert log.decide("e1").step is fx.NextStep.RETRY
+        with backend.write_locked(store_dir):
+            first = in_thread(lambda: log.retry("e1", new_effect_id="r1"))
+            wait_for(lambda: "r1" in log._queued_claims, "the first retry is queued")
+            second = in_thread(lambda: log.retry("e1", new_effect_id="r2"))
+            wait_for(
+                lambda: not second.thread.is_alive() or "r2" in log._queued_claims,
+                "the second retry is decided",
+            )
+        assert first.result().retry_of == "e1"
+        with pytest.raises(ValueError, match=r"the decision is WAIT \(A retry of it is being"):
+            second.result()
+        # Once the first is durable, the effect's decision is its retry's: pending, WAIT.
+        with pytest.raises(ValueError, match="the decision is WAIT"):
+            log.retry("e1")
+    assert backend.query(
+        store_dir, "SELECT effect_id, retry_of FROM claims WHERE run_id = ? ORDER BY seq", (run_id,)
+    ) == [("e1", None), ("r1", "e1")]

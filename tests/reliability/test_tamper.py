@@ -59,21 +59,35 @@ def _shell() -> None:
 
 DB = "ledger.sqlite3"
 
-SEQ_TABLES = ("claims", "outcomes", "observations")
+SEQ_TABLES = ("claims", "outcomes", "observations", "resolutions")
 CHILD_TABLES = ("impact_scope", "obligations")
-RECORD_TABLES = ("claims", "impact_scope", "obligations", "outcomes", "observations")
-TABLE_OF = {"claim": "claims", "outcome": "outcomes", "observation": "observations"}
+RECORD_TABLES = (
+    "claims",
+    "impact_scope",
+    "obligations",
+    "outcomes",
+    "observations",
+    "resolutions",
+)
+TABLE_OF = {
+    "claim": "claims",
+    "outcome": "outcomes",
+    "observation": "observations",
+    "resolution": "resolutions",
+}
 ROW_EDITS = ("DELETE", "INSERT", "SWAP", "REHASH")
 # The columns each table's rows contribute to the chain's encoding (ledger._chain).
 ENCODED = {
-    "claims": {*_chain.CLAIM_COLUMNS, "prev_hash", "hash"},
+    "claims": {*_chain.CLAIM_COLUMNS, *_chain.CLAIM_COLUMNS_2, "prev_hash", "hash"},
     "outcomes": {*_chain.OUTCOME_COLUMNS, "prev_hash", "hash"},
     "observations": {*_chain.OBSERVATION_COLUMNS, "prev_hash", "hash"},
+    "resolutions": {*_chain.RESOLUTION_COLUMNS, "prev_hash", "hash"},
     "impact_scope": set(_chain.SCOPE_COLUMNS),
     "obligations": set(_chain.OBLIGATION_COLUMNS),
 }
 # Enum columns get another word of their enum: a value the schema would accept.
 WORDS: dict[str, tuple[str, ...]] = {
+    "claims.kind": tuple(m.value for m in fx.EffectKind),
     "kind": fx.RESOURCE_KINDS,
     "target_kind": fx.RESOURCE_KINDS,
     "resource_kind": fx.RESOURCE_KINDS,
@@ -83,9 +97,9 @@ WORDS: dict[str, tuple[str, ...]] = {
     "mechanism": tuple(m.value for m in fx.ObservationMechanism),
     "coverage": tuple(m.value for m in fx.Coverage),
 }
-BOOLEANS = ("replayed", "resource_exists")
+BOOLEANS = ("replayed", "resource_exists", "applied")
 # The id a crafted copy of a row must change to be insertable next to the original.
-NEW_ID = {"claims": "effect_id", "observations": "observation_id"}
+NEW_ID = {"claims": "effect_id", "observations": "observation_id", "resolutions": "effect_id"}
 HEX64 = re.compile(r"[0-9a-f]{64}")
 # Edits that change no record, and so need not be detected: none is expected.
 EXEMPT: frozenset[str] = frozenset()
@@ -207,9 +221,21 @@ def _write_run(directory: Path, run_id: str) -> int:
             exists=True,
             revision="r2",
         )
-    # The worker crashed with c3 claimed and no outcome; after a restart it is recovered.
+    # The worker crashed with c3 claimed and no outcome; after a restart it is recovered,
+    # people say it and c2 did not land, and c3 is retried (a claim of chain version 2, as
+    # is the idempotent c5, and the resolution).
     with EffectLog.load(run_id, directory) as log:
         assert len(log.recover_interrupted()) == 1
+        log.resolve("c2", applied=False, by="bob")
+        log.resolve("c3", applied=False, by="alice", note="checked /w/c: still there")
+        log.retry("c3", new_effect_id="c3-retry")
+        log.claim(
+            effect_id="c5",
+            action_id="a5",
+            operation=op("upsert", b"5"),
+            impact_scope=[user],
+            kind=fx.EffectKind.IDEMPOTENT,
+        )
         log.claim(effect_id="c4", action_id="a4", operation=op(), impact_scope=[d])
         log.observe(
             observation_id="o3",
@@ -399,7 +425,7 @@ class Case:
     load_error: str | None = None
 
 
-def _forged_values(base: Base, column: str, declared: str, old: object) -> list[object]:
+def _forged_values(base: Base, table: str, column: str, declared: str, old: object) -> list[object]:
     """Other values of the column's type that look valid, most plausible first."""
     if column == "run_id":
         return [new_run_id()]
@@ -407,8 +433,9 @@ def _forged_values(base: Base, column: str, declared: str, old: object) -> list[
         return [base.head + 1]  # where the run's next record would go
     if column == "position":
         return [int(str(old)) + 10]
-    if column in WORDS:
-        return [w for w in WORDS[column] if w != old]
+    words = WORDS.get(f"{table}.{column}", WORDS.get(column))
+    if words is not None:
+        return [w for w in words if w != old]
     if column in BOOLEANS:
         return [1] if old is None else [1 - int(str(old))]
     if declared.upper() == "INTEGER":
@@ -431,7 +458,7 @@ def _update(
     # A row holding a value first: changing a value is subtler than filling a NULL.
     rows.sort(key=lambda r: r[column] is None)
     for row in rows:
-        for value in _forged_values(base, column, declared, row[column]):
+        for value in _forged_values(base, table, column, declared, row[column]):
             yield Case(
                 name=f"UPDATE {table}.{column} (record seq {_record_seq(table, row)}: "
                 f"{str(row[column])[:16]!r} -> {str(value)[:16]!r})",
@@ -535,6 +562,9 @@ def _forge(record: Any, table: str) -> tuple[Any, str, object, dict[str, object]
         value = f"{record.source_action_id}-forged"
         forged = dataclasses.replace(record, source_action_id=value)
         return forged, "source_action_id", value, {"seq": record.seq}
+    if table == "resolutions":
+        value = f"{record.by}-forged"
+        return dataclasses.replace(record, by=value), "resolved_by", value, {"seq": record.seq}
     key: dict[str, object] = {"effect_id": record.effect_id, "position": 0}
     if table == "impact_scope":
         first, *rest = record.impact_scope
@@ -742,7 +772,7 @@ def _links(directory: Path, run_id: str) -> dict[int, tuple[str, str]]:
             " UNION ALL ".join(
                 f"SELECT seq, prev_hash, hash FROM {t} WHERE run_id = ?" for t in SEQ_TABLES
             ),
-            (run_id,) * 3,
+            (run_id,) * len(SEQ_TABLES),
         ).fetchall()
     return {row[0]: (row[1], row[2]) for row in rows}
 

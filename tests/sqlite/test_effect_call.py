@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from ledger import effects as fx
-from ledger.effect_log import EffectLog, new_run_id
+from ledger.effect_log import EffectLog, current_call, new_run_id
 from ledger.resources import ExternalResource, FilesystemResource, FilesystemRoot, OwnedResource
 from tests.builders import file_ref, sha
 
@@ -745,6 +745,49 @@ def test_an_async_tool_keeps_its_signature_and_is_one_effect_per_call(log: Effec
     assert {o.impact for o in log.history().outcomes} == {fx.Impact.NONE}
 
 
+def test_a_tool_reads_its_own_call_and_key_from_current_call(log: EffectLog) -> None:
+    """Inside a @log.tool function, current_call() is its effect: the key to hand downstream."""
+    seen: list[tuple[str, str]] = []
+
+    @log.tool(kind=fx.EffectKind.IDEMPOTENT)
+    def upsert(name: str) -> str:
+        call = current_call()
+        assert call is not None
+        seen.append((call.effect_id, call.idempotency_key))
+        return name
+
+    assert current_call() is None
+    upsert("a")
+    upsert("b")
+    assert current_call() is None
+    claims = log.history().claims
+    assert seen == [(c.effect_id, c.idempotency_key) for c in claims]
+    assert len({key for _, key in seen}) == 2
+
+
+def test_current_call_is_the_innermost_block_and_per_thread(log: EffectLog) -> None:
+    """Nested blocks see the innermost; a block's exit (even by an exception) restores the outer; other threads see none."""
+    elsewhere: list[object] = []
+    with log.effect("outer") as outer:
+        assert current_call() is outer
+        inside: list[object] = []
+
+        def fail_inside() -> None:
+            with log.effect("inner") as inner:
+                inside.append(current_call() is inner)
+                raise KeyError("boom")
+
+        with pytest.raises(KeyError):
+            fail_inside()
+        assert inside == [True]
+        assert current_call() is outer
+        thread = threading.Thread(target=lambda: elsewhere.append(current_call()))
+        thread.start()
+        thread.join()
+    assert elsewhere == [None]
+    assert current_call() is None
+
+
 # --------------------------------------------------------------------------- asyncio
 
 
@@ -995,3 +1038,23 @@ def test_a_task_cancelled_while_its_outcome_commits_records_it_then_is_cancelled
     asyncio.run(main())
     assert outcomes_of(store, "e1") == [(SUCCESS, fx.Impact.CERTAIN)]
     assert store.assess("e1").verdict is fx.EffectVerdict.VERIFIED
+
+
+def test_concurrent_tasks_each_see_their_own_current_call(log: EffectLog) -> None:
+    """Two tasks inside their own async blocks at once: each sees its own call, then none."""
+
+    async def one(name: str, entered: asyncio.Event, other: asyncio.Event) -> tuple[str, str]:
+        async with log.effect(name, effect_id=name) as call:
+            entered.set()
+            await other.wait()  # both blocks are open now
+            here = current_call()
+            assert here is call
+            return name, here.effect_id
+
+    async def main() -> list[tuple[str, str]]:
+        a, b = asyncio.Event(), asyncio.Event()
+        found = await asyncio.gather(one("task-a", a, b), one("task-b", b, a))
+        assert current_call() is None
+        return list(found)
+
+    assert asyncio.run(main()) == [("task-a", "task-a"), ("task-b", "task-b")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -21,7 +22,7 @@ from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.errors import StoreFileRefusedError
 from ledger.sqlite import trust as _trust
-from tests.builders import LEDGER, PYTHON, fingerprint, ledger
+from tests.builders import LEDGER, PYTHON, fingerprint, ledger, require_tool, subprocess_env
 from tests.sqlite.trust_helpers import (
     DB,
     SHM,
@@ -537,6 +538,113 @@ def test_a_copy_is_never_written_through_a_name_that_exists(tmp_path: Path) -> N
         os.close(fd)
     assert victim.read_bytes() == b"keep me"
     assert not (tmp_path / "nowhere").exists()
+
+
+class _ShortReads:
+    """The ``os`` module as the copy sees it, but whose reads return a few bytes at a time.
+
+    A read may legally return fewer bytes than asked (a file system over a network, a
+    signal); the copy must then still copy every byte and the whole ``-wal`` header.
+    Every other call, and every descriptor, is the real one.
+    """
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+        self.reads = 0
+        self.flags: list[int] = []  # F_GETFD of each descriptor written to
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(os, name)
+
+    def read(self, fd: int, size: int) -> bytes:
+        self.reads += 1
+        return os.read(fd, min(size, self.step))
+
+    def write(self, fd: int, data: bytes) -> int:
+        self.flags.append(fcntl.fcntl(fd, fcntl.F_GETFD))
+        return os.write(fd, data)
+
+
+@pytest.mark.parametrize("step", [1, 7, 31, 33, 4096])
+def test_a_copy_made_of_short_reads_is_whole_and_keeps_the_wal_header(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: int
+) -> None:
+    """Short reads: every byte is copied, the header is the first 32, the copy's descriptor is close-on-exec."""
+    data = bytes(range(256)) * 40 + b"tail"
+    source = tmp_path / "source"
+    source.write_bytes(data)
+    short = _ShortReads(step)
+    monkeypatch.setattr(_trust, "os", short)
+    fd = os.open(source, os.O_RDONLY)
+    try:
+        head = _trust._copy_fd(fd, tmp_path / "copy")
+    finally:
+        os.close(fd)
+    monkeypatch.undo()
+    assert short.reads > len(data) // max(step, 1 << 20)
+    assert head == data[:32]  # a WAL header
+    assert (tmp_path / "copy").read_bytes() == data
+    assert (tmp_path / "copy").stat().st_mode & 0o777 == 0o600
+    assert short.flags
+    assert all(flags & fcntl.FD_CLOEXEC for flags in short.flags)
+
+
+_COPY_IN_SMALL_TMP = """
+import os, sys
+from pathlib import Path
+from ledger.sqlite import trust
+store, tmp = Path(sys.argv[1]), sys.argv[2]
+checked = trust.check_store(store, store / "ledger.sqlite3", writer=False)
+try:
+    with trust.private_copy(checked) as copy:
+        print("copied", copy.stat().st_size)
+except Exception as e:
+    print(type(e).__name__, e)
+print("left:", os.listdir(tmp))
+"""
+
+
+@pytest.mark.program
+@pytest.mark.parametrize("size", ["64k", "16m"])
+def test_a_copy_that_cannot_fit_where_temporary_files_go_is_refused_before_writing(
+    store: tuple[Path, str], tmp_path: Path, size: str
+) -> None:
+    """TMPDIR on a real 64 KiB tmpfs (a mount namespace of its own): refused, naming TMPDIR; 16 MiB: copied."""
+    require_tool("unshare")
+    directory, _ = store
+    small = tmp_path / "small"
+    small.mkdir()
+    shell = 'mount -t tmpfs -o "size=$1" none "$2" && TMPDIR="$2" exec "$3" -c "$4" "$5" "$2"'
+    result = subprocess.run(
+        [
+            "unshare",
+            "-rm",
+            "sh",
+            "-c",
+            shell,
+            "sh",
+            size,
+            small,
+            PYTHON,
+            _COPY_IN_SMALL_TMP,
+            directory,
+        ],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    first, left = result.stdout.splitlines()
+    assert left == "left: []"
+    if size == "16m":
+        assert first == f"copied {(directory / DB).stat().st_size}"
+    else:
+        assert first.startswith(
+            f"StoreUnavailableError the store {directory} is read from a private copy"
+        )
+        assert "set TMPDIR to a directory with room" in first
 
 
 # --------------------------------------------------------------------------- copies and swaps
