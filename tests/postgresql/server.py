@@ -172,8 +172,9 @@ class Server:
     def start(self) -> None:
         """Start the stopped server again, on the same data and socket."""
         if not self.running:
+            # A start after a crash replays the WAL first: allow it time on a loaded machine.
             subprocess.run(
-                [*self._pg_ctl, "-w", "-t", "60", "-l", str(self.root / "server.log"), "start"],
+                [*self._pg_ctl, "-w", "-t", "300", "-l", str(self.root / "server.log"), "start"],
                 check=True,
                 capture_output=True,
             )

@@ -6,7 +6,7 @@ import subprocess
 
 from ledger.effect_log import EffectLog, new_run_id
 from tests.builders import CHILD_TIMEOUT, PYTHON, subprocess_env
-from tests.postgresql.server import server
+from tests.postgresql.server import Server
 
 BURST = """
 import sys
@@ -24,8 +24,20 @@ except EffectPersistenceError as e:
 
 
 def test_every_claim_acknowledged_before_the_server_is_sigkilled_is_there_after_restart() -> None:
-    """SIGKILL the server mid-burst, start it again: each claim the worker was told of is durable."""
-    url, run_id = server().new_database(), new_run_id()
+    """SIGKILL the server mid-burst, start it again: each claim the worker was told of is durable.
+
+    A server of the test's own: the session's, holding every other test's databases, would
+    take long to recover, and its other tests would meet it starting up.
+    """
+    own = Server()
+    try:
+        _burst_and_kill(own)
+    finally:
+        own.remove()
+
+
+def _burst_and_kill(own: Server) -> None:
+    url, run_id = own.new_database(), new_run_id()
     worker = subprocess.Popen(
         [PYTHON, "-c", BURST, url, run_id],
         stdout=subprocess.PIPE,
@@ -39,7 +51,7 @@ def test_every_claim_acknowledged_before_the_server_is_sigkilled_is_there_after_
             line = worker.stdout.readline()
             assert line.startswith("e"), line
             acknowledged.append(line.strip())
-        server().kill()
+        own.kill()
         rest = worker.stdout.read()
         worker.wait(timeout=CHILD_TIMEOUT)
     finally:
@@ -47,7 +59,7 @@ def test_every_claim_acknowledged_before_the_server_is_sigkilled_is_there_after_
             worker.kill()
             worker.wait(timeout=CHILD_TIMEOUT)
         worker.stdout.close()
-        server().start()
+        own.start()
     *more, last = rest.splitlines()
     assert last.startswith("failed"), rest[-500:]
     acknowledged += more
