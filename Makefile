@@ -12,7 +12,7 @@ TOOLS := sqlite3:sqlite3 strace:strace setpriv:util-linux unshare:util-linux chr
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,mcp]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,mcp,postgresql]'
 	touch $(STAMP)
 
 env: $(STAMP)
@@ -28,8 +28,15 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check ledger tests migrations tools
 	$(BIN)/mypy
 
+# The PostgreSQL server (initdb, pg_ctl) for the tests of PostgreSQL stores: on PATH, in
+# pg_config --bindir, or where Debian's package puts it (not on PATH).
+PG_SERVER := postgresql
+have_pg = command -v pg_ctl >/dev/null 2>&1 || [ -x "$$(pg_config --bindir 2>/dev/null)/pg_ctl" ] || \
+	ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1
+
 tools:
 	@missing=""; for t in $(TOOLS); do command -v "$${t%%:*}" >/dev/null 2>&1 || missing="$$missing $${t#*:}"; done; \
+	$(have_pg) || missing="$$missing $(PG_SERVER)"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing the programs the tests need:$$missing"; \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -41,6 +48,7 @@ tools:
 	  fi; \
 	  for t in $(TOOLS); do command -v "$${t%%:*}" >/dev/null 2>&1 || \
 	    { echo "make test needs $${t%%:*} (package $${t#*:}): install it and run make test again" >&2; exit 1; }; done; \
+	  $(have_pg) || { echo "make test needs the PostgreSQL server, initdb and pg_ctl (package $(PG_SERVER)): install it and run make test again" >&2; exit 1; }; \
 	fi
 
 # The suite is mostly child processes and fsyncs: one worker per CPU (pytest-xdist).

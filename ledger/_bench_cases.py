@@ -134,10 +134,17 @@ def warm(db: Path, bulk: Callable[[], object], step: Callable[[], object]) -> No
             return
 
 
+def _db(log: EffectLog) -> Path:
+    """The SQLite database file of a log (these cases measure SQLite stores)."""
+    if log.path is None:
+        raise ValueError(f"{log.store} is not a SQLite store")
+    return log.path
+
+
 def _warm_log(log: EffectLog, name: str) -> None:
     ids = iter(range(10**9))
     warm(
-        log.path,
+        _db(log),
         lambda: log.claim_many(_request(f"{name}{next(ids)}", _ref(0)) for _ in range(50)),
         lambda: _claim(log, f"{name}{next(ids)}", _ref(0)),
     )
@@ -281,7 +288,7 @@ class CpuOff:
         with _unsynchronised(directory), EffectLog(new_run_id(), directory) as log:
             _warm_log(log, "w")
             # Held open, so that closing the last log neither checkpoints nor deletes the WAL.
-            self.keeper = sqlite3.connect(log.path, check_same_thread=False)
+            self.keeper = sqlite3.connect(_db(log), check_same_thread=False)
             self.keeper.execute("SELECT count(*) FROM sqlite_master").fetchone()
 
     def chunk(self, count: int) -> list[int]:
@@ -291,7 +298,7 @@ class CpuOff:
             self.next += count
             refs = {i: _ref(i) for i in range(self.next - count, self.next)}
             samples = timed(lambda i: _claim(log, f"e{i}", refs[i]), refs)
-        _flush(log.path)
+        _flush(_db(log))
         return samples
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 from ledger import storage
@@ -50,12 +49,12 @@ __all__ = [
 ]
 
 
-def reader(directory: Path) -> storage.Reader:
+def reader(directory: storage.Location) -> storage.Reader:
     """The forensic reads of the store at ``directory``, from its backend."""
     return storage.backend(directory).reader(directory)
 
 
-def list_runs(directory: Path) -> list[RunSummary]:
+def list_runs(directory: storage.Location) -> list[RunSummary]:
     """Every run of the store, oldest first, with its writer and its verdict counts.
 
     Each run is validated (rows and hash chain); one that does not validate carries its
@@ -89,7 +88,7 @@ class RunReport:
         }
 
 
-def show_run(directory: Path, prefix: str) -> RunReport:
+def show_run(directory: storage.Location, prefix: str) -> RunReport:
     """The run matching ``prefix``, validated like ``EffectLog.load`` does."""
     run_id, history, writer = reader(directory).run(prefix)
     index = RunIndex.of(history)  # one index serves the verdicts and the decisions
@@ -117,7 +116,7 @@ def decide_all(history: History, index: RunIndex | None = None) -> tuple[Decisio
 
 
 def effect_statuses(
-    directory: Path, run: str | None = None, *, unresolved: bool = False
+    directory: storage.Location, run: str | None = None, *, unresolved: bool = False
 ) -> list[EffectRow]:
     """Effects across runs (or of one run) with their verdicts; optionally only unresolved ones.
 
@@ -147,7 +146,7 @@ class Recovery:
         }
 
 
-def _recover(directory: Path, run_id: str, *, force: bool = False) -> Recovery:
+def _recover(directory: storage.Location, run_id: str, *, force: bool = False) -> Recovery:
     """Recover ``run_id`` unless a live process has it loaded, or another one recovers it.
 
     The run is taken before it is read: what is then read stays the run's state until
@@ -168,7 +167,7 @@ class RunInUseError(ValueError):
     """A live process has the run loaded: recovering it under that process would break it."""
 
 
-def recover_run(directory: Path, prefix: str, *, force: bool = False) -> Recovery:
+def recover_run(directory: storage.Location, prefix: str, *, force: bool = False) -> Recovery:
     """Mark the matching run's claims that have no outcome as interrupted.
 
     Refused while a live process has the run loaded (it holds the run's lock), unless
@@ -186,7 +185,7 @@ def recover_run(directory: Path, prefix: str, *, force: bool = False) -> Recover
     return recovery
 
 
-def recover_dead(directory: Path, runs: Iterable[str] | None = None) -> list[Recovery]:
+def recover_dead(directory: storage.Location, runs: Iterable[str] | None = None) -> list[Recovery]:
     """Recover every run with unsettled claims that no live process has loaded.
 
     A run is taken for dead when no process holds it (see docs/storage.md, "Liveness"),
@@ -202,7 +201,13 @@ def recover_dead(directory: Path, runs: Iterable[str] | None = None) -> list[Rec
 
 
 def resolve_effect(
-    directory: Path, prefix: str, effect_id: str, *, applied: bool, by: str, note: str = ""
+    directory: storage.Location,
+    prefix: str,
+    effect_id: str,
+    *,
+    applied: bool,
+    by: str,
+    note: str = "",
 ) -> Resolution:
     """Record a person's word on an effect of the matching run: it landed, or it did not."""
     run_id, _writer = reader(directory).writer(prefix)
@@ -213,13 +218,13 @@ def resolve_effect(
 # --------------------------------------------------------------------------- verify
 
 
-def run_head(directory: Path, prefix: str) -> Head:
+def run_head(directory: storage.Location, prefix: str) -> Head:
     """The matching run's head, after checking its whole chain."""
     return reader(directory).head(prefix)
 
 
 def verify(
-    directory: Path,
+    directory: storage.Location,
     progress: Callable[[int], None] | None = None,
     anchors: tuple[Head, ...] = (),
 ) -> VerifyReport:
@@ -230,6 +235,6 @@ def verify(
     return reader(directory).verify(progress, anchors)
 
 
-def run_count(directory: Path) -> int:
+def run_count(directory: storage.Location) -> int:
     """How many runs the store holds (for progress bars)."""
     return reader(directory).run_count()

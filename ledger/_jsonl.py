@@ -54,7 +54,7 @@ class ImportRefusedError(ValueError):
     """A JSON-lines file that cannot be imported; nothing of it was written."""
 
 
-def export_lines(directory: Path, prefix: str) -> tuple[str, list[str]]:
+def export_lines(directory: storage.Location, prefix: str) -> tuple[str, list[str]]:
     """The run matching ``prefix`` as JSON lines (without newlines), validated first."""
     run_id, history, _writer = reader(directory).run(prefix)
     lines = [
@@ -238,7 +238,7 @@ def _keyed(run_id: str, records: tuple[Record, ...]) -> tuple[Record, ...]:
     return tuple(out)
 
 
-def import_file(directory: Path, path: Path, run_id: str | None = None) -> Imported:
+def import_file(directory: storage.Location, path: Path, run_id: str | None = None) -> Imported:
     """Import one file as a new run, all or nothing."""
     chosen = _run_id_for(path, run_id)
     history, torn = parse(path)

@@ -52,6 +52,7 @@ from mcp.types import (
 )
 from pydantic import ValidationError
 
+from ledger import storage
 from ledger._mcp_calls import Call, brief, kinds_listed, outcome_of, read_call
 from ledger._mcp_runs import MAX_NAME, ProxyRun, check_name
 from ledger._mcp_wire import IdKey, Lines, error_line, id_key, parse, tool_error_line
@@ -91,7 +92,7 @@ class Proxy:
     def __init__(
         self,
         command: Sequence[str],
-        directory: Path,
+        directory: storage.Location,
         *,
         name: str | None,
         kinds: Mapping[str, EffectKind],
@@ -196,7 +197,7 @@ class Proxy:
                             f"recovered run {recovery.run_id} of a dead proxy named {run.name}: "
                             f"effect {outcome.effect_id} ({tool}) interrupted, impact possible"
                         )
-                self._say(f"{run.name}: run {run.run_id} in {self._directory}")
+                self._say(f"{run.name}: run {run.run_id} in {storage.describe(self._directory)}")
                 self._run = run
             return self._run
 
@@ -491,7 +492,7 @@ def _status(status: int) -> str:
 
 def run(
     command: Sequence[str],
-    directory: Path,
+    directory: storage.Location,
     *,
     name: str | None,
     kinds: Mapping[str, EffectKind],

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from ledger import _inspect
+from ledger import _inspect, storage
 from ledger._paths import DB_NAME
 from ledger.effect_log import EffectLog, new_effect_id, new_run_id
 from ledger.effects import (
@@ -77,9 +77,9 @@ class Refusal:
     effect_id: str
     reason: str
 
-    def message(self, directory: Path) -> str:
+    def message(self, directory: storage.Location) -> str:
         """The tool error the client gets: the effect, why, and how to settle it."""
-        store = f" --store {directory}"
+        store = f" --store {storage.describe(directory)}"
         return (
             f"ledger mcp-proxy did not forward this call: an identical call (effect "
             f"{self.effect_id} of run {self.run_id}) may already have happened. {self.reason} "
@@ -118,7 +118,7 @@ class ProxyRun:
     outcomes from the thread reading the server.
     """
 
-    def __init__(self, directory: Path, name: str) -> None:
+    def __init__(self, directory: storage.Location, name: str) -> None:
         self.directory = directory
         self.name = check_name(name)
         self.run_id = new_run_id()
@@ -136,7 +136,9 @@ class ProxyRun:
 
     def start(self) -> Earlier:
         """Recover the earlier runs of this name a dead proxy left, and note what to guard."""
-        if not (self.directory / DB_NAME).exists():
+        # A store that does not exist yet holds no earlier run (and is not created here);
+        # a PostgreSQL store is asked instead: an empty database has none either.
+        if isinstance(self.directory, Path) and not (self.directory / DB_NAME).exists():
             return Earlier((), {})
         reader = _inspect.reader(self.directory)
         named: dict[str, History] = {}

@@ -32,6 +32,14 @@ def effects_dir() -> Path:
     return (base / "ledger").absolute()
 
 
+def default_store() -> Path | str:
+    """The store used when none is named: ``$LEDGER_URL``, else :func:`effects_dir`.
+
+    ``$LEDGER_URL`` counts when set and non-empty; it wins over ``$LEDGER_DIR``.
+    """
+    return os.environ.get("LEDGER_URL") or effects_dir()
+
+
 def remember_store(directory: Path) -> None:
     """Record that this process opened a store at ``directory``."""
     with _lock:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 
-from ledger import _inspect, _text
+from ledger import _inspect, _text, storage
 from ledger.effects import (
     Assessment,
     EffectClaim,
@@ -156,7 +156,7 @@ class RunPage:
 class Report:
     """Everything the page shows."""
 
-    store: Path
+    store: storage.Location
     generated_at: str
     asked: str
     verify: _inspect.VerifyReport
@@ -214,7 +214,7 @@ def _match(summaries: Sequence[_inspect.RunSummary], prefix: str) -> str:
 
 
 def build(
-    directory: Path,
+    directory: storage.Location,
     runs: Sequence[str] = (),
     *,
     unresolved: bool = False,
@@ -288,7 +288,7 @@ def _asked(runs: Sequence[str], *, unresolved: bool, since: str | None) -> str:
 
 
 def _load(
-    run_ids: set[str], directory: Path
+    run_ids: set[str], directory: storage.Location
 ) -> dict[str, _inspect.RunReport | EffectPersistenceError]:
     """Each run loaded and judged once, for its incidents' decisions and its timeline."""
     loaded: dict[str, _inspect.RunReport | EffectPersistenceError] = {}

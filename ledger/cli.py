@@ -22,10 +22,10 @@ from typing import Any, TypeVar
 
 import click
 
-from ledger import _inspect, _jsonl, _report
-from ledger._paths import DB_NAME
+from ledger import _inspect, _jsonl, _report, storage
+from ledger._paths import DB_NAME, default_store
 from ledger._text import UNPRINTABLE, printable
-from ledger.effect_log import EffectPersistenceError, effects_dir
+from ledger.effect_log import EffectPersistenceError
 from ledger.effects import EffectClaim, EffectKind, EffectOutcome, Record, Resolution
 from ledger.storage import ShellMissingError
 
@@ -69,13 +69,37 @@ def _json_escape(match: re.Match[str]) -> str:
     return "".join(f"\\u{int.from_bytes(data[i : i + 2]):04x}" for i in range(0, len(data), 2))
 
 
+class _StoreType(click.ParamType[storage.Location]):
+    """A store directory, or a PostgreSQL URL (postgresql://...)."""
+
+    name = "store"
+
+    def __init__(self, *, file_okay: bool = False) -> None:
+        self._path = click.Path(file_okay=file_okay, path_type=Path)
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> storage.Location:
+        if isinstance(value, Path) or (isinstance(value, str) and storage.is_url(value)):
+            return value
+        if not isinstance(value, str):
+            self.fail(f"{value!r} is not a directory or a URL", param, ctx)
+        if value.lower().startswith("postgres"):
+            try:
+                storage.backend(value)
+            except ValueError as e:
+                self.fail(str(e), param, ctx)
+        converted: Path = self._path.convert(value, param, ctx)
+        return converted
+
+
 def _store_option(f: F) -> F:
     return click.option(
         "--store",
-        type=click.Path(file_okay=False, path_type=Path),
+        type=_StoreType(),
         default=None,
-        help="Store directory. Default: $LEDGER_DIR, else $XDG_STATE_HOME/ledger, "
-        "else ~/.local/state/ledger.",
+        help="Store directory, or a PostgreSQL URL postgresql://... Default: $LEDGER_URL, "
+        "else $LEDGER_DIR, else $XDG_STATE_HOME/ledger, else ~/.local/state/ledger.",
     )(f)
 
 
@@ -90,8 +114,16 @@ def _quiet() -> bool:
     return not sys.stderr.isatty()
 
 
-def _directory(store: Path | None) -> Path:
-    return (store if store is not None else effects_dir()).absolute()
+def _directory(store: storage.Location | None) -> storage.Location:
+    found = store if store is not None else default_store()
+    return found.absolute() if isinstance(found, Path) else found
+
+
+def _store_name(location: storage.Location) -> str:
+    """The database file of a store directory, or a PostgreSQL store's URL without password."""
+    if isinstance(location, Path):
+        return str(location / DB_NAME)
+    return storage.describe(location)
 
 
 def _print_json(value: object) -> None:
@@ -138,7 +170,7 @@ def main() -> None:
 @main.command()
 @_store_option
 @_json_option
-def runs(store: Path | None, as_json: bool) -> None:
+def runs(store: storage.Location | None, as_json: bool) -> None:
     """One row per run: when it wrote, its writer, its verdict counts."""
     with _library_errors():
         summaries = _inspect.list_runs(_directory(store))
@@ -218,7 +250,7 @@ def _describe(record: Record) -> tuple[str, str]:
 @click.argument("run")
 @_store_option
 @_json_option
-def show(run: str, store: Path | None, as_json: bool) -> None:
+def show(run: str, store: storage.Location | None, as_json: bool) -> None:
     """A run's timeline, every record in seq order, and the verdict on each effect.
 
     RUN is a run id or a unique prefix of one.
@@ -280,7 +312,9 @@ def show(run: str, store: Path | None, as_json: bool) -> None:
 )
 @_store_option
 @_json_option
-def status(run: str | None, unresolved: bool, store: Path | None, as_json: bool) -> None:
+def status(
+    run: str | None, unresolved: bool, store: storage.Location | None, as_json: bool
+) -> None:
     """Effects across runs with their verdicts, oldest claim first."""
     with _library_errors():
         rows = _inspect.effect_statuses(_directory(store), run, unresolved=unresolved)
@@ -356,7 +390,11 @@ def _since(_ctx: click.Context, _param: click.Parameter, value: str | None) -> s
 )
 @_store_option
 def report(
-    runs: tuple[str, ...], unresolved: bool, since: str | None, output: Path, store: Path | None
+    runs: tuple[str, ...],
+    unresolved: bool,
+    since: str | None,
+    output: Path,
+    store: storage.Location | None,
 ) -> None:
     """Write one self-contained HTML page of a store's runs, for a person to look at.
 
@@ -394,7 +432,9 @@ def report(
 )
 @_store_option
 @_json_option
-def recover(run: str | None, dead: bool, force: bool, store: Path | None, as_json: bool) -> None:
+def recover(
+    run: str | None, dead: bool, force: bool, store: storage.Location | None, as_json: bool
+) -> None:
     """Mark claims that never got an outcome as interrupted, with possible impact.
 
     Give RUN (an id or a unique prefix), or --dead. A run is in use while a live
@@ -449,7 +489,7 @@ def resolve(
     applied: bool | None,
     by: str,
     note: str,
-    store: Path | None,
+    store: storage.Location | None,
     as_json: bool,
 ) -> None:
     """Settle EFFECT of RUN after checking the world: it landed (--applied) or not.
@@ -486,7 +526,7 @@ def resolve(
 )
 @_store_option
 @_json_option
-def verify(anchors: tuple[str, ...], store: Path | None, as_json: bool) -> None:
+def verify(anchors: tuple[str, ...], store: storage.Location | None, as_json: bool) -> None:
     """Check the database file, the schema and its guards, and every row and chain of every run.
 
     With --anchor, also check that a run still holds the head recorded earlier: this
@@ -514,7 +554,7 @@ def verify(anchors: tuple[str, ...], store: Path | None, as_json: bool) -> None:
     else:
         for problem in report.problems:
             click.echo(printable(problem))
-        click.echo(printable(f"{len(report.problems)} problem(s) in {directory / DB_NAME}"))
+        click.echo(printable(f"{len(report.problems)} problem(s) in {_store_name(directory)}"))
     if not report.ok:
         raise SystemExit(1)
 
@@ -523,7 +563,7 @@ def verify(anchors: tuple[str, ...], store: Path | None, as_json: bool) -> None:
 @click.argument("run")
 @_store_option
 @_json_option
-def head(run: str, store: Path | None, as_json: bool) -> None:
+def head(run: str, store: storage.Location | None, as_json: bool) -> None:
     """Print a run's head as RUN:SEQ:HASH, after checking its whole chain.
 
     Keep it somewhere the store's users cannot write; ledger verify --anchor then
@@ -547,7 +587,7 @@ def head(run: str, store: Path | None, as_json: bool) -> None:
     help="Write to this file instead of standard output.",
 )
 @_store_option
-def export(run: str, output: Path | None, store: Path | None) -> None:
+def export(run: str, output: Path | None, store: storage.Location | None) -> None:
     """Print a run as JSON lines, one record per line in seq order.
 
     This is the format of the earlier file-based effect logs: each line is an object
@@ -591,7 +631,9 @@ def export(run: str, output: Path | None, store: Path | None) -> None:
 )
 @_store_option
 @_json_option
-def import_(files: tuple[Path, ...], run: str | None, store: Path | None, as_json: bool) -> None:
+def import_(
+    files: tuple[Path, ...], run: str | None, store: storage.Location | None, as_json: bool
+) -> None:
     """Import JSON-lines effect logs, each file as a new run, each all or nothing.
 
     A torn final line (a crash mid-append) is ignored; any other malformed or forged
@@ -630,9 +672,20 @@ def _report_imports(imported: list[_jsonl.Imported], *, as_json: bool) -> None:
 @main.command()
 @_store_option
 @_json_option
-def path(store: Path | None, as_json: bool) -> None:
-    """Print the path of the store's database file."""
-    db = _directory(store) / DB_NAME
+def path(store: storage.Location | None, as_json: bool) -> None:
+    """Print the path of the store's database file.
+
+    For a PostgreSQL store, its URL with the password removed (and, with --json, a null
+    path).
+    """
+    location = _directory(store)
+    if not isinstance(location, Path):
+        if as_json:
+            _print_json({"path": None, "store": storage.describe(location), "exists": None})
+        else:
+            click.echo(printable(storage.describe(location)))
+        return
+    db = location / DB_NAME
     if as_json:
         _print_json({"path": str(db), "exists": db.exists()})
         return
@@ -645,11 +698,12 @@ def path(store: Path | None, as_json: bool) -> None:
 @main.command(context_settings={"ignore_unknown_options": True})
 @click.argument("sqlite3_args", nargs=-1, type=click.UNPROCESSED)
 @_store_option
-def sql(sqlite3_args: tuple[str, ...], store: Path | None) -> None:
+def sql(sqlite3_args: tuple[str, ...], store: storage.Location | None) -> None:
     """Open the stock sqlite3 shell on the store, read-only, in its safe mode.
 
     Extra arguments go to sqlite3, e.g. ledger sql -box "SELECT * FROM effect_status".
-    A store owned by another user is opened from a private copy.
+    A store owned by another user is opened from a private copy. A PostgreSQL store
+    opens in psql, every transaction read-only.
     """
     directory = _directory(store)
     with _library_errors(), _inspect.reader(directory).shell(sqlite3_args) as shell:
@@ -761,30 +815,35 @@ def mcp_proxy(
     help="Then write the run's page (as ledger report does) to this file.",
 )
 @_store_option
-def demo(report: Path | None, store: Path | None) -> None:
+def demo(report: Path | None, store: storage.Location | None) -> None:
     """Kill a scripted agent worker mid-effect, recover, and show every verdict."""
+    location = _directory(store)
+    if not isinstance(location, Path):
+        raise click.UsageError("ledger demo runs on a store directory, not a PostgreSQL store")
     from ledger import _demo  # noqa: PLC0415 - only this command needs it
 
     with _library_errors():
-        code = _demo.run(_directory(store), click.echo, report)
+        code = _demo.run(location, click.echo, report)
     raise SystemExit(code)
 
 
 @main.command(short_help="Measure what a durable claim costs on this disk.")
 @click.option(
     "--store",
-    type=click.Path(path_type=Path),
+    # A file is refused by the bench itself, in its own words.
+    type=_StoreType(file_okay=True),
     default=None,
-    metavar="DIR",
+    metavar="DIR|URL",
     help="Measure in a scratch directory created in DIR and removed afterwards. Default: "
     "the directory that holds the default store (or its nearest existing ancestor), on the "
-    "disk workers write to.",
+    "disk workers write to. A PostgreSQL URL: measure on that server, in a scratch schema "
+    "dropped afterwards.",
 )
 @_json_option
 @click.option(
     "--quick", is_flag=True, help="Smaller runs and stores, fewer samples: under half a minute."
 )
-def bench(store: Path | None, as_json: bool, quick: bool) -> None:
+def bench(store: storage.Location | None, as_json: bool, quick: bool) -> None:
     """Measure what a durable claim costs on this disk, against what it cannot beat.
 
     Runs stdlib sqlite3 (the floor), fsynced JSON lines (the file-based logs) and the
@@ -795,6 +854,16 @@ def bench(store: Path | None, as_json: bool, quick: bool) -> None:
     from ledger import _bench  # noqa: PLC0415 - only this command needs it (and it is large)
 
     progress = None if _quiet() else (lambda line: click.echo(line, err=True))
+    if isinstance(store, str):
+        from ledger import _bench_postgresql  # noqa: PLC0415 - only this command needs it
+
+        with _library_errors():
+            found = _bench_postgresql.run(store, quick=quick, progress=progress)
+        if as_json:
+            _print_json(found)
+        else:
+            _bench_postgresql.render(found, click.echo)
+        return
     with _library_errors():
         try:
             report = _bench.run(store, quick=quick, progress=progress)

@@ -109,14 +109,17 @@ def _check_run_id(run_id: object) -> str:
     return run_id
 
 
-def _directory(directory: str | os.PathLike[str] | None) -> Path:
+def _location(directory: str | os.PathLike[str] | None) -> storage.Location:
+    """A store directory as an absolute path, or a PostgreSQL URL as given."""
     if directory is None:
-        return effects_dir()
+        directory = _paths.default_store()
     if not isinstance(directory, (str, os.PathLike)):
-        raise InvalidTypeError(f"directory must be a path, not {type(directory).__name__}")
+        raise InvalidTypeError(f"directory must be a path or a URL, not {type(directory).__name__}")
     text = os.fspath(directory)
     if not text or "\x00" in text:
-        raise ValueError("directory must be a non-empty path without NUL")
+        raise ValueError("directory must be a non-empty path or URL without NUL")
+    if storage.is_url(text):
+        return text
     return Path(text).expanduser().absolute()
 
 
@@ -167,7 +170,9 @@ class EffectLog:
         *,
         writer_name: str | None = None,
     ) -> None:
-        """Start a new run in the store at ``directory`` (default :func:`effects_dir`).
+        """Start a new run in the store at ``directory``: a directory, or ``postgresql://...``.
+
+        The default is ``$LEDGER_URL`` when set, else :func:`effects_dir`.
 
         Writes nothing: the store is created by the first claim. If the store
         already holds rows of ``run_id``, that first write raises
@@ -178,9 +183,10 @@ class EffectLog:
         check_identifier(writer_name, "writer_name", optional=True)
         self._writer_name = writer_name
         self._run_id = _check_run_id(run_id)
-        self._directory = _directory(directory)
-        # Agent tools must never reach a store a log points at, even before it exists.
-        _paths.remember_store(self._directory)
+        self._directory = _location(directory)
+        if isinstance(self._directory, Path):
+            # Agent tools must never reach a store a log points at, even before it exists.
+            _paths.remember_store(self._directory)
         self._backend = storage.backend(self._directory)
         self._store: Store | None = None
         # Threads that write at once queue here; one of them (the leader) writes every
@@ -226,14 +232,21 @@ class EffectLog:
         return self._run_id
 
     @property
-    def path(self) -> Path:
-        """The store's database file (it may not exist yet)."""
-        return self._directory / _paths.DB_NAME
+    def path(self) -> Path | None:
+        """The store's database file (it may not exist yet); None for a PostgreSQL store."""
+        if isinstance(self._directory, Path):
+            return self._directory / _paths.DB_NAME
+        return None
 
     @property
-    def directory(self) -> Path:
-        """The store directory."""
+    def directory(self) -> Path | str:
+        """The store directory, or a PostgreSQL store's URL as it was given."""
         return self._directory
+
+    @property
+    def store(self) -> str:
+        """The store's name: its directory, or its URL with the password removed."""
+        return storage.describe(self._directory)
 
     @property
     def degraded(self) -> bool:
@@ -360,7 +373,7 @@ class EffectLog:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "degraded" if self._degraded else "open"
-        return f"<EffectLog run_id={self._run_id} path={self.path} {state}>"
+        return f"<EffectLog run_id={self._run_id} store={self.store} {state}>"
 
     # ------------------------------------------------------------------ internals
 

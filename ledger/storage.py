@@ -19,6 +19,7 @@ import dataclasses
 import enum
 import importlib
 import re
+import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ __all__ = [
     "EffectRow",
     "Head",
     "Lease",
+    "Location",
     "Mode",
     "Reader",
     "RecoveryHold",
@@ -47,10 +49,39 @@ __all__ = [
     "VerifyReport",
     "Written",
     "backend",
+    "describe",
+    "is_url",
     "relabel",
 ]
 
 Record = EffectClaim | EffectOutcome | Observation | Resolution
+
+Location = Path | str
+"""Where a store is: a directory (SQLite), or a URL ``postgresql://...`` (PostgreSQL)."""
+
+_URL = re.compile(r"postgresql(\+psycopg)?://", re.IGNORECASE)
+# What a PostgreSQL URL becomes as a Path ("//" folds to "/"), or under another scheme
+# name or driver: never a directory to create a SQLite store in.
+# (Made absolute, it follows a "/".)
+_NOT_A_DIRECTORY = re.compile(r"(^|/)postgres(ql)?(\+\w+)?:/", re.IGNORECASE)
+
+
+def is_url(location: object) -> bool:
+    """Whether ``location`` names a PostgreSQL store (``postgresql[+psycopg]://...``)."""
+    return isinstance(location, str) and _URL.match(location) is not None
+
+
+def describe(location: Location) -> str:
+    """The store's name for people: its path, or its URL with the password removed."""
+    if not is_url(location):
+        return str(location)
+    parts = urllib.parse.urlsplit(str(location))
+    if parts.password is None:
+        return str(location)
+    user = urllib.parse.quote(parts.username or "", safe="")
+    host = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}@{host}" if user else host))
+
 
 # What new_run_id makes and every backend's schema accepts: a run id taken from a caller
 # or a file name is held to it before it reaches a store.
@@ -115,7 +146,10 @@ class Written:
 class Store(Protocol):
     """One store, shared by every log of this process that uses it."""
 
-    directory: Path
+    @property
+    def directory(self) -> Path | str:
+        """The store's name in messages: its directory, or its URL without a password."""
+        ...
 
     def open_existing(self) -> bool:
         """Open a store that exists, for reading and later writing; False if there is none."""
@@ -328,7 +362,7 @@ class Reader(Protocol):
 class Backend(Protocol):
     """Opens and closes the stores of one kind, each shared within the process."""
 
-    def acquire(self, directory: Path) -> Store:
+    def acquire(self, directory: Location) -> Store:
         """The process's store at ``directory``, one more user counted."""
         ...
 
@@ -336,11 +370,11 @@ class Backend(Protocol):
         """One user fewer; the last one closes the store's connections."""
         ...
 
-    def reader(self, directory: Path) -> Reader:
+    def reader(self, directory: Location) -> Reader:
         """The forensic reads of the store at ``directory``."""
         ...
 
-    def unsynchronised(self, directory: Path) -> contextlib.AbstractContextManager[None]:
+    def unsynchronised(self, directory: Location) -> contextlib.AbstractContextManager[None]:
         """For ``ledger bench`` only: the store opened inside the block skips the disk flush."""
         ...
 
@@ -353,12 +387,28 @@ def relabel(action: str, error: EffectPersistenceError) -> EffectPersistenceErro
 
 
 # Backends by the kind of location they serve, imported when first needed.
-_BACKENDS = {"directory": "ledger.sqlite"}
+_BACKENDS = {"directory": "ledger.sqlite", "postgresql": "ledger.postgresql"}
+# The extra that installs a backend's driver, for the message when it is missing.
+_EXTRAS = {"postgresql": ("psycopg", "effect-ledger[postgresql]")}
 
 
-def backend(directory: Path) -> Backend:
-    """The backend serving the store at ``directory``."""
-    del directory  # every store today is a directory holding one SQLite database
-    module = importlib.import_module(_BACKENDS["directory"])
+def backend(directory: Location) -> Backend:
+    """The backend serving the store at ``directory`` (a directory, or a URL)."""
+    kind = "postgresql" if is_url(directory) else "directory"
+    if kind == "directory" and _NOT_A_DIRECTORY.search(str(directory)):
+        raise ValueError(
+            f"{describe(str(directory))!r} is not a store directory: a PostgreSQL store is "
+            "named by a str URL postgresql://... (not a Path, nor postgres://)"
+        )
+    try:
+        module = importlib.import_module(_BACKENDS[kind])
+    except ModuleNotFoundError as e:
+        driver, extra = _EXTRAS.get(kind, ("", ""))
+        if not driver or (e.name or "").split(".")[0] != driver:
+            raise
+        raise EffectPersistenceError(
+            f"a {kind} store needs the {driver} driver, which is not installed: "
+            f"pip install '{extra}'"
+        ) from e
     found: Backend = module.BACKEND
     return found

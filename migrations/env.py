@@ -3,15 +3,27 @@
 The library passes its own connection in ``config.attributes["connection"]``, already
 inside a ``BEGIN IMMEDIATE`` transaction, so migrations run under the write lock and
 commit or roll back as one. After any revision is applied, every trigger and view is
-re-created from ``ledger.sqlite.schema``: a batch migration on SQLite rebuilds tables and
-drops their triggers silently, and this keeps the store guarded whatever a migration
-does.
+re-created from ``ledger.sqlite.schema`` (on PostgreSQL, ``ledger.postgresql.guards``): a
+batch migration on SQLite rebuilds tables and drops their triggers silently, and this
+keeps the store guarded whatever a migration does. On PostgreSQL the library holds an
+advisory lock around the migration instead of SQLite's write lock.
 """
 
 from alembic import context
 from sqlalchemy import Connection, create_engine
 
 from ledger.sqlite.schema import install_derived, metadata
+
+
+def _install_derived(connection: Connection) -> None:
+    if connection.dialect.name == "postgresql":
+        # Imported only for a PostgreSQL store: SQLite users need not install its driver.
+        from ledger.postgresql.guards import install_derived as install_postgresql  # noqa: PLC0415 - see above
+
+        install_postgresql(connection)
+    else:
+        install_derived(connection)
+
 
 config = context.config
 
@@ -34,14 +46,17 @@ def _run(connection: Connection) -> None:
     # name it, which fails mid-rebuild. They are re-created from ledger.sqlite.schema
     # afterwards anyway. (The library turns foreign keys off around the migration and
     # runs PRAGMA foreign_key_check before it commits, as SQLite prescribes.)
-    connection.exec_driver_sql("PRAGMA legacy_alter_table = ON")
+    sqlite = connection.dialect.name == "sqlite"
+    if sqlite:
+        connection.exec_driver_sql("PRAGMA legacy_alter_table = ON")
     try:
         with context.begin_transaction():
             context.run_migrations()
             if applied:
-                install_derived(connection)
+                _install_derived(connection)
     finally:
-        connection.exec_driver_sql("PRAGMA legacy_alter_table = OFF")
+        if sqlite:
+            connection.exec_driver_sql("PRAGMA legacy_alter_table = OFF")
 
 
 def run_migrations_online() -> None:

@@ -4,7 +4,7 @@
 the views through :class:`~ledger.effect_log.EffectLog` only; where a test must look
 inside a store (how many rows, what a view says) or stand for another process (holding
 a run, or the store's write lock), it asks the backend's test driver, a
-:class:`Backend`. Each driver lives beside its backend's own tests (``tests/sqlite``);
+:class:`Backend`. Each driver lives beside its backend's own tests (``tests/sqlite``, ``tests/postgresql``);
 ``BACKENDS`` lists them, and ``tests/contract/conftest.py`` runs every contract test once
 per entry. Adding a backend to the suite is adding its driver here.
 """
@@ -21,6 +21,7 @@ import pytest
 from ledger import effects as fx
 from ledger.effect_log import EffectLog
 from ledger.storage import Mode
+from tests.postgresql.driver import POSTGRESQL
 from tests.sqlite.driver import SQLITE
 
 
@@ -49,37 +50,39 @@ class Backend(Protocol):
 
     name: str
 
-    def location(self, parent: Path) -> Path:
-        """A fresh store location under ``parent``, where no store is yet."""
+    def location(self, parent: Path) -> Path | str:
+        """A fresh store location (under ``parent``, for a directory), where no store is yet."""
         ...
 
-    def query(self, store: Path, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
+    def query(
+        self, store: Path | str, sql: str, params: Sequence[object] = ()
+    ) -> list[tuple[Any, ...]]:
         """The rows of a read-only query (``?`` parameters), on a connection of its own."""
         ...
 
-    def row_counts(self, store: Path) -> dict[str, int]:
+    def row_counts(self, store: Path | str) -> dict[str, int]:
         """How many rows each table of the store holds."""
         ...
 
-    def commits(self, store: Path) -> int:
+    def commits(self, store: Path | str) -> int:
         """How many transactions the store has committed: compare two counts, in one test."""
         ...
 
-    def unavailable(self, store: Path) -> contextlib.AbstractContextManager[None]:
+    def unavailable(self, store: Path | str) -> contextlib.AbstractContextManager[None]:
         """While the block runs, the store cannot be reached (every write fails); then it is back."""
         ...
 
-    def write_locked(self, store: Path) -> contextlib.AbstractContextManager[None]:
+    def write_locked(self, store: Path | str) -> contextlib.AbstractContextManager[None]:
         """Another client holding the store's write lock while the block runs, writing nothing."""
         ...
 
-    def elsewhere(self, store: Path, run_id: str) -> Holder:
+    def elsewhere(self, store: Path | str, run_id: str) -> Holder:
         """The run as another process holds it, held by this one (no child process needed)."""
         ...
 
 
 @contextlib.contextmanager
-def writes_nothing(backend: Backend, store: Path, log: EffectLog) -> Iterator[fx.History]:
+def writes_nothing(backend: Backend, store: Path | str, log: EffectLog) -> Iterator[fx.History]:
     """The block leaves the log's history, and every table of the store, as they were.
 
     Yields the history from before the block.
@@ -90,4 +93,4 @@ def writes_nothing(backend: Backend, store: Path, log: EffectLog) -> Iterator[fx
     assert backend.row_counts(store) == counts
 
 
-BACKENDS = [pytest.param(SQLITE, id=SQLITE.name)]
+BACKENDS = [pytest.param(SQLITE, id=SQLITE.name), pytest.param(POSTGRESQL, id=POSTGRESQL.name)]

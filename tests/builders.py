@@ -617,7 +617,6 @@ def run_child(script: str, *args: object, signal_exit: int | None = None) -> str
 RUN_CHILD = textwrap.dedent(
     """
     import contextlib, json, sys
-    from pathlib import Path
     from ledger import _inspect, effects as fx, storage
     from ledger.effect_log import EffectLog, EffectPersistenceError
 
@@ -633,7 +632,7 @@ RUN_CHILD = textwrap.dedent(
             keep.claim(effect_id="e-child", action_id="a-child", operation=op, impact_scope=())
             answer = {"claimed": True}
         elif what == "exclusive":
-            held = storage.backend(Path(store)).acquire(Path(store))
+            held = storage.backend(store).acquire(store)
             keep = held.hold(run_id, storage.Mode.EXCLUSIVE)
             answer = {"held": keep is not None}
         elif what == "recover":
@@ -641,7 +640,7 @@ RUN_CHILD = textwrap.dedent(
                 answer = {"recovered": [o.effect_id for o in log.recover_interrupted()]}
         elif what == "recovering":
             keep = contextlib.ExitStack()
-            hold = keep.enter_context(_inspect.reader(Path(store)).recovering(run_id))
+            hold = keep.enter_context(_inspect.reader(store).recovering(run_id))
             answer = {"recovering": hold.name}
         else:
             raise SystemExit(f"unknown {what}")

@@ -27,8 +27,9 @@ settings.register_profile("mutants", max_examples=25, derandomize=True, database
 def _isolated_default_store(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # No test may touch the user's real default store.
+    # No test may touch the user's real default store, nor a PostgreSQL one named by LEDGER_URL.
     monkeypatch.setenv("LEDGER_DIR", str(tmp_path_factory.mktemp("default-store") / "ledger"))
+    monkeypatch.delenv("LEDGER_URL", raising=False)
 
 
 @pytest.fixture

@@ -3,9 +3,9 @@
 ``tests/pure`` tests values and functions with no store at all; ``tests/contract`` tests
 the library through its public API on a store of each backend (``tests/backends.py``),
 so none of its modules may reach for one backend's driver; ``tests/sqlite``,
-``tests/cli``, ``tests/reliability`` and ``tests/mcp`` test the SQLite backend, the
-``ledger`` command, the long-running reliability scenarios and ``ledger mcp-proxy``.
-docs/architecture.md describes it.
+``tests/postgresql``, ``tests/cli``, ``tests/reliability`` and ``tests/mcp`` test the SQLite
+and PostgreSQL backends, the ``ledger`` command, the long-running reliability scenarios and
+``ledger mcp-proxy``. docs/architecture.md describes it.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import pytest
 from tests.builders import REPO
 
 TESTS = REPO / "tests"
-FOLDERS = ("pure", "contract", "sqlite", "cli", "reliability", "mcp")
+FOLDERS = ("pure", "contract", "sqlite", "postgresql", "cli", "reliability", "mcp")
 TOP_LEVEL = {"test_layout.py", "test_packaging.py", "test_readme.py"}
 
 # What a module that is not about one backend may not import, and what a pure one may not.
-BACKEND = ("sqlite3", "ledger.sqlite")
+BACKEND = ("sqlite3", "ledger.sqlite", "psycopg", "ledger.postgresql")
 STORAGE = (
     *BACKEND,
     "sqlalchemy",

@@ -18,22 +18,29 @@ from ledger.sqlite import forensics
 from ledger.sqlite import store as _store
 
 
+def _path(location: storage.Location) -> Path:
+    # storage.backend hands this backend every location that is not a URL.
+    return Path(location)
+
+
 class _Backend:
     """Stores are directories; each is shared by every log of the process that uses it."""
 
-    def acquire(self, directory: Path) -> storage.Store:
-        return _store.acquire(directory)
+    def acquire(self, directory: storage.Location) -> storage.Store:
+        return _store.acquire(_path(directory))
 
     def release(self, store: storage.Store) -> None:
         if not isinstance(store, _store.Store):
             raise TypeError(f"not a store of this backend: {type(store).__name__}")
         _store.release(store)
 
-    def reader(self, directory: Path) -> storage.Reader:
-        return forensics.Reader(directory)
+    def reader(self, directory: storage.Location) -> storage.Reader:
+        return forensics.Reader(_path(directory))
 
-    def unsynchronised(self, directory: Path) -> contextlib.AbstractContextManager[None]:
-        return _store.unsynchronised(directory)
+    def unsynchronised(
+        self, directory: storage.Location
+    ) -> contextlib.AbstractContextManager[None]:
+        return _store.unsynchronised(_path(directory))
 
 
 BACKEND: storage.Backend = _Backend()

@@ -20,8 +20,9 @@ depends_on: str | Sequence[str] | None = None
 TABLES = {"claims": "claim", "outcomes": "outcome", "observations": "observation"}
 
 
-def _rows(conn: sa.Connection, sql: str, *params: Any) -> list[dict[str, Any]]:
-    return [dict(row) for row in conn.exec_driver_sql(sql, params).mappings()]
+def _rows(conn: sa.Connection, sql: str, **params: Any) -> list[dict[str, Any]]:
+    # Named parameters: the same text for every dialect's driver.
+    return [dict(row) for row in conn.execute(sa.text(sql), params).mappings()]
 
 
 def _chain_run(conn: sa.Connection, run_id: str) -> None:
@@ -29,7 +30,7 @@ def _chain_run(conn: sa.Connection, run_id: str) -> None:
     for table, kind in TABLES.items():
         records += [
             (row["seq"], table, kind, row)
-            for row in _rows(conn, f"SELECT * FROM {table} WHERE run_id = ?", run_id)
+            for row in _rows(conn, f"SELECT * FROM {table} WHERE run_id = :run", run=run_id)
         ]
     head = _chain.GENESIS
     for seq, table, kind, row in sorted(records, key=lambda r: r[0]):
@@ -37,22 +38,33 @@ def _chain_run(conn: sa.Connection, run_id: str) -> None:
         if kind == "claim":
             scope = _rows(
                 conn,
-                "SELECT * FROM impact_scope WHERE run_id = ? AND effect_id = ? ORDER BY position",
-                run_id,
-                row["effect_id"],
+                "SELECT * FROM impact_scope WHERE run_id = :run AND effect_id = :effect"
+                " ORDER BY position",
+                run=run_id,
+                effect=row["effect_id"],
             )
             duties = _rows(
                 conn,
-                "SELECT * FROM obligations WHERE run_id = ? AND effect_id = ? ORDER BY position",
-                run_id,
-                row["effect_id"],
+                "SELECT * FROM obligations WHERE run_id = :run AND effect_id = :effect"
+                " ORDER BY position",
+                run=run_id,
+                effect=row["effect_id"],
             )
         digest = _chain.link(head, _chain.encode(kind, run_id, row, scope, duties))
-        conn.exec_driver_sql(
-            f"UPDATE {table} SET prev_hash = ?, hash = ? WHERE run_id = ? AND seq = ?",
-            (head, digest, run_id, seq),
+        conn.execute(
+            sa.text(
+                f"UPDATE {table} SET prev_hash = :prev, hash = :hash"
+                " WHERE run_id = :run AND seq = :seq"
+            ),
+            {"prev": head, "hash": digest, "run": run_id, "seq": seq},
         )
         head = digest
+
+
+# SQLite cannot alter a column or a constraint in place: the table is rebuilt (which
+# drops its triggers; env.py puts them back). PostgreSQL alters it in place, and could
+# not drop a table that others' foreign keys name.
+_RECREATE = {"sqlite": "always", "postgresql": "auto"}
 
 
 def upgrade() -> None:
@@ -65,11 +77,14 @@ def upgrade() -> None:
     for table in TABLES:
         op.add_column(table, sa.Column("prev_hash", sa.Text(), nullable=True))
         op.add_column(table, sa.Column("hash", sa.Text(), nullable=True))
-        conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {table}_no_update")
+        conn.exec_driver_sql(
+            f"DROP TRIGGER IF EXISTS {table}_no_update"
+            + ("" if conn.dialect.name == "sqlite" else f" ON {table}")
+        )
     for run_id in conn.exec_driver_sql("SELECT run_id FROM runs ORDER BY run_id").scalars():
         _chain_run(conn, run_id)
     for table in TABLES:
-        with op.batch_alter_table(table, recreate="always") as batch:
+        with op.batch_alter_table(table, recreate=_RECREATE[conn.dialect.name]) as batch:
             batch.alter_column("prev_hash", existing_type=sa.Text(), nullable=False)
             batch.alter_column("hash", existing_type=sa.Text(), nullable=False)
             for column in ("prev_hash", "hash"):

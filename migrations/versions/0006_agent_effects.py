@@ -24,6 +24,12 @@ _KINDS = "'read', 'idempotent', 'write', 'irreversible'"
 _RESOURCES = "'fs', 'owned', 'external'"
 
 
+# SQLite cannot alter a column or a constraint in place: the table is rebuilt (which
+# drops its triggers; env.py puts them back). PostgreSQL alters it in place, and could
+# not drop a table that others' foreign keys name.
+_RECREATE = {"sqlite": "always", "postgresql": "auto"}
+
+
 def upgrade() -> None:
     """Give every claim its kind (``write``) and key, add resolutions, allow ``external``.
 
@@ -36,14 +42,19 @@ def upgrade() -> None:
     op.add_column("claims", sa.Column("kind", sa.Text(), nullable=True))
     op.add_column("claims", sa.Column("idempotency_key", sa.Text(), nullable=True))
     op.add_column("claims", sa.Column("retry_of", sa.Text(), nullable=True))
-    conn.exec_driver_sql("DROP TRIGGER IF EXISTS claims_no_update")
+    conn.exec_driver_sql(
+        "DROP TRIGGER IF EXISTS claims_no_update"
+        + ("" if conn.dialect.name == "sqlite" else " ON claims")
+    )
     for run_id, effect_id in conn.exec_driver_sql("SELECT run_id, effect_id FROM claims").all():
-        conn.exec_driver_sql(
-            "UPDATE claims SET kind = 'write', idempotency_key = ?"
-            " WHERE run_id = ? AND effect_id = ?",
-            (idempotency_key(run_id, effect_id), run_id, effect_id),
+        conn.execute(
+            sa.text(
+                "UPDATE claims SET kind = 'write', idempotency_key = :key"
+                " WHERE run_id = :run AND effect_id = :effect"
+            ),
+            {"key": idempotency_key(run_id, effect_id), "run": run_id, "effect": effect_id},
         )
-    with op.batch_alter_table("claims", recreate="always") as batch:
+    with op.batch_alter_table("claims", recreate=_RECREATE[conn.dialect.name]) as batch:
         batch.alter_column("kind", existing_type=sa.Text(), nullable=False)
         batch.alter_column("idempotency_key", existing_type=sa.Text(), nullable=False)
         batch.create_check_constraint(op.f("ck_claims_kind"), f"kind IN ({_KINDS})")
@@ -58,7 +69,7 @@ def upgrade() -> None:
         ("obligations", "target_kind"),
         ("observations", "resource_kind"),
     ):
-        with op.batch_alter_table(table, recreate="always") as batch:
+        with op.batch_alter_table(table, recreate=_RECREATE[conn.dialect.name]) as batch:
             batch.drop_constraint(op.f(f"ck_{table}_{column}"), type_="check")
             batch.create_check_constraint(
                 op.f(f"ck_{table}_{column}"), f"{column} IN ({_RESOURCES})"

@@ -34,7 +34,7 @@ from ledger.effect_log import EffectLog
 from ledger.resources import ExternalResource
 
 store, run_id, kind, target, mode, url = sys.argv[1:7]
-log = EffectLog(run_id, Path(store))
+log = EffectLog(run_id, store)
 ref = fx.ResourceRef("fs", target, "target")
 if mode == "http":
     scope, duties = [ExternalResource(url)], []

@@ -252,7 +252,7 @@ def test_observations_before_the_first_batch_are_written_with_it(
     """Observations made before a run's first batch are written in its transaction, at their seqs."""
     with EffectLog(run_id, store_dir) as log:
         o1, o2 = see(log, "o1", exists=False), see(log, "o2", exists=False)
-        assert not store_dir.exists()
+        assert not backend.exists(store_dir)
         claims = log.claim_many(claim_requests("e1", "e2"))
         assert [r.seq for r in (o1, o2, *claims)] == [1, 2, 3, 4]
         assert backend.row_counts(store_dir)["observations"] == 2

@@ -105,7 +105,7 @@ def _assert_sql_counts(backend: Backend, store: Path, expected: dict[str, int]) 
         store,
         "SELECT run_id, count(*), count(DISTINCT seq), min(seq), max(seq) FROM ("
         " SELECT run_id, seq FROM claims UNION ALL SELECT run_id, seq FROM outcomes"
-        " UNION ALL SELECT run_id, seq FROM observations) GROUP BY run_id",
+        " UNION ALL SELECT run_id, seq FROM observations) AS records GROUP BY run_id",
     )
     assert {row[0]: row[1:] for row in seqs} == {
         run: (2 * n, 2 * n, 1, 2 * n) for run, n in expected.items()

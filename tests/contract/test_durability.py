@@ -39,7 +39,7 @@ def good_store(store_dir: Path) -> tuple[Path, str]:
 
 
 KILLED_LOOP_CHILD = """
-log = EffectLog(sys.argv[2], Path(sys.argv[1]))
+log = EffectLog(sys.argv[2], sys.argv[1])
 for i in range(100_000):
     claim(log, f"e{i}")
     print(f"claim e{i}", flush=True)
@@ -114,7 +114,7 @@ def test_recover_after_sigkill_marks_only_claims_without_outcome(
     """After a SIGKILL, recovery marks every loaded claim without an outcome, and only those."""
     out = run_child(
         """
-        log = EffectLog(sys.argv[2], Path(sys.argv[1]))
+        log = EffectLog(sys.argv[2], sys.argv[1])
         for i in range(6):
             claim(log, f"e{i}")
         log.outcome(effect_id="e1", execution=fx.ExecutionOutcome.REPORTED_SUCCESS,

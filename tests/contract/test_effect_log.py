@@ -108,23 +108,23 @@ def other_run(store_dir: Path) -> str:
         pytest.param(" " + "a" * 31, id="leading-space"),
     ],
 )
-def test_run_id_must_be_32_lowercase_hex(bad: str, store_dir: Path) -> None:
+def test_run_id_must_be_32_lowercase_hex(backend: Backend, bad: str, store_dir: Path) -> None:
     """A run id that is not 32 lowercase hex characters is a ValueError, for a new or loaded log."""
     with pytest.raises(ValueError, match="run_id"):
         EffectLog(bad, store_dir)
     with pytest.raises(ValueError, match="run_id"):
         EffectLog.load(bad, store_dir)
-    assert not store_dir.exists()
+    assert not backend.exists(store_dir)
 
 
 @pytest.mark.parametrize("bad", [None, 123, b"0" * 32, ["0" * 32]], ids=repr)
-def test_run_id_must_be_a_str(bad: object, store_dir: Path) -> None:
+def test_run_id_must_be_a_str(backend: Backend, bad: object, store_dir: Path) -> None:
     """A run id that is not a str is refused with TypeError or ValueError."""
     with pytest.raises((TypeError, ValueError)):
         EffectLog(bad, store_dir)  # type: ignore[arg-type]
     with pytest.raises((TypeError, ValueError)):
         EffectLog.load(bad, store_dir)  # type: ignore[arg-type]
-    assert not store_dir.exists()
+    assert not backend.exists(store_dir)
 
 
 def test_construction_writes_nothing(backend: Backend, tmp_path: Path, run_id: str) -> None:
@@ -134,9 +134,9 @@ def test_construction_writes_nothing(backend: Backend, tmp_path: Path, run_id: s
     log = EffectLog(run_id, store)
     default = EffectLog(new_run_id())
     assert tree(tmp_path) == before
-    assert not log.directory.exists()
+    assert not backend.exists(store)
     assert not effects_dir().exists()
-    assert not default.directory.exists()
+    assert not Path(default.directory).exists()
     log.close()
     default.close()
     assert tree(tmp_path) == before
@@ -213,13 +213,20 @@ def test_new_run_id_is_32_lowercase_hex_and_unique() -> None:
 def test_effects_dir_honours_ledger_dir(
     backend: Backend, tmp_path: Path, run_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """effects_dir() is $LEDGER_DIR, and a log without a directory writes its store there."""
+    """effects_dir() is $LEDGER_DIR, and a log without a directory writes its store there.
+
+    A PostgreSQL store is the default when $LEDGER_URL names it, whatever $LEDGER_DIR says.
+    """
     monkeypatch.setenv("LEDGER_DIR", str(tmp_path / "mine"))
     assert effects_dir() == tmp_path / "mine"
+    store: Path | str = tmp_path / "mine"
+    if isinstance(location := backend.location(tmp_path), str):
+        store = location
+        monkeypatch.setenv("LEDGER_URL", store)
     with EffectLog(run_id) as log:
-        assert log.directory == tmp_path / "mine"
+        assert log.store == str(store)
         claim_write(log)
-    assert stored_runs(backend, tmp_path / "mine") == {run_id}
+    assert stored_runs(backend, store) == {run_id}
     with EffectLog.load(run_id) as again:
         assert [c.effect_id for c in again.history().claims] == ["e1"]
 
@@ -323,14 +330,14 @@ BAD_CLAIMS = [
 
 @pytest.mark.parametrize(("change", "error"), BAD_CLAIMS)
 def test_bad_first_claim_creates_nothing(
-    change: dict[str, Any], error: type[Exception], store_dir: Path, run_id: str
+    backend: Backend, change: dict[str, Any], error: type[Exception], store_dir: Path, run_id: str
 ) -> None:
     """A first claim with a bad argument raises before anything, not even the store, is created."""
     with EffectLog(run_id, store_dir) as log:
         with pytest.raises(error):
             log.claim(**{**GOOD_CLAIM, **change})
         assert log.history() == fx.History()
-        assert not store_dir.exists()
+        assert not backend.exists(store_dir)
 
 
 @pytest.mark.parametrize(("change", "error"), BAD_CLAIMS)
@@ -353,7 +360,7 @@ def test_outcome_needs_a_claimed_effect(backend: Backend, store_dir: Path, run_i
     with EffectLog(run_id, store_dir) as log:
         with pytest.raises(ValueError, match="e1"):  # before any claim: not even a store
             settle(log, "e1")
-        assert not store_dir.exists()
+        assert not backend.exists(store_dir)
         claim_write(log, "e1")
         with writes_nothing(backend, store_dir, log), pytest.raises(ValueError, match="e2"):
             settle(log, "e2")
@@ -513,7 +520,7 @@ def test_observations_before_the_first_claim_are_written_with_it(
     with EffectLog(run_id, store_dir) as log:
         o1 = see(log, "o1", exists=False)
         o2 = see(log, "o2", B, coverage=PARTIAL)
-        assert not store_dir.exists()
+        assert not backend.exists(store_dir)
         claim = claim_write(log)
         assert (o1.seq, o2.seq, claim.seq) == (1, 2, 3)
         counts = backend.row_counts(store_dir)
@@ -759,11 +766,13 @@ def test_recover_interrupted_marks_every_claim_without_an_outcome(
     assert backend.row_counts(store_dir) == {**after, "outcomes": after["outcomes"] + 1}
 
 
-def test_recover_interrupted_in_the_same_process(store_dir: Path, run_id: str) -> None:
+def test_recover_interrupted_in_the_same_process(
+    backend: Backend, store_dir: Path, run_id: str
+) -> None:
     """Recovery also works on the log that made the claims, without a restart."""
     with EffectLog(run_id, store_dir) as log:
         assert log.recover_interrupted() == ()  # nothing claimed: nothing written
-        assert not store_dir.exists()
+        assert not backend.exists(store_dir)
         claim_write(log, "e1")
         (recovered,) = log.recover_interrupted()
         assert (recovered.effect_id, recovered.seq, recovered.replayed) == ("e1", 2, True)
@@ -1246,4 +1255,4 @@ def test_a_bad_writer_name_is_refused_before_anything_is_written(
         EffectLog(new_run_id(), store_dir, writer_name=name)  # type: ignore[arg-type]
     with pytest.raises(error, match="writer_name"):
         EffectLog.load(new_run_id(), store_dir, writer_name=name)  # type: ignore[arg-type]
-    assert not store_dir.exists()
+    assert not backend.exists(store_dir)

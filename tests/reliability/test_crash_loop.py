@@ -34,11 +34,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ledger import effects as fx
 from ledger._inspect import verify
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.sqlite.reads import read
 from tests.builders import PYTHON, subprocess_env
+from tests.postgresql.driver import POSTGRESQL
+from tests.postgresql.server import server
 from tests.reliability.figures import report
 
 LONG = os.environ.get("LEDGER_RELIABILITY") == "long"
@@ -158,7 +162,7 @@ SERVER = textwrap.dedent(
         deadline = time.monotonic() + request["seconds"]
         threads = [
             threading.Thread(target=guarded, args=(
-                Path(request["store"]), run_id, r,
+                request["store"], run_id, r,
                 random.Random(f"{request['seed']}:{request['life']}:{r}"), deadline))
             for r, run_id in enumerate(request["runs"])
         ]
@@ -260,8 +264,9 @@ class Figures:
 class Harness:
     """The server, the FIFO, and the test's view of the three runs."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, backend: str = "sqlite") -> None:
         self.base = base
+        self.postgresql = backend == "postgresql"
         self.copy = base / "copy"
         self.fifo = base / "worker.fifo"
         os.mkfifo(self.fifo, 0o600)
@@ -401,22 +406,25 @@ class Harness:
 
     def check(self, rng: random.Random) -> None:
         """The store after a kill: it verifies, loses nothing, invents nothing, recovers."""
-        if not (self.store / DB).exists():
+        if not self.exists():
             assert all(not run.durable for run in self.runs), "acknowledged, yet no store"
             self.forget_in_flight()
             return
-        tables = read(
-            self.store, lambda c: c.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar()
-        )
-        self.figures.killed_creating_store += tables == 0  # killed before its schema committed
+        if not self.postgresql:  # a PostgreSQL store's schema commits in one transaction
+            tables = read(
+                Path(self.store),
+                lambda c: c.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar(),
+            )
+            self.figures.killed_creating_store += tables == 0  # killed before its schema committed
         problems = verify(self.store).problems
         assert problems == (), problems
         # Recover the store itself, or a copy of the crashed files (WAL and all), which
-        # leaves the claims open for the next worker to settle.
-        in_place = rng.random() < 0.5
+        # leaves the claims open for the next worker to settle. (A PostgreSQL store is a
+        # database on a server that did not crash: it is recovered in place.)
+        in_place = self.postgresql or rng.random() < 0.5
         if not in_place:
             shutil.rmtree(self.copy, ignore_errors=True)
-            shutil.copytree(self.store, self.copy)
+            shutil.copytree(Path(self.store), self.copy)
         for run in self.runs:
             with EffectLog.load(run.run_id, self.store) as loaded:
                 history = loaded.history()
@@ -484,25 +492,37 @@ class Harness:
 
     def new_store(self) -> None:
         """Continue in a new, empty store with three new runs."""
-        self.store = self.base / f"store{self.figures.stores}"
+        self.store: Path | str = (
+            server().new_database()
+            if self.postgresql
+            else self.base / f"store{self.figures.stores}"
+        )
         self.runs = [Run(new_run_id()) for _ in range(RUNS)]
         self.figures.stores += 1
         self.figures.runs += RUNS
 
     def close_store(self) -> None:
         """Verify the store a last time, count its records, and delete it."""
-        if (self.store / DB).exists():
+        if self.exists():
             verified = verify(self.store)
             assert verified.problems == (), verified.problems
             self.figures.records += verified.records
-        shutil.rmtree(self.store, ignore_errors=True)
+        if not self.postgresql:
+            shutil.rmtree(self.store, ignore_errors=True)
         shutil.rmtree(self.copy, ignore_errors=True)
 
+    def exists(self) -> bool:
+        """Whether the store was created: its database file, or its schema."""
+        if self.postgresql:
+            return POSTGRESQL.exists(self.store)
+        return (Path(self.store) / DB).exists()
 
-def test_crash_loop_loses_nothing_and_recovers_exactly(tmp_path: Path) -> None:
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_crash_loop_loses_nothing_and_recovers_exactly(tmp_path: Path, backend: str) -> None:
     """A worker SIGKILLed at random moments never loses an acknowledged record nor leaves more than the write in flight."""
     rng = random.Random(SEED)
-    harness = Harness(tmp_path)
+    harness = Harness(tmp_path, backend)
     started = time.monotonic()
     try:
         for life in range(KILLS):
@@ -516,7 +536,7 @@ def test_crash_loop_loses_nothing_and_recovers_exactly(tmp_path: Path) -> None:
         harness.close()
         report(
             {
-                "test": "crash_loop",
+                "test": "crash_loop" if backend == "sqlite" else f"crash_loop_{backend}",
                 "profile": "long" if LONG else "quick",
                 "seed": SEED,
                 "iterations": harness.figures.kills,

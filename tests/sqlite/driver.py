@@ -144,6 +144,9 @@ class SQLiteBackend:
     def location(self, parent: Path) -> Path:
         return parent / "store"
 
+    def exists(self, store: Path) -> bool:
+        return Path(store).exists()
+
     def query(self, store: Path, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
         with connect_ro(store / DB) as conn:
             return conn.execute(sql, tuple(params)).fetchall()

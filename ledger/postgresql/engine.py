@@ -1,0 +1,123 @@
+"""The PostgreSQL engine of a store: its URL, its connections' settings, its migrations.
+
+Durability is not assumed: a connection whose ``synchronous_commit`` is weaker than
+``on`` (its commits could return before the WAL is flushed) or whose server runs with
+``fsync`` off is refused, naming the setting. Migrations are the same Alembic history as
+SQLite's; many workers opening a new store at once take a transaction-level advisory
+lock first, so that one migrates and the others find the schema current.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from alembic import command
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.pool import ConnectionPoolEntry
+
+from ledger.errors import StoreFileRefusedError
+from ledger.sqlite.engine import alembic_config, head_revision
+from ledger.storage import describe
+
+SCHEMES = ("postgresql", "postgresql+psycopg")
+# synchronous_commit levels at which a COMMIT returns only once the WAL is flushed
+# locally (and, with synchronous standbys, on them): "on" and the stronger remote_apply.
+DURABLE_COMMIT = frozenset({"on", "remote_apply"})
+CONNECT_TIMEOUT_S = 10
+# How long a statement may wait for a lock (another writer's run, a migration) before
+# the store is called unavailable: generous, as SQLite's busy timeout.
+LOCK_TIMEOUT_MS = 60_000
+
+
+def _key(name: str) -> int:
+    """A signed 64-bit advisory lock key for ``name``."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+
+
+MIGRATION_LOCK = _key("ledger: migrations")
+
+
+def parse(location: str) -> URL:
+    """The SQLAlchemy URL of a store named by ``location`` (``postgresql[+psycopg]://...``)."""
+    try:
+        url = make_url(location)
+    except ArgumentError as e:
+        raise ValueError(f"not a PostgreSQL URL: {display(location)}") from e
+    if url.drivername not in SCHEMES:
+        raise ValueError(f"a PostgreSQL store is named postgresql://..., not {url.drivername}://")
+    return url.set(drivername="postgresql+psycopg")
+
+
+def display(location: str) -> str:
+    """The store's URL as given, with its password removed: safe to print and log."""
+    return describe(location)
+
+
+def check_settings(dbapi_connection: Any) -> None:
+    """Refuse a connection whose commits are not durable when they return."""
+    with dbapi_connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('synchronous_commit'), current_setting('fsync')")
+        synchronous_commit, fsync = cursor.fetchone()
+    dbapi_connection.rollback()
+    if synchronous_commit not in DURABLE_COMMIT:
+        raise StoreFileRefusedError(
+            f"synchronous_commit is {synchronous_commit!r} where 'on' (or remote_apply) is "
+            "required: a claim could be acknowledged before it is on disk; refusing to use it"
+        )
+    if fsync != "on":
+        raise StoreFileRefusedError(
+            f"the server runs with fsync {fsync!r}: nothing it commits survives a crash; "
+            "refusing to use it"
+        )
+
+
+def _on_connect(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+    try:
+        check_settings(dbapi_connection)
+        with dbapi_connection.cursor() as cursor:
+            cursor.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}")
+        dbapi_connection.commit()
+    except BaseException:
+        dbapi_connection.close()
+        raise
+
+
+def engine(location: str, *, pool_size: int = 4) -> Engine:
+    """An engine on the store at ``location``, every connection checked on connect."""
+    found = create_engine(
+        parse(location),
+        pool_size=pool_size,
+        max_overflow=8,
+        pool_timeout=LOCK_TIMEOUT_MS / 1000,
+        # A pooled connection the server dropped (a restart) is replaced, not handed out.
+        pool_pre_ping=True,
+        connect_args={"connect_timeout": CONNECT_TIMEOUT_S, "application_name": "ledger"},
+    )
+    event.listen(found, "connect", _on_connect)
+    return found
+
+
+def has_schema(conn: Connection) -> bool:
+    """Whether the database holds a ledger store (its Alembic version table)."""
+    return MigrationContext.configure(conn).get_current_revision() is not None
+
+
+def upgrade(engine_: Engine) -> bool:
+    """Bring the schema to head, once however many processes ask at once; True if it changed."""
+    head = head_revision()
+    with engine_.connect() as conn:
+        if MigrationContext.configure(conn).get_current_revision() == head:
+            conn.rollback()
+            return False
+        conn.rollback()
+    with engine_.begin() as conn:
+        # Held to the end of the transaction: the next opener waits, then finds head.
+        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+        current = MigrationContext.configure(conn).get_current_revision()
+        if current == head:
+            return False
+        command.upgrade(alembic_config(conn), "head")
+    return True

@@ -1,0 +1,188 @@
+"""The schema's derived objects on PostgreSQL: PL/pgSQL guards and the two views.
+
+The tables are the migrations' (the same Alembic history as SQLite's). The guards and
+views are derived from the SQLite backend's definitions (``ledger.sqlite.schema``), so
+that both backends refuse the same rows and answer the same verdicts: each SQLite
+trigger ``BEFORE INSERT ... WHEN condition ... RAISE(ABORT, message)`` becomes a
+PL/pgSQL function raising the same message when the same condition holds, and the views
+are the same queries with SQLite's spellings turned into PostgreSQL's. Each rewrite must
+match where it is expected, so a change of the SQLite text that this module does not
+follow fails at import, not silently.
+
+UPDATE, DELETE and TRUNCATE of a record table are refused by statement-level triggers
+(so even a statement that matches no row is refused): "append-only". The hash guards
+are SQLite's alone (they call ``sha3()``, which PostgreSQL lacks); on PostgreSQL the
+chain's links are checked on insert and its hashes by every load.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sqlalchemy import Connection
+
+from ledger.sqlite.schema import APPEND_ONLY_TABLES, SQLITE_TRIGGERS, VIEW_QUERIES
+
+_TRIGGER = re.compile(
+    r"CREATE TRIGGER (?P<name>\w+) BEFORE INSERT ON (?P<table>\w+)\n"
+    r"WHEN (?P<condition>.*)\nBEGIN SELECT RAISE\(ABORT, '(?P<message>[^']*)'\); END",
+    re.DOTALL,
+)
+
+
+def _insert_guards() -> dict[str, tuple[str, str, str]]:
+    """SQLite's insert guards as (table, condition, message), by trigger name."""
+    guards = {}
+    for name, ddl in SQLITE_TRIGGERS.items():
+        if name.endswith(("_no_update", "_no_delete", "_guard_hash")):
+            continue
+        found = _TRIGGER.fullmatch(ddl)
+        if found is None:
+            raise ValueError(f"the SQLite guard {name} has a form this module cannot derive")
+        # SQLite's IS NOT compares any two values, NULL included; PostgreSQL spells it so.
+        condition = re.sub(r" IS NOT (?!NULL)", " IS DISTINCT FROM ", found["condition"])
+        guards[name] = (found["table"], condition, found["message"])
+    return guards
+
+
+INSERT_GUARDS = _insert_guards()
+REFUSED = ("UPDATE", "DELETE", "TRUNCATE")
+
+
+def _refusal_triggers() -> dict[str, str]:
+    return {
+        f"{table}_no_{event.lower()}": (
+            f"CREATE TRIGGER {table}_no_{event.lower()} BEFORE {event} ON {table}"
+            " FOR EACH STATEMENT EXECUTE FUNCTION ledger_refuse()"
+        )
+        for table in APPEND_ONLY_TABLES
+        for event in REFUSED
+    }
+
+
+REFUSE_FUNCTION = """
+CREATE OR REPLACE FUNCTION ledger_refuse() RETURNS trigger LANGUAGE plpgsql AS $body$
+BEGIN
+    RAISE EXCEPTION 'ledger: % is append-only, % is refused', TG_TABLE_NAME, TG_OP
+        USING ERRCODE = 'integrity_constraint_violation';
+END
+$body$"""
+
+
+def _guard_function(name: str, condition: str, message: str) -> str:
+    return f"""
+CREATE OR REPLACE FUNCTION ledger_{name}() RETURNS trigger LANGUAGE plpgsql AS $body$
+BEGIN
+    IF {condition} THEN
+        RAISE EXCEPTION '{message}' USING ERRCODE = 'integrity_constraint_violation';
+    END IF;
+    RETURN NEW;
+END
+$body$"""
+
+
+FUNCTIONS = {"ledger_refuse": REFUSE_FUNCTION} | {
+    f"ledger_{name}": _guard_function(name, condition, message)
+    for name, (_table, condition, message) in INSERT_GUARDS.items()
+}
+TRIGGERS = _refusal_triggers() | {
+    name: (
+        f"CREATE TRIGGER {name} BEFORE INSERT ON {table}"
+        f" FOR EACH ROW EXECUTE FUNCTION ledger_{name}()"
+    )
+    for name, (table, _condition, _message) in INSERT_GUARDS.items()
+}
+TRIGGER_TABLE = {name: ddl.split(" ON ", 1)[1].split()[0] for name, ddl in TRIGGERS.items()}
+
+
+# --------------------------------------------------------------------------- views
+
+# SQLite's spellings, and PostgreSQL's: comparisons are booleans there, not 0 and 1;
+# substr() takes no negative start; text compares by the database's collation unless
+# told "C" (SQLite compares bytes), which the locator ranges rely on.
+_VIEW_REWRITES = (
+    ("ELSE ob.sha256 = p.expected END", "ELSE (ob.sha256 = p.expected)::integer END"),
+    ("ELSE ob.revision = p.expected END", "ELSE (ob.revision = p.expected)::integer END"),
+    ("ev.sha256 IS bf.sha256", "ev.sha256 IS NOT DISTINCT FROM bf.sha256"),
+    (" IS NOT 1)", " IS DISTINCT FROM 1)"),
+    ("substr(p.target_locator, -1) = '/'", "right(p.target_locator, 1) = '/'"),
+    (
+        "sc.locator >= p.target_locator || '/'",
+        "sc.locator COLLATE \"C\" >= p.target_locator || '/'",
+    ),
+    ("sc.locator < p.target_locator || '0'", "sc.locator COLLATE \"C\" < p.target_locator || '0'"),
+    ("sc.locator > p.target_locator AND", 'sc.locator COLLATE "C" > p.target_locator AND'),
+    ("sc.locator <\n", 'sc.locator COLLATE "C" <\n'),
+    ("claimed_at,\n       EXISTS (", "claimed_at,\n       CASE WHEN EXISTS ("),
+    (
+        "o.effect_id = c.effect_id) AS running",
+        "o.effect_id = c.effect_id) THEN 1 ELSE 0 END AS running",
+    ),
+)
+
+
+def _postgresql(name: str, query: str) -> str:
+    for old, new in _VIEW_REWRITES:
+        if old in query:
+            query = query.replace(old, new)
+    if name == "effect_status":
+        for must in ("::integer", "IS NOT DISTINCT FROM", "right(", 'COLLATE "C"'):
+            if must not in query:
+                raise ValueError(f"the SQLite view {name} changed: cannot derive it ({must})")
+        # Rule 7's "same state" is a boolean there: no evidence counts as false.
+        if "), 0))" not in query:
+            raise ValueError(f"the SQLite view {name} changed: cannot derive it (rule 7)")
+        query = query.replace("), 0))", "), false))")
+    elif "THEN 1 ELSE 0 END AS running" not in query:
+        raise ValueError(f"the SQLite view {name} changed: cannot derive it")
+    return query
+
+
+VIEW_QUERIES_PG = {name: _postgresql(name, query) for name, query in VIEW_QUERIES.items()}
+VIEWS = {name: f"CREATE VIEW {name} AS{query}" for name, query in VIEW_QUERIES_PG.items()}
+
+
+def with_views(sql: str) -> str:
+    """``sql`` with the library's views defined in front of it: never the store's."""
+    ctes = ",\n".join(f"{name} AS ({query})" for name, query in VIEW_QUERIES_PG.items())
+    return f"WITH {ctes}\n{sql}"
+
+
+# --------------------------------------------------------------------------- install
+
+
+def install_derived(connection: Connection) -> None:
+    """Drop and re-create every guard and view of the library, inside the migration."""
+    raw = connection.connection.driver_connection
+    if raw is None:  # pragma: no cover - a connection in a transaction always has one
+        raise RuntimeError("the database connection is closed")
+
+    def run(ddl: str) -> None:
+        # On the driver's cursor with no parameters: PL/pgSQL's own % placeholders pass.
+        raw.execute(ddl)
+
+    tables = set(
+        connection.exec_driver_sql(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+        ).scalars()
+    )
+    for name in VIEWS:
+        run(f'DROP VIEW IF EXISTS "{name}"')
+    for name, table in TRIGGER_TABLE.items():
+        if table in tables:
+            run(f'DROP TRIGGER IF EXISTS "{name}" ON "{table}"')
+    for ddl in FUNCTIONS.values():
+        run(ddl)
+    for name, ddl in TRIGGERS.items():
+        if TRIGGER_TABLE[name] in tables:
+            run(ddl)
+    if {
+        "claims",
+        "outcomes",
+        "observations",
+        "impact_scope",
+        "obligations",
+        "resolutions",
+    } <= tables:
+        for ddl in VIEWS.values():
+            run(ddl)

@@ -1,0 +1,86 @@
+"""The roles script of docs/postgresql.md: the writer cannot change history, guards or not."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+
+import psycopg
+import pytest
+
+from ledger import storage
+from ledger.effect_log import EffectLog, new_run_id
+from tests.builders import REPO, write_five_records
+from tests.postgresql.server import server
+
+DOC = REPO / "docs" / "postgresql.md"
+_names = itertools.count(1)
+
+
+def _sql_blocks() -> list[str]:
+    return re.findall(r"```sql\n(.*?)```", DOC.read_text(), re.DOTALL)
+
+
+def _url(user: str, database: str) -> str:
+    return f"postgresql://{user}@/{database}?host={server().socket_dir}"
+
+
+@pytest.fixture
+def roles() -> tuple[str, str]:
+    """The doc's roles and database, made on the test server under names of their own."""
+    n = f"{os.getpid()}_{next(_names)}"
+    owner, writer, database = f"owner_{n}", f"writer_{n}", f"ledger_roles_{n}"
+
+    def named(sql: str) -> str:
+        sql = sql.replace("ledger_owner", owner).replace("ledger_writer", writer)
+        return re.sub(r"\bDATABASE ledger\b", f"DATABASE {database}", sql)
+
+    superuser, granting = _sql_blocks()
+    with server().connect(autocommit=True) as admin:
+        for statement in named(superuser).split(";"):
+            if statement.strip():
+                admin.execute(statement)
+    owner_url = _url(owner, database)
+    served = storage.backend(owner_url)
+    store = served.acquire(owner_url)
+    store.open_for_writing()  # the doc's migration step, as the owner
+    served.release(store)
+    with psycopg.connect(host=str(server().socket_dir), dbname=database, user=owner) as conn:
+        conn.execute(named(granting))
+    return _url(owner, database), _url(writer, database)
+
+
+def _as(url: str, sql: str) -> None:
+    parts = re.match(r"postgresql://(\w+)@/(\w+)\?host=(.*)", url)
+    assert parts is not None
+    with psycopg.connect(host=parts[3], dbname=parts[2], user=parts[1], autocommit=True) as conn:
+        conn.execute(sql)
+
+
+def test_the_writer_role_records_runs(roles: tuple[str, str]) -> None:
+    """A worker connected as the writer claims, settles, reloads and recovers as usual."""
+    _owner, writer = roles
+    run_id = new_run_id()
+    with EffectLog(run_id, writer) as log:
+        write_five_records(log)
+    with EffectLog.load(run_id, writer) as log:
+        assert [o.effect_id for o in log.recover_interrupted()] == ["e2"]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    ["UPDATE claims SET operation = 'forged'", "DELETE FROM outcomes", "TRUNCATE observations"],
+)
+def test_the_writer_cannot_change_history_even_with_the_guards_dropped(
+    roles: tuple[str, str], sql: str
+) -> None:
+    """With every trigger dropped by the owner, the writer's UPDATE, DELETE and TRUNCATE are denied."""
+    owner, writer = roles
+    with EffectLog(new_run_id(), writer) as log:
+        write_five_records(log)
+    for table in ("claims", "outcomes", "observations"):
+        for event in ("update", "delete", "truncate"):
+            _as(owner, f"DROP TRIGGER {table}_no_{event} ON {table}")
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        _as(writer, sql)
