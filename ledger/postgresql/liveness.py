@@ -108,6 +108,11 @@ class Holder:
         with self._lock:
             if self._raw is not None and self._generation == _generation:
                 with contextlib.suppress(Exception):
+                    # The server drops a closed session's locks only once its backend has
+                    # noticed the socket closed: given back first, they are free when this
+                    # returns (a recovery right after a worker closed must find its run free).
+                    self._raw.driver_connection.execute("SELECT pg_advisory_unlock_all()")
+                with contextlib.suppress(Exception):
                     self._raw.invalidate()  # never back into the pool with locks held
             self._raw = None
 

@@ -6,6 +6,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 from ledger.effect_log import EffectLog
+from ledger.storage import Mode
 from tests.builders import Child, gap_free, ledger, orphan_run, run_python
 from tests.postgresql import driver
 
@@ -65,3 +66,16 @@ def test_many_writers_on_one_run_keep_its_seqs_gap_free_and_its_chain_linear(url
         url, "SELECT seq FROM claims WHERE run_id = ? ORDER BY seq", (run_id,)
     )
     assert [s for (s,) in seqs] == list(range(1, 2 + acknowledged))
+
+
+def test_a_closed_log_leaves_its_run_free_at_once(url: str) -> None:
+    """Right after a log is closed, another session can take its run exclusively: no wait for the server to reap a session."""
+    taken = []
+    for _ in range(40):
+        run_id = orphan_run(url)
+        other = driver.Elsewhere(url, run_id)
+        try:
+            taken.append(other.could_hold(Mode.EXCLUSIVE))
+        finally:
+            other.close()
+    assert all(taken), f"{taken.count(False)} of {len(taken)} closed runs were still held"
