@@ -73,7 +73,8 @@ MUT_JOBS  ?= 2
 $(MUT_STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(MUT_VENV)
 	$(MUT_VENV)/bin/python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
-	  print(*p["dependencies"], *p["optional-dependencies"]["mutants"], "pytest", "hypothesis", sep="\n")' \
+	  print(*p["dependencies"], *p["optional-dependencies"]["mutants"], \
+	  *p["optional-dependencies"]["postgresql"], "pytest", "hypothesis", sep="\n")' \
 	  > $(MUT_VENV)/requirements.txt
 	$(MUT_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt \
 	  -r $(MUT_VENV)/requirements.txt
