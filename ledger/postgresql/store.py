@@ -69,11 +69,7 @@ _INSERT_RUN = _sql(insert(runs))
 _upsert = pg_insert(run_writers)
 _UPSERT_WRITER = _sql(
     _upsert.on_conflict_do_update(
-        index_elements=["run_id"],
-        set_={
-            c: _upsert.excluded[c]
-            for c in ("host", "boot_id", "pid", "process_started", "since", "name")
-        },
+        index_elements=["run_id"], set_={c: _upsert.excluded[c] for c in rows.WRITER_COLUMNS}
     )
 )
 _MAX_SEQ = "SELECT greatest({})".format(
@@ -150,16 +146,7 @@ def _preconditions(cursor: Any, batch: Batch) -> None:
                 f"run {batch.run_id} already exists in the store; use EffectLog.load to continue it"
             )
     if batch.writer is not None:
-        row = {
-            "run_id": batch.run_id,
-            "host": batch.writer.host,
-            "boot_id": batch.writer.boot_id,
-            "pid": batch.writer.pid,
-            "process_started": batch.writer.started,
-            "name": batch.writer.name,
-            "since": batch.now,
-        }
-        _execute(cursor, _UPSERT_WRITER, [row])
+        _execute(cursor, _UPSERT_WRITER, [rows.writer_row(batch.run_id, batch.writer, batch.now)])
     if batch.ends_at is not None:
         cursor.execute(_MAX_SEQ, {"run_id": batch.run_id})
         durable = int(cursor.fetchone()[0])

@@ -204,14 +204,12 @@ _INSERT_SCOPE = _Compiled(insert(impact_scope))
 _INSERT_DUTY = _Compiled(insert(obligations))
 _INSERT_RUN = _Compiled(insert(runs))
 _RUN_EXISTS = _Compiled(select(runs.c.run_id).where(runs.c.run_id == bindparam("run_id")))
+# What a new writer replaces: every column of run_writers but its key.
+WRITER_COLUMNS = tuple(c.name for c in run_writers.columns if c.name != "run_id")
 _upsert = sqlite_insert(run_writers)
 _UPSERT_WRITER = _Compiled(
     _upsert.on_conflict_do_update(
-        index_elements=["run_id"],
-        set_={
-            c: _upsert.excluded[c]
-            for c in ("host", "boot_id", "pid", "process_started", "since", "name")
-        },
+        index_elements=["run_id"], set_={c: _upsert.excluded[c] for c in WRITER_COLUMNS}
     )
 )
 # Each table's max(seq) of the run is one step down its (run_id, seq) key: no scan.
@@ -269,9 +267,9 @@ def start_run(cursor: sqlite3.Cursor, run_id: str, now: str, *, continuing: bool
         )
 
 
-def set_writer(cursor: sqlite3.Cursor, run_id: str, writer: Writer, now: str) -> None:
-    """Record ``writer`` as the run's last writer, for display (liveness is the run's lock)."""
-    row = {
+def writer_row(run_id: str, writer: Writer, now: str) -> dict[str, object]:
+    """The run_writers row that names ``writer`` as the run's writer since ``now``."""
+    return {
         "run_id": run_id,
         "host": writer.host,
         "boot_id": writer.boot_id,
@@ -280,7 +278,11 @@ def set_writer(cursor: sqlite3.Cursor, run_id: str, writer: Writer, now: str) ->
         "since": now,
         "name": writer.name,
     }
-    cursor.execute(_UPSERT_WRITER.sql, _UPSERT_WRITER.params(row))
+
+
+def set_writer(cursor: sqlite3.Cursor, run_id: str, writer: Writer, now: str) -> None:
+    """Record ``writer`` as the run's last writer, for display (liveness is the run's lock)."""
+    cursor.execute(_UPSERT_WRITER.sql, _UPSERT_WRITER.params(writer_row(run_id, writer, now)))
     landed(cursor.rowcount, 1, _UPSERT_WRITER.sql)
 
 
