@@ -424,8 +424,10 @@ class EffectLog:
         self._queued_resolutions.difference_update(request.resolves)
         for record in request.records:
             if isinstance(record, EffectClaim):
-                self._queued_keys[record.idempotency_key] -= 1
-        self._queued_keys += Counter()  # drops the keys no claim in flight has
+                key = record.idempotency_key
+                self._queued_keys[key] -= 1
+                if not self._queued_keys[key]:
+                    del self._queued_keys[key]
 
     def _write(self, batch: list[_Request]) -> BaseException | None:
         """The queue's writer (see ledger._combiner): lock held, released to write."""
