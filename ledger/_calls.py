@@ -45,10 +45,10 @@ import logging
 import os
 import secrets
 import stat
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, TypeAlias, TypeVar, cast, overload
+from typing import Any, NamedTuple, Protocol, TypeAlias, TypeVar, cast, overload
 
 from ledger.effects import (
     Assessment,
@@ -101,8 +101,30 @@ FileTarget: TypeAlias = FilesystemResource | ResourceRef
 ExceptionTypes: TypeAlias = type[BaseException] | tuple[type[BaseException], ...]
 
 
+class Seen(NamedTuple):
+    """What an observation records of a resource, before the log gives it a seq and time."""
+
+    observation_id: str
+    resource: ResourceRef
+    mechanism: ObservationMechanism
+    exists: bool | None
+    sha256: str | None = None
+    revision: str | None = None
+    coverage: Coverage = Coverage.COMPLETE
+
+
 class _Log(Protocol):
     """What this module needs of an :class:`~ledger.effect_log.EffectLog`."""
+
+    def _claim_seen(self, probe: EffectClaim, seen: Sequence[Seen]) -> EffectClaim: ...
+
+    def _settle_seen(
+        self,
+        effect_id: str,
+        settle: tuple[ExecutionOutcome, Impact] | None,
+        seen: Sequence[Seen],
+        source_action_id: str,
+    ) -> None: ...
 
     def claim(
         self,
@@ -283,17 +305,9 @@ class _Plan:
         """Observe the targets (the baseline), then claim: durable when it returns."""
         if self.chosen_id and self.targets:
             self._refuse_taken()  # before any baseline is written for it
-        self.observe_targets("before")
         probe = self.probe
         try:
-            return self.log.claim(
-                effect_id=probe.effect_id,
-                action_id=probe.action_id,
-                operation=probe.operation,
-                impact_scope=probe.impact_scope,
-                obligations=probe.obligations,
-                kind=probe.kind,
-            )
+            return self.log._claim_seen(probe, self.look("before"))  # noqa: SLF001 - its own log
         except BaseException as e:
             # A caller's mistake or the store's trouble: the claim exists nowhere. A signal
             # handler's exception (Ctrl-C) is held back until the log knows whether the
@@ -327,6 +341,7 @@ class _Plan:
         the body's exception goes on unchanged.
         """
         try:
+            settle: tuple[ExecutionOutcome, Impact] | None = None
             if not given and not self._settled():
                 if error is None:
                     execution = ExecutionOutcome.REPORTED_SUCCESS
@@ -334,8 +349,11 @@ class _Plan:
                 else:
                     execution = ExecutionOutcome.FAILED
                     impact = Impact.NONE if isinstance(error, self.no_impact) else Impact.POSSIBLE
-                self.log.outcome(effect_id=self.effect_id, execution=execution, impact=impact)
-            self.observe_targets("after")
+                settle = (execution, impact)
+            # The outcome and the targets seen after the call share one transaction.
+            self.log._settle_seen(  # noqa: SLF001 - its own log
+                self.effect_id, settle, self.look("after"), self.probe.action_id
+            )
         except Exception:
             if error is None:
                 raise
@@ -350,10 +368,12 @@ class _Plan:
         execution = self.log.assess(self.effect_id).execution
         return execution is not None and execution is not ExecutionOutcome.RUNNING
 
-    def observe_targets(self, when: str) -> None:
+    def look(self, when: str) -> list[Seen]:
+        """Read the targets (files): what the observations ``when`` the call will record."""
+        seen = []
         for target in self.targets:
             try:
-                observe_file(self.log, target, source_action_id=self.probe.action_id)
+                state = read_file(target.locator)
             except OSError as e:
                 log.warning(
                     "effect %r: %s could not be observed %s its call: %s",
@@ -362,6 +382,9 @@ class _Plan:
                     when,
                     e,
                 )
+                continue
+            seen.append(Seen(new_effect_id(), target, state.mechanism, state.exists, state.sha256))
+        return seen
 
     def outcome(self, execution: ExecutionOutcome, impact: Impact) -> EffectOutcome:
         return self.log.outcome(effect_id=self.effect_id, execution=execution, impact=impact)

@@ -37,7 +37,7 @@ from types import TracebackType
 from typing import Self
 
 from ledger import _calls, _paths, storage
-from ledger._calls import current_call, new_effect_id
+from ledger._calls import Seen, current_call, new_effect_id
 from ledger._chain import GENESIS
 from ledger._combiner import Combiner, Entry, acquire_uninterrupted
 from ledger._index import RunIndex
@@ -607,7 +607,12 @@ class EffectLog:
         return self._claim_all(batch, f"{len(batch)} claims")
 
     def _claim_all(
-        self, batch: tuple[ClaimRequest, ...], action: str, *, retrying: str | None = None
+        self,
+        batch: tuple[ClaimRequest, ...],
+        action: str,
+        *,
+        retrying: str | None = None,
+        seen: Sequence[Seen] = (),
     ) -> tuple[EffectClaim, ...]:
         with self._cond:
             self._check_open()
@@ -617,6 +622,8 @@ class EffectLog:
             batch_ids: set[str] = set()
             now = utc_now()
             seq = self._next_seq + self._queued  # the seq it gets unless the queue moves
+            observed = self._observed_records(seen, batch[0].action_id, seq, now) if seen else []
+            seq += len(observed)
             for request in batch:
                 # The record checks every field, with the same errors as claim's keywords.
                 record = EffectClaim(
@@ -644,14 +651,17 @@ class EffectLog:
                 records.append(record)
             if self._degraded:
                 raise _degraded_error(self._run_id)
-            pending = _Request(action, records, claims=True)
+            pending = _Request(action, [*observed, *records], claims=True)
             pending.effect_ids = batch_ids
+            pending.observation_ids = {r.observation_id for r in observed}
             self._queued_claims.update(batch_ids)
+            self._queued_observations.update(pending.observation_ids)
             self._queued_keys.update(r.idempotency_key for r in records)
             self._submit(pending)
             if pending.error is not None:
                 raise pending.error
-            return tuple(pending.records)  # type: ignore[arg-type]  # the claims, numbered
+            # the claims, numbered
+            return tuple(pending.records[len(observed) :])  # type: ignore[arg-type]
 
     def outcome(
         self,
@@ -691,7 +701,12 @@ class EffectLog:
         return self._outcome_all(batch, f"{len(batch)} outcomes")
 
     def _outcome_all(
-        self, batch: tuple[OutcomeRequest, ...], action: str
+        self,
+        batch: tuple[OutcomeRequest, ...],
+        action: str,
+        *,
+        seen: Sequence[Seen] = (),
+        source_action_id: str = "",
     ) -> tuple[EffectOutcome, ...]:
         with self._cond:
             self._check_open()
@@ -736,11 +751,15 @@ class EffectLog:
                 if record.terminal:
                     settled.add(effect_id)
                 records.append(record)
-            pending = _Request(action, records, claims=False)
+            observed = self._observed_records(seen, source_action_id, seq + len(records), now)
+            pending = _Request(action, [*records, *observed], claims=False)
             pending.settles = settled
+            pending.observation_ids = {r.observation_id for r in observed}
             self._queued_settles.update(settled)
+            self._queued_observations.update(pending.observation_ids)
             self._submit(pending)
-            return tuple(pending.records)  # type: ignore[arg-type]  # the outcomes, numbered
+            # the outcomes, numbered
+            return tuple(pending.records[: len(records)])  # type: ignore[arg-type]
 
     def observe(
         self,
@@ -762,26 +781,11 @@ class EffectLog:
         """
         with self._cond:
             self._check_open()
-            check_identifier(observation_id, "observation_id")
-            _check_resource(resource, "resource")
-            if (
-                observation_id in self._observation_ids
-                or observation_id in self._queued_observations
-            ):
-                raise ValueError(
-                    f"observation {observation_id!r} is already recorded in run {self._run_id}"
-                )
-            record = Observation(
-                observation_id=observation_id,
-                seq=self._next_seq + self._queued,
-                resource=resource,
-                mechanism=mechanism,
-                coverage=coverage,
-                source_action_id=source_action_id,
-                exists=exists,
-                sha256=sha256,
-                revision=revision,
-                recorded_at=utc_now(),
+            record = self._observation(
+                Seen(observation_id, resource, mechanism, exists, sha256, revision, coverage),
+                source_action_id,
+                self._next_seq + self._queued,
+                utc_now(),
             )
             if not self._started and not self._degraded and not self._queued:
                 # Nothing is written before the run's first claim, which writes these too.
@@ -794,6 +798,79 @@ class EffectLog:
             self._queued_observations.add(observation_id)
             self._submit(pending)
             return pending.records[0]  # type: ignore[return-value]  # the observation
+
+    def _observation(self, seen: Seen, source_action_id: str, seq: int, now: str) -> Observation:
+        """An observation record, checked (lock held); ``seq`` is provisional."""
+        check_identifier(seen.observation_id, "observation_id")
+        _check_resource(seen.resource, "resource")
+        if (
+            seen.observation_id in self._observation_ids
+            or seen.observation_id in self._queued_observations
+        ):
+            raise ValueError(
+                f"observation {seen.observation_id!r} is already recorded in run {self._run_id}"
+            )
+        return Observation(
+            observation_id=seen.observation_id,
+            seq=seq,
+            resource=seen.resource,
+            mechanism=seen.mechanism,
+            coverage=seen.coverage,
+            source_action_id=source_action_id,
+            exists=seen.exists,
+            sha256=seen.sha256,
+            revision=seen.revision,
+            recorded_at=now,
+        )
+
+    def _observed_records(
+        self, seen: Sequence[Seen], source_action_id: str, seq: int, now: str
+    ) -> list[Observation]:
+        records: list[Observation] = []
+        for item in seen:
+            record = self._observation(item, source_action_id, seq + len(records), now)
+            if any(r.observation_id == record.observation_id for r in records):
+                raise ValueError(f"observation {record.observation_id!r} is given twice")
+            records.append(record)
+        return records
+
+    def _claim_seen(self, probe: EffectClaim, seen: Sequence[Seen]) -> EffectClaim:
+        """Claim ``probe`` and the baseline of its targets in one transaction.
+
+        ``probe`` gives the fields (seq and time are the log's); ``seen`` is what was read
+        of its targets just before. ``log.effect``'s baseline and claim cost one commit,
+        and neither is recorded if the claim cannot be.
+        """
+        request = ClaimRequest(
+            effect_id=probe.effect_id,
+            action_id=probe.action_id,
+            operation=probe.operation,
+            impact_scope=probe.impact_scope,
+            obligations=probe.obligations,
+            kind=probe.kind,
+        )
+        return self._claim_all((request,), f"claim {probe.effect_id!r}", seen=seen)[0]
+
+    def _settle_seen(
+        self,
+        effect_id: str,
+        settle: tuple[ExecutionOutcome, Impact] | None,
+        seen: Sequence[Seen],
+        source_action_id: str,
+    ) -> None:
+        """Record an outcome and what was seen of the targets after the call, together.
+
+        One transaction (no outcome when ``settle`` is None); kept in memory, like any
+        outcome, if they cannot be written.
+        """
+        requests: tuple[OutcomeRequest, ...] = ()
+        if settle is not None:
+            execution, impact = settle
+            requests = (OutcomeRequest(effect_id=effect_id, execution=execution, impact=impact),)
+        if requests or seen:
+            self._outcome_all(
+                requests, f"outcome of {effect_id!r}", seen=seen, source_action_id=source_action_id
+            )
 
     # ------------------------------------------------------------------ queries
 

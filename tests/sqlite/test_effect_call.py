@@ -32,6 +32,7 @@ from ledger import effects as fx
 from ledger.effect_log import EffectLog, current_call, new_run_id
 from ledger.resources import ExternalResource, FilesystemResource, FilesystemRoot, OwnedResource
 from tests.builders import file_ref, sha
+from tests.sqlite.driver import wal_commits
 
 TIMEOUT = 10.0  # the longest any one wait may take before the test fails
 SUCCESS = fx.ExecutionOutcome.REPORTED_SUCCESS
@@ -422,6 +423,45 @@ def test_a_baseline_is_observed_before_a_later_claim_of_the_run_too(
     assert claim is not None
     before = [o for o in history.observations if o.seq < claim.seq]
     assert [(o.resource, o.exists) for o in before] == [(ref, False)]
+
+
+def test_an_effect_with_file_targets_costs_two_commits(
+    store: EffectLog, sandbox: FilesystemRoot
+) -> None:
+    """The baseline rides with the claim, the later observations with the outcome."""
+    assert store.path is not None
+    refs = [file_ref(sandbox, name) for name in ("a.txt", "b.txt")]
+    before = wal_commits(store.path)
+    with store.effect(
+        "write_both", obligations=[fx.Postcondition(r, fx.Predicate.EXISTS) for r in refs]
+    ):
+        assert wal_commits(store.path) == before + 1  # baseline and claim: durable together
+        for ref in refs:
+            Path(ref.locator).write_bytes(b"x")
+    assert wal_commits(store.path) == before + 2
+    assert [kind for kind, _ in seqs(store.history())][-6:] == [
+        "observation",
+        "observation",
+        "claim",
+        "outcome",
+        "observation",
+        "observation",
+    ]
+
+
+def test_an_effect_whose_body_gave_its_outcome_observes_after_in_one_commit(
+    store: EffectLog, sandbox: FilesystemRoot
+) -> None:
+    """Two targets seen after the call, the outcome already given: one more commit."""
+    assert store.path is not None
+    refs = [file_ref(sandbox, name) for name in ("a.txt", "b.txt")]
+    with store.effect(
+        "write_both", obligations=[fx.Postcondition(r, fx.Predicate.EXISTS) for r in refs]
+    ) as call:
+        call.succeeded()
+        after_outcome = wal_commits(store.path)
+    assert wal_commits(store.path) == after_outcome + 1
+    assert len(store.history().observations) == 4
 
 
 def test_a_write_that_failed_leaving_its_file_as_it_was_may_be_retried(
