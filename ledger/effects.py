@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import hashlib
 import itertools
 import json
@@ -259,6 +260,12 @@ def idempotency_key(run_id: str, effect_id: str) -> str:
     """
     check_identifier(run_id, "run_id")
     check_identifier(effect_id, "effect_id")
+    return _derived_key(run_id, effect_id)
+
+
+# A claim's key is derived when it is made and again when the chain encodes it.
+@functools.lru_cache(maxsize=1024)
+def _derived_key(run_id: str, effect_id: str) -> str:
     seed = f"ledger-key-v1{len(run_id)}:{run_id}{len(effect_id)}:{effect_id}"
     return hashlib.sha3_256(seed.encode("utf-8")).hexdigest()[:32]
 
