@@ -28,6 +28,7 @@ from ledger.errors import (
     StoreFileRefusedError,
     StoreUnavailableError,
 )
+from ledger.sqlite.schema import WRITER_SOURCE_ID
 
 BUSY_TIMEOUT_MS = 60_000
 READ_ONLY = "ledger_read_only"
@@ -77,6 +78,11 @@ def _on_connect(
         # triggers and views are refused), and sha3 is the only function registered.
         dbapi_connection.create_function("sha3", 1, sha3, deterministic=True)
         dbapi_connection.create_function("sha3", 2, sha3, deterministic=True)
+        # It hashes every record it writes in Python: the guards need not hash it again.
+        source_id = WRITER_SOURCE_ID + cursor.execute("SELECT sqlite_source_id()").fetchone()[0]
+        dbapi_connection.create_function(
+            "sqlite_source_id", 0, lambda: source_id, deterministic=True
+        )
         cursor.execute("PRAGMA trusted_schema = ON")
         readings = {
             "journal_mode": (str(mode[0]).lower() if mode else None, "wal"),

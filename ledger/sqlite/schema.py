@@ -330,6 +330,12 @@ def _seq_taken() -> str:
     )
 
 
+# The library's writer connections answer sqlite_source_id() with this prefix (see
+# ledger.sqlite.engine); no other connection does, the stock shell's included.
+WRITER_SOURCE_ID = "ledger-writer "
+OTHER_WRITER = f"sqlite_source_id() NOT LIKE '{WRITER_SOURCE_ID}%'"
+
+
 def _sqlite_triggers() -> dict[str, str]:
     triggers: dict[str, str] = {}
     for table in APPEND_ONLY_TABLES:
@@ -430,13 +436,16 @@ def _sqlite_triggers() -> dict[str, str]:
     # impact-scope and obligation rows, written after it in the same transaction: it is
     # checked when the last of them lands (or at once, for a claim that has none). sha3()
     # is the stock shell's; the library registers the same function on its connections.
+    # The library's own writers hashed the record in Python an instant before: on them
+    # (OTHER_WRITER false) the hash is not computed a second time, which was a seventh of
+    # a claim's cost. Every other connection, the shell's included, is checked in full.
     # (Created before the link guards, so that those fire first: SQLite fires a table's
     # triggers newest first, and a record that does not extend the chain says so.)
     guards.extend(
         _guard(
             table,
             "guard_hash",
-            f"NEW.hash IS NOT {sql_hash(kind, 'NEW')}",
+            f"{OTHER_WRITER} AND NEW.hash IS NOT {sql_hash(kind, 'NEW')}",
             f"{table} is append-only, the record hash does not match its fields",
         )
         for table, kind in (
@@ -449,7 +458,7 @@ def _sqlite_triggers() -> dict[str, str]:
         _guard(
             "claims",
             "guard_hash",
-            "NEW.scope_count = 0 AND NEW.obligation_count = 0"
+            f"NEW.scope_count = 0 AND NEW.obligation_count = 0 AND {OTHER_WRITER}"
             f" AND NEW.hash IS NOT {sql_hash('claim', 'NEW')}",
             "claims is append-only, the record hash does not match its fields",
         )
@@ -458,7 +467,7 @@ def _sqlite_triggers() -> dict[str, str]:
         _guard(
             table,
             "guard_hash",
-            "EXISTS (SELECT 1 FROM claims AS c WHERE c.run_id = NEW.run_id"
+            f"{OTHER_WRITER} AND EXISTS (SELECT 1 FROM claims AS c WHERE c.run_id = NEW.run_id"
             f" AND c.effect_id = NEW.effect_id AND {last}"
             f" AND c.hash IS NOT {sql_hash('claim', 'c')})",
             "claims is append-only, the claim hash does not match its fields and rows",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
 import threading
 from pathlib import Path
 
@@ -241,3 +242,35 @@ def test_the_guard_refuses_a_row_whose_hash_does_not_match_its_fields(store: Pat
         conn.execute(sql, rows[0])  # the right hash is accepted
     finally:
         conn.close()
+
+
+def test_only_the_librarys_writers_skip_the_hash_guard_and_load_still_checks(
+    store: Path, store_dir: Path
+) -> None:
+    """Its writers hash in Python and the guard skips them; the shell is checked; load is too."""
+    shell = subprocess.run(
+        [
+            "sqlite3",
+            "-readonly",
+            str(store),
+            "SELECT sqlite_source_id() NOT LIKE 'ledger-writer %'",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert shell.stdout.strip() == "1"  # to the stock shell every hash guard applies
+    conn = sqlite3.connect(store, isolation_level=None)
+    _on_connect(conn, None)  # type: ignore[arg-type]  # as the library's writers open it
+    try:
+        assert conn.execute("SELECT sqlite_source_id()").fetchone()[0].startswith("ledger-writer ")
+        run_id, prev = conn.execute("SELECT run_id, hash FROM claims").fetchone()
+        outcome = fx.EffectOutcome(
+            "e1", 2, fx.ExecutionOutcome.FAILED, fx.Impact.NONE, recorded_at=fx.utc_now()
+        )
+        (sql, rows), *_ = prepare(run_id, [outcome], prev)[0]
+        conn.execute(sql, (*rows[0][:-1], "0" * 64))  # a hash no record has
+    finally:
+        conn.close()
+    with pytest.raises(EffectPersistenceError, match="hash does not match"):
+        EffectLog.load(run_id, store_dir)
