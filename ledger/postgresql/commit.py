@@ -180,7 +180,7 @@ class GroupCommit:
                 with self._engine().connect() as conn, conn.begin():
                     _alone(_driver(conn), job)
             except Exception as e:
-                job.settle(e)
+                job.settle(_unmasked(e))
             else:
                 job.settle(None)
             return
@@ -190,6 +190,7 @@ class GroupCommit:
                 _together(_driver(conn), batch)
                 committing = True
         except Exception as e:
+            _unmasked(e)
             if committing:  # the COMMIT itself failed: it hit every job
                 for job in batch:
                     job.settle(e)
@@ -225,12 +226,28 @@ class GroupCommit:
                             cursor.execute("RELEASE SAVEPOINT job")
                             written.append(job)
         except Exception as e:
+            _unmasked(e)
             for job in batch:
                 if not job.done:
                     job.settle(e)
             return
         for job in written:
             job.settle(None)
+
+
+def _unmasked(error: Exception) -> Exception:
+    """``error``, unless it hides a signal handler's exception: then that is raised.
+
+    A rollback that fails on the way out of an interrupted transaction (the driver
+    closed the connection when its cancel was interrupted in turn) is raised by
+    SQLAlchemy in place of the interrupt, which it keeps as the context.
+    """
+    hidden = error.__context__
+    while hidden is not None:
+        if not isinstance(hidden, Exception):
+            raise hidden
+        hidden = hidden.__context__
+    return error
 
 
 def _driver(conn: Connection) -> Any:
