@@ -317,12 +317,3 @@ def test_ctrl_c_in_the_leader_of_a_batch_leaves_nothing_open_and_fails_every_job
     finally:
         for log in logs:
             log.close()
-
-
-def test_a_claim_alone_is_one_transaction_as_before(url: str) -> None:
-    """A single writer's claims are each one transaction of their own: nothing waits to be grouped."""
-    with EffectLog(new_run_id(), url) as log:
-        for i in range(5):
-            claim_bare(log, f"e{i}")
-        run_id = log.run_id
-    assert transactions(url, [run_id]) == (5, 5)
