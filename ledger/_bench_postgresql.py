@@ -3,8 +3,9 @@
 Everything is measured in a scratch schema created for the run and dropped afterwards
 (the URL's ``search_path`` points there), so that the user's tables are never touched:
 the floor (a raw psycopg INSERT and COMMIT of one row, on one connection), the ledger's
-claim latency on the same server, and claims per second from 1, 4 and 16 processes,
-each writing its own run.
+claim latency on the same server, claims per second from 1, 4 and 16 processes, each
+writing its own run, and from 1 and 8 threads of this process, each with a log of its own
+(whose writes the store can group into shared transactions).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import secrets
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -131,6 +133,39 @@ def _throughput(url: str, processes: int, count: int) -> float:
     return round(processes * count / seconds, 1)
 
 
+def _thread_throughput(url: str, threads: int, count: int) -> float:
+    """Claims per second from ``threads`` threads of this process, each claiming ``count`` times."""
+    logs = [EffectLog(new_run_id(), url) for _ in range(threads)]
+    start = threading.Barrier(threads + 1)
+    failures: list[BaseException] = []
+
+    def work(log: EffectLog) -> None:
+        try:
+            start.wait()
+            for i in range(count):
+                log.claim(effect_id=f"e{i}", action_id="a", operation=_OP, impact_scope=())
+        except BaseException as e:  # reported by the measuring thread
+            failures.append(e)
+
+    try:
+        for log in logs:  # each run exists, and its lease is held, before the clock starts
+            log.claim(effect_id="warm", action_id="a", operation=_OP, impact_scope=())
+        workers = [threading.Thread(target=work, args=(log,)) for log in logs]
+        for worker in workers:
+            worker.start()
+        start.wait()
+        started = time.perf_counter()
+        for worker in workers:
+            worker.join()
+        seconds = time.perf_counter() - started
+    finally:
+        for log in logs:
+            log.close()
+    if failures:
+        raise EffectPersistenceError(f"a benchmark thread failed: {failures[0]}") from failures[0]
+    return round(threads * count / seconds, 1)
+
+
 def run(url: str, *, quick: bool = False, progress: Progress | None = None) -> dict[str, Any]:
     """Measure on the server of ``url`` in a scratch schema, drop it, return the report.
 
@@ -164,6 +199,10 @@ def _run(url: str, *, quick: bool, progress: Progress | None) -> dict[str, Any]:
         for processes in (1, 4, 16):
             say(f"claims/s with {processes} processes")
             rates[str(processes)] = _throughput(scoped, processes, per_process)
+        threaded = {}
+        for threads in (1, 8):
+            say(f"claims/s with {threads} threads of one process, a log each")
+            threaded[str(threads)] = _thread_throughput(scoped, threads, per_process)
     finally:
         with _connect(url) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
@@ -175,6 +214,7 @@ def _run(url: str, *, quick: bool, progress: Progress | None) -> dict[str, Any]:
         "claim": claims,
         "claim_vs_raw": round(claims["median_ms"] / raw["median_ms"], 2),
         "claims_per_second": rates,
+        "claims_per_second_threads": threaded,
         "seconds": round(time.perf_counter() - started, 1),
     }
 
@@ -190,3 +230,5 @@ def render(report: dict[str, Any], echo: Callable[[str], None]) -> None:
     )
     for processes, rate in report["claims_per_second"].items():
         echo(f"claims/s, {processes:>2} processes: {rate}")
+    for threads, rate in report["claims_per_second_threads"].items():
+        echo(f"claims/s, {threads:>2} threads:   {rate}")

@@ -1,7 +1,8 @@
 """The PostgreSQL backend: one database per store, shared by workers on many hosts.
 
 ``store`` owns the engine and the transactions (a run's appends serialised by an
-advisory lock); ``engine`` names the store by its URL, checks every connection's
+advisory lock); ``commit`` groups the appends of the process's threads into shared
+transactions; ``engine`` names the store by its URL, checks every connection's
 durability settings and migrates under an advisory lock; ``guards`` derives the PL/pgSQL
 guards and the views from the SQLite backend's; ``liveness`` holds runs by session
 advisory locks; ``forensics`` serves the ``ledger`` command's reads and ``psql``;

@@ -1,12 +1,14 @@
 """One PostgreSQL store, shared by the process: its engine, its transactions, its holder.
 
-A batch is written in one transaction that first takes the run's transaction-level
+A batch is written in a transaction that first takes the run's transaction-level
 advisory lock: appends to one run are serialised by the server, whichever host they
 come from, so the checks of its preconditions (the run's row, the expected last seq)
 and the guards' checks of seq and chain see every earlier append of the run, and two
 writers of one run cannot both extend its chain. Appends to different runs do not wait
-for each other. A COMMIT returns once the WAL is flushed (``synchronous_commit`` is
-checked on every connection, see ledger.postgresql.engine).
+for each other on the server; the threads of this process that append at the same
+moment share a transaction (ledger.postgresql.commit). A COMMIT returns once the WAL
+is flushed (``synchronous_commit`` is checked on every connection, see
+ledger.postgresql.engine).
 
 Everything that can fail because of the store passes through
 :mod:`ledger.postgresql.errors`.
@@ -15,69 +17,26 @@ Everything that can fail because of the store passes through
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 from sqlalchemy import Connection, Engine, insert
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 
 from ledger import _chain
 from ledger.effects import History
-from ledger.errors import (
-    EffectPersistenceError,
-    RunExistsError,
-    RunHeldError,
-    StoreUnavailableError,
-)
+from ledger.errors import EffectPersistenceError
 from ledger.postgresql import engine as _engine
 from ledger.postgresql import liveness
+from ledger.postgresql.commit import GroupCommit, Job, Step, sql
 from ledger.postgresql.errors import storage_errors, translate
 from ledger.sqlite import rows
-from ledger.sqlite.commit import landed
-from ledger.sqlite.schema import impact_scope, obligations, run_writers, runs
+from ledger.sqlite.schema import impact_scope, obligations
 from ledger.storage import Batch, Lease, Mode, Record, Written
 
-
-def _append_key(run_id: str) -> tuple[int, int]:
-    # Apart from the liveness keys (ledger.postgresql.liveness): a hash of the whole id.
-    digest = hashlib.sha256(b"ledger: append " + run_id.encode()).digest()
-    return (
-        int.from_bytes(digest[:4], "big", signed=True),
-        int.from_bytes(digest[4:8], "big", signed=True),
-    )
-
-
-# One statement and the rows to run it with, in order.
-Step = tuple[str, list[dict[str, Any]]]
-
-_DIALECT = psycopg_dialect.dialect()  # type: ignore[no-untyped-call]
-
-
-def _sql(statement: Any) -> str:
-    # Compiled once, at import: no compilation per write.
-    return str(statement.compile(dialect=_DIALECT))
-
-
-_INSERT = {kind: _sql(insert(table)) for kind, table in rows._TABLES.items()}  # noqa: SLF001 - the record kinds' tables
-_INSERT_SCOPE = _sql(insert(impact_scope))
-_INSERT_DUTY = _sql(insert(obligations))
-_INSERT_RUN = _sql(insert(runs))
-_upsert = pg_insert(run_writers)
-_UPSERT_WRITER = _sql(
-    _upsert.on_conflict_do_update(
-        index_elements=["run_id"], set_={c: _upsert.excluded[c] for c in rows.WRITER_COLUMNS}
-    )
-)
-_MAX_SEQ = "SELECT greatest({})".format(
-    ", ".join(
-        f"(SELECT coalesce(max(seq), 0) FROM {t} WHERE run_id = %(run_id)s)"
-        for t in ("claims", "outcomes", "observations", "resolutions")
-    )
-)
+_INSERT = {kind: sql(insert(table)) for kind, table in rows._TABLES.items()}  # noqa: SLF001 - the record kinds' tables
+_INSERT_SCOPE = sql(insert(impact_scope))
+_INSERT_DUTY = sql(insert(obligations))
 
 
 def prepare(run_id: str, records: Sequence[Record], head: str) -> tuple[list[Step], str]:
@@ -106,57 +65,6 @@ def prepare(run_id: str, records: Sequence[Record], head: str) -> tuple[list[Ste
     return steps, head
 
 
-def _execute(cursor: Any, sql: str, values: list[dict[str, Any]]) -> None:
-    if len(values) == 1:
-        cursor.execute(sql, values[0])
-    else:
-        cursor.executemany(sql, values)
-    landed(cursor.rowcount, len(values), sql)
-
-
-def _pipelined(raw: Any, lock: tuple[str, tuple[int, int]], steps: list[Step]) -> None:
-    """The lock and the inserts sent together: one round trip to the server, not one each.
-
-    Only for a batch with no precondition to read back first (most of them). The
-    server runs the statements in order and stops at the first error; each statement's
-    row count is checked once the pipeline has synced.
-    """
-    done: list[tuple[Any, int, str]] = []
-    with raw.pipeline():
-        locking = raw.cursor()
-        locking.execute(*lock)
-        for sql, values in steps:
-            cursor = raw.cursor()
-            if len(values) == 1:
-                cursor.execute(sql, values[0])
-            else:
-                cursor.executemany(sql, values)
-            done.append((cursor, len(values), sql))
-    for cursor, expected, sql in done:
-        landed(cursor.rowcount, expected, sql)
-
-
-def _preconditions(cursor: Any, batch: Batch) -> None:
-    if batch.start:
-        cursor.execute("SELECT 1 FROM runs WHERE run_id = %(run_id)s", {"run_id": batch.run_id})
-        if cursor.fetchone() is None:
-            _execute(cursor, _INSERT_RUN, [{"run_id": batch.run_id, "created_at": batch.now}])
-        elif not batch.continuing:
-            raise RunExistsError(
-                f"run {batch.run_id} already exists in the store; use EffectLog.load to continue it"
-            )
-    if batch.writer is not None:
-        _execute(cursor, _UPSERT_WRITER, [rows.writer_row(batch.run_id, batch.writer, batch.now)])
-    if batch.ends_at is not None:
-        cursor.execute(_MAX_SEQ, {"run_id": batch.run_id})
-        durable = int(cursor.fetchone()[0])
-        if durable != batch.ends_at:
-            raise RunHeldError(
-                f"run {batch.run_id} holds records up to seq {durable} where this log "
-                f"knows {batch.ends_at}: another writer touched it; load it again"
-            )
-
-
 class Store:
     """One PostgreSQL database, shared by every log of this process that writes to it."""
 
@@ -168,6 +76,7 @@ class Store:
         self._init_lock = threading.Lock()
         self.users = 0
         self.holder = liveness.Holder(self.engine, self.directory)
+        self.group = GroupCommit(self.engine)
 
     def engine(self) -> Engine:
         """The store's engine, created on first use."""
@@ -217,30 +126,19 @@ class Store:
             return rows.load_run(conn, run_id)
 
     def append(self, batch: Batch) -> Written:
-        """Make ``batch`` durable in one transaction, the run's appends serialised."""
+        """Make ``batch`` durable in one transaction, grouped with other threads' batches."""
+        # Rows and hashes are built here, in the caller's thread, not by the leader of
+        # the shared transaction (see ledger.postgresql.commit).
         steps, head = prepare(batch.run_id, batch.records, batch.head)
         try:
             self.open_for_writing()
-            with self.engine().connect() as conn, conn.begin():
-                raw = conn.connection.driver_connection
-                if raw is None:  # pragma: no cover - a checked-out connection has one
-                    raise StoreUnavailableError("the database connection is closed")  # noqa: TRY301 - translated below
-                lock = ("SELECT pg_advisory_xact_lock(%s, %s)", _append_key(batch.run_id))
-                if batch.start or batch.writer is not None or batch.ends_at is not None:
-                    with raw.cursor() as cursor:
-                        # Held to COMMIT: the run's next append, from any host, waits for it.
-                        cursor.execute(*lock)
-                        _preconditions(cursor, batch)
-                        for sql, values in steps:
-                            _execute(cursor, sql, values)
-                else:
-                    _pipelined(raw, lock, steps)
         except Exception as e:
             return Written(head, translate(batch.action, e))
-        except BaseException as e:  # a signal handler raised: the transaction did not commit
+        except BaseException as e:  # a signal handler raised: nothing was written
             error = EffectPersistenceError(f"{batch.action}: the transaction was interrupted")
             return Written(head, error, e)
-        return Written(head)
+        job = self.group.submit(Job(batch, steps))
+        return Written(head, job.error, job.interrupt)
 
     def hold(self, run_id: str, mode: Mode) -> Lease | None:
         """Hold the run by a session advisory lock (ledger.postgresql.liveness)."""
@@ -297,6 +195,7 @@ def _after_fork_in_child() -> None:
             store._engine = None  # noqa: SLF001
         _abandoned.append(store.holder)
         store.holder = liveness.Holder(store.engine, store.directory)
+        store.group = GroupCommit(store.engine)  # its lock may have been held at fork
         store._ready = False  # noqa: SLF001
 
 

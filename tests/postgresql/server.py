@@ -124,6 +124,9 @@ class Server:
             "synchronous_commit": "on",
             "max_connections": "300",
             "shared_buffers": "'32MB'",
+            # Which rows one transaction committed, savepoints and all: the commit time of
+            # a row's xmin (tests/postgresql/test_group_commit.py).
+            "track_commit_timestamp": "on",
         }
         with (self.data / "postgresql.conf").open("a") as conf:
             conf.writelines(f"{key} = {value}\n" for key, value in settings.items())
