@@ -410,8 +410,8 @@ def _report(
         ),
         (
             "threads8_shared runs the same 8 threads and claims as threads8, all through one "
-            "EffectLog (one run) instead of a log each. threads8_shared_vs_single, its claims/s "
-            "over those of threads1, is reported beside the ratios, without a target."
+            "EffectLog (one run) instead of a log each. threads8_vs_single, the claims/s of "
+            "threads8 over those of threads1, is reported beside the ratios, without a target."
         ),
         (
             "The runs and stores of the scale cases were built with synchronous=OFF to save "
