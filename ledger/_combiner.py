@@ -181,3 +181,71 @@ class Combiner(Generic[E]):
         else:
             self._leading = False
             self.lock.notify_all()  # whoever waits for an idle queue (close, recovery)
+
+
+class Job(Entry):
+    """One caller's writes in a store's commit queue: how they ended."""
+
+    __slots__ = ("error", "interrupt")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.error: BaseException | None = None
+        # A signal handler's exception (Ctrl-C) met while the job was in flight, kept
+        # until its fate is known so that the caller can record that fate first.
+        self.interrupt: BaseException | None = None
+
+
+J = TypeVar("J", bound=Job)
+
+
+class GroupCommitQueue(Generic[J]):
+    """A store's writers in this process: the leader commits every queued job at once.
+
+    A backend says how a batch is committed (:meth:`_commit`: each job settled, a signal
+    handler's exception raised as it is) and how the jobs a cut-short batch left are
+    settled (:meth:`_interrupted`).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._mutex = threading.Condition(threading.RLock())
+        self._queue: Combiner[J] = Combiner(
+            self._mutex, self._write, self._interrupted, limit=limit
+        )
+
+    @property
+    def waiting(self) -> int:
+        """How many jobs wait for a leader to take them."""
+        return self._queue.waiting
+
+    def submit(self, job: J) -> J:
+        """Run ``job`` in a committed transaction and return it, its fate settled.
+
+        Never raises for the job: its ``error`` (the store's trouble) and ``interrupt`` (a
+        signal handler's exception met meanwhile) are for the caller to act on, in that
+        order.
+        """
+        interrupt = acquire_uninterrupted(self._mutex)
+        try:
+            interrupt = self._queue.submit(job) or interrupt
+        finally:
+            self._mutex.release()
+        job.interrupt = interrupt
+        return job
+
+    def _write(self, batch: list[J]) -> BaseException | None:
+        """Commit a batch, the queue's lock released meanwhile; return what interrupted it."""
+        self._mutex.release()
+        interrupt = None
+        try:
+            self._commit(batch)
+        except BaseException as e:  # the queue settles the unsettled jobs, then it is raised
+            interrupt = e
+        held_back = acquire_uninterrupted(self._mutex)
+        return interrupt or held_back
+
+    def _commit(self, batch: list[J]) -> None:
+        raise NotImplementedError
+
+    def _interrupted(self, jobs: list[J], error: BaseException | None) -> None:
+        raise NotImplementedError

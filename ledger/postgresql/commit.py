@@ -20,7 +20,6 @@ without grouping: one transaction, no savepoint, nothing extra.
 from __future__ import annotations
 
 import hashlib
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,7 +27,8 @@ from sqlalchemy import Connection, Engine, insert
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 
-from ledger._combiner import Combiner, Entry, acquire_uninterrupted
+from ledger._combiner import GroupCommitQueue
+from ledger._combiner import Job as _Job
 from ledger.errors import (
     EffectPersistenceError,
     RunExistsError,
@@ -105,19 +105,15 @@ def _run_held(batch: Batch, durable: int) -> RunHeldError:
     )
 
 
-class Job(Entry):
+class Job(_Job):
     """One caller's batch, its rows built and hashed by the caller's thread; how it ended."""
 
-    __slots__ = ("batch", "error", "interrupt", "steps")
+    __slots__ = ("batch", "steps")
 
     def __init__(self, batch: Batch, steps: Sequence[Step]) -> None:
         super().__init__()
         self.batch = batch
         self.steps = steps
-        self.error: BaseException | None = None
-        # A signal handler's exception (Ctrl-C) met while the job was in flight, kept
-        # until its fate is known so that the caller can record that fate first.
-        self.interrupt: BaseException | None = None
 
     def settle(self, error: BaseException | None) -> None:
         """The job's fate: durable (``None``), or the error its caller is told."""
@@ -125,46 +121,13 @@ class Job(Entry):
         self.done = True
 
 
-class GroupCommit:
+class GroupCommit(GroupCommitQueue[Job]):
     """The queue of one store's writers in this process, and the leader that commits them."""
 
     def __init__(self, engine: Callable[[], Engine]) -> None:
         """``engine`` gives the store's engine (created on first use)."""
         self._engine = engine
-        self._mutex = threading.Condition(threading.RLock())
-        self._queue: Combiner[Job] = Combiner(
-            self._mutex, self._write, self._interrupted, limit=MAX_BATCH
-        )
-
-    @property
-    def waiting(self) -> int:
-        """How many jobs wait for a leader to take them."""
-        return self._queue.waiting
-
-    def submit(self, job: Job) -> Job:
-        """Run ``job`` in a committed transaction and return it, its fate settled.
-
-        Never raises for the job: its ``error`` (the store's trouble) and ``interrupt`` (a
-        signal handler's exception met meanwhile) are for the caller to act on, in that
-        order.
-        """
-        interrupt = acquire_uninterrupted(self._mutex)
-        try:
-            interrupt = self._queue.submit(job) or interrupt
-        finally:
-            self._mutex.release()
-        job.interrupt = interrupt
-        return job
-
-    def _write(self, batch: list[Job]) -> BaseException | None:
-        """Commit a batch, the queue's lock released meanwhile; return what interrupted it."""
-        self._mutex.release()
-        interrupt = None
-        try:
-            self._commit(batch)
-        except BaseException as e:  # the queue settles the unsettled jobs, then it is raised
-            interrupt = e
-        return acquire_uninterrupted(self._mutex) or interrupt
+        super().__init__(MAX_BATCH)
 
     def _interrupted(self, jobs: list[Job], _error: BaseException | None) -> None:
         # Nothing of the transaction committed, or its COMMIT was cut short and its fate

@@ -15,12 +15,12 @@ many writes, and without load a write pays no wait at all.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from sqlite3 import Connection, Cursor
 from typing import Any
 
-from ledger._combiner import Combiner, Entry, acquire_uninterrupted
+from ledger._combiner import GroupCommitQueue
+from ledger._combiner import Job as _Job
 from ledger.errors import EffectPersistenceError, StoreTamperedError
 
 # One statement and the rows to run it with, in order.
@@ -31,7 +31,7 @@ Step = tuple[str, list[tuple[Any, ...]]]
 MAX_BATCH = 64
 
 
-class Job(Entry):
+class Job(_Job):
     """One caller's writes, prepared: checks to run first, then statements; how it ended.
 
     The rows are built (and hashed) by the caller's thread before the job is queued, so
@@ -39,7 +39,7 @@ class Job(Entry):
     hold Python's GIL, and every statement the leader runs is a wait to get it back.
     """
 
-    __slots__ = ("action", "before", "error", "interrupt", "steps")
+    __slots__ = ("action", "before", "steps")
 
     def __init__(
         self,
@@ -51,13 +51,9 @@ class Job(Entry):
         self.action = action
         self.steps = steps
         self.before = before
-        self.error: BaseException | None = None
-        # A signal handler's exception (Ctrl-C) met while the job was in flight, kept
-        # until its fate is known so that the caller can record that fate first.
-        self.interrupt: BaseException | None = None
 
 
-class GroupCommit:
+class GroupCommit(GroupCommitQueue[Job]):
     """The queue of one store's writers in this process, and the leader that commits them."""
 
     def __init__(
@@ -78,36 +74,7 @@ class GroupCommit:
         self._lock = lock
         self._translate = translate
         self._check = check
-        self._mutex = threading.Condition(threading.RLock())
-        self._queue: Combiner[Job] = Combiner(
-            self._mutex, self._write, self._interrupted, limit=MAX_BATCH
-        )
-
-    def submit(self, job: Job) -> Job:
-        """Run ``job`` in a committed transaction and return it, its fate settled.
-
-        Never raises for the job: its ``error`` (the store's trouble) and ``interrupt`` (a
-        signal handler's exception met meanwhile) are for the caller to act on, in that
-        order.
-        """
-        interrupt = acquire_uninterrupted(self._mutex)
-        try:
-            interrupt = self._queue.submit(job) or interrupt
-        finally:
-            self._mutex.release()
-        job.interrupt = interrupt
-        return job
-
-    def _write(self, batch: list[Job]) -> BaseException | None:
-        """Commit a batch, the queue's lock released meanwhile; return what interrupted it."""
-        self._mutex.release()
-        interrupt = None
-        try:
-            self._commit(batch)
-        except BaseException as e:  # every job is settled by the queue, then it is raised
-            interrupt = e
-        held_back = acquire_uninterrupted(self._mutex)
-        return interrupt or held_back
+        super().__init__(MAX_BATCH)
 
     def _interrupted(self, jobs: list[Job], _error: BaseException | None) -> None:
         self._fail(jobs, EffectPersistenceError("the transaction was interrupted"))
