@@ -835,7 +835,10 @@ def waiting_for_the_write_lock() -> bool:
     """Whether a thread of this process waits in the store's BEGIN IMMEDIATE (the lock is held)."""
     for frame in sys._current_frames().values():
         line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
-        if frame.f_code.co_name == "_commit" and "BEGIN IMMEDIATE" in line:
+        # It tries BEGIN IMMEDIATE again and again, sleeping between tries.
+        if frame.f_code.co_name == "begin_immediate" and (
+            "BEGIN IMMEDIATE" in line or "sleep" in line
+        ):
             return True
     return False
 

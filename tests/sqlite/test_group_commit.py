@@ -13,11 +13,15 @@ import json
 import re
 import sqlite3
 import textwrap
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ledger.effect_log import EffectLog, new_run_id
+from ledger.sqlite.commit import begin_immediate
 from tests.builders import (
     CHILD_TIMEOUT,
     REPO,
@@ -162,3 +166,51 @@ def test_a_full_disk_mid_burst_fails_exactly_the_claims_it_hit(tmp_path: Path) -
     # Both kinds of caller were met: some claims fitted before the disk was full.
     assert ok_after_limit > 0
     assert raised > 0
+
+
+def test_a_writer_waits_for_another_processes_write_lock_until_its_deadline(
+    store_dir: Path,
+) -> None:
+    """BEGIN IMMEDIATE tries again while another connection writes, gives up at the deadline."""
+    with EffectLog(new_run_id(), store_dir) as log:
+        claim_target(log, "e1")
+    holder = sqlite3.connect(store_dir / DB, isolation_level=None)
+    writer = sqlite3.connect(store_dir / DB, isolation_level=None, timeout=60)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        cursor = writer.cursor()
+        with pytest.raises(sqlite3.OperationalError, match="locked") as raised:
+            begin_immediate(cursor, timeout_ms=300)
+        assert raised.value.sqlite_errorcode == sqlite3.SQLITE_BUSY
+        assert not writer.in_transaction
+        # SQLite's own waiting is back on for the connection's other statements.
+        assert cursor.execute("PRAGMA busy_timeout").fetchone() == (300,)
+        holder.execute("COMMIT")
+        begin_immediate(cursor, timeout_ms=60_000)  # free: taken at once
+        assert writer.in_transaction
+        assert cursor.execute("PRAGMA busy_timeout").fetchone() == (60_000,)
+        writer.execute("ROLLBACK")
+    finally:
+        holder.close()
+        writer.close()
+
+
+def test_a_claim_waiting_for_another_processes_write_lock_lands_once_it_is_free(
+    store_dir: Path,
+) -> None:
+    """The lock held by another connection: the claim waits, and lands when it is released."""
+    with EffectLog(new_run_id(), store_dir) as log:
+        claim_target(log, "e1")
+        holder = sqlite3.connect(store_dir / DB, isolation_level=None)
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+            done = threading.Event()
+            worker = threading.Thread(target=lambda: (claim_target(log, "e2"), done.set()))
+            worker.start()
+            assert not done.wait(0.5)  # it cannot land while the lock is held
+            holder.execute("COMMIT")
+            worker.join(CHILD_TIMEOUT)
+            assert done.is_set()
+        finally:
+            holder.close()
+    assert query(store_dir / DB, "SELECT effect_id FROM claims ORDER BY seq") == [("e1",), ("e2",)]

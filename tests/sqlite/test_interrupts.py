@@ -333,7 +333,8 @@ def test_ctrl_c_while_a_write_waits_for_sqlites_write_lock_leaves_no_transaction
 ) -> None:
     """Ctrl-C while a claim waits for another connection's write lock: nothing stays open, the next claim lands.
 
-    Python runs the handler once ``BEGIN IMMEDIATE`` has returned, the write lock taken.
+    The claim tries ``BEGIN IMMEDIATE`` again and again, sleeping between tries: the
+    handler runs in a sleep, or once a try has returned (the write lock taken, or not).
     """
     log = rig.log(EffectLog(new_run_id(), store_dir))
     claim(log, "e0")
@@ -344,7 +345,13 @@ def test_ctrl_c_while_a_write_waits_for_sqlites_write_lock_leaves_no_transaction
     def interrupt_then_let_go() -> None:
         try:
             wait_for(
-                lambda: stack(main)[:1] == [("_commit", 'cursor.execute("BEGIN IMMEDIATE")')],
+                lambda: (
+                    stack(main)[:1]
+                    in (
+                        [("begin_immediate", "time.sleep(pause)")],
+                        [("begin_immediate", 'cursor.execute("BEGIN IMMEDIATE")')],
+                    )
+                ),
                 "main waits for the write lock",
             )
             sigint()
