@@ -10,8 +10,9 @@ library (docs/forensics.md has the query):
   where ``<length>`` counts characters (SQLite's ``length()`` of text), integers and
   0/1 booleans written in decimal;
 * the fields, in order: kind, run id, seq, then the row's columns as the store holds
-  them (below), then for a claim each impact-scope row and each obligation row in
-  ``position`` order.
+  them (below), then for a claim the fields of each impact-scope entry and each
+  obligation entry in their order (rows of their own tables until migration 0009, the
+  entries of the claim's JSON arrays since: the encoding is the same).
 
 Version 2 (the tag ``ledger-v2``) adds a claim's kind, idempotency key and retry, after
 its columns and before its rows, and the resolution record. A claim whose three are
@@ -163,20 +164,19 @@ def _sql_field(expression: str) -> str:
     return f"CASE WHEN {expression} IS NULL THEN '~' ELSE length({text}) || ':' || {text} END"
 
 
-def _sql_children(table: str, columns: tuple[str, ...], row: str) -> str:
-    fields = " || ".join(_sql_field(f"k.{c}") for c in columns)
+def _sql_children(column: str, fields: tuple[str, ...], row: str) -> str:
+    # The entries of the claim's JSON array, in array order (json_each's key).
+    values = " || ".join(_sql_field(f"json_extract(k.value, '$.{f}')") for f in fields)
     return (
-        f"coalesce((SELECT group_concat(x, '') FROM (SELECT {fields} AS x FROM {table} AS k"
-        f" WHERE k.run_id = {row}.run_id AND k.effect_id = {row}.effect_id"
-        " ORDER BY k.position)), '')"
+        f"coalesce((SELECT group_concat(x, '') FROM (SELECT {values} AS x"
+        f" FROM json_each({row}.{column}) AS k ORDER BY k.key)), '')"
     )
 
 
 def sql_encoding(kind: str, row: str, sep: str = " || ") -> str:
     """An SQL expression equal to :func:`encode` of the record row aliased ``row``.
 
-    For a claim it reads the claim's impact-scope and obligation rows as they are in the
-    store at that moment.
+    For a claim it reads the entries of its ``impact_scope`` and ``obligations`` JSON.
     """
     tag = f"'{VERSION_2 if kind == 'resolution' else VERSION}'"
     version_1 = f"({sql_version_1_claim(row)})"

@@ -17,8 +17,10 @@ Two kinds of trouble, two roots::
     │                               chain that does not validate
     ├── StoreTamperedError          the schema is not the library's, or a row it was
     │                               given did not land
-    └── SchemaTooNewError           the store is at a schema revision this library does
-                                    not know: a newer version wrote it
+    ├── SchemaTooNewError           the store is at a schema revision this library does
+    │                               not know: a newer version wrote it
+    └── StoreSchemaOldError         a read met a store at a revision older than this
+                                    library reads; its next write upgrades it
 
 Every SQLAlchemy, sqlite3, Alembic and OS error met while touching a store is
 translated into one of these at one boundary, chained with ``from`` so the cause stays
@@ -37,6 +39,7 @@ __all__ = [
     "SchemaTooNewError",
     "StoreCorruptError",
     "StoreFileRefusedError",
+    "StoreSchemaOldError",
     "StoreTamperedError",
     "StoreUnavailableError",
 ]
@@ -109,6 +112,13 @@ class SchemaTooNewError(EffectPersistenceError):
     """The store is at a schema revision this library does not ship.
 
     A newer version of the library wrote it; nothing was changed. Use that version.
+    """
+
+
+class StoreSchemaOldError(EffectPersistenceError):
+    """A read met a store at a schema revision older than this library reads.
+
+    The next write to it by this version upgrades it; nothing was changed.
     """
 
 

@@ -121,6 +121,7 @@ class Reader:
         store = Store(self.location)
         try:
             with store.read(f"cannot read the store {self.name}") as conn:
+                rows.check_readable(conn, self.name)
                 return query(conn)
         finally:
             store.dispose()
@@ -357,7 +358,8 @@ def _guard_problems(conn: Connection) -> list[str]:
 
 def _readonly(conninfo: str) -> str:
     separator = "&" if "?" in conninfo else "?"
-    return f"{conninfo}{separator}options=-c%20default_transaction_read_only%3Don"
+    # jit off: see ledger.postgresql.engine (the views' plans take seconds to compile).
+    return f"{conninfo}{separator}options=-c%20default_transaction_read_only%3Don%20-c%20jit%3Doff"
 
 
 def _check_anchor(conn: Connection, anchor: Head) -> str | None:

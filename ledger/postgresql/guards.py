@@ -21,7 +21,15 @@ import re
 
 from sqlalchemy import Connection
 
-from ledger.sqlite.schema import APPEND_ONLY_TABLES, SQLITE_TRIGGERS, VIEW_QUERIES
+from ledger.sqlite.schema import (
+    APPEND_ONLY_TABLES,
+    ENTRY_GUARDS,
+    OTHER_WRITER,
+    SCOPE_INDEX_TRIGGER,
+    SQLITE_TRIGGERS,
+    VIEW_QUERIES,
+    entries_refused,
+)
 
 _TRIGGER = re.compile(
     r"CREATE TRIGGER (?P<name>\w+) BEFORE INSERT ON (?P<table>\w+)\n"
@@ -34,7 +42,11 @@ def _insert_guards() -> dict[str, tuple[str, str, str]]:
     """SQLite's insert guards as (table, condition, message), by trigger name."""
     guards = {}
     for name, ddl in SQLITE_TRIGGERS.items():
-        if name.endswith(("_no_update", "_no_delete", "_guard_hash")):
+        # Those that tell the library's writers from others, and the scope index's writer,
+        # are SQLite's; PostgreSQL's counterparts are below and in the roles (docs).
+        if name.endswith(("_no_update", "_no_delete")) or name in SCOPE_INDEX_TRIGGER:
+            continue
+        if OTHER_WRITER in ddl:
             continue
         found = _TRIGGER.fullmatch(ddl)
         if found is None:
@@ -45,7 +57,19 @@ def _insert_guards() -> dict[str, tuple[str, str, str]]:
     return guards
 
 
-INSERT_GUARDS = _insert_guards()
+INSERT_GUARDS = _insert_guards() | {
+    # A claim's JSON arrays, checked for every writer: PostgreSQL cannot tell the
+    # library's writers from others, as SQLite's guards do.
+    name: (
+        "claims",
+        entries_refused(*spec, postgresql=True),
+        (
+            f"ledger: claims is append-only, its {spec[0]} must be an array of {spec[1]} valid"
+            " entries"
+        ),
+    )
+    for name, spec in ENTRY_GUARDS.items()
+}
 REFUSED = ("UPDATE", "DELETE", "TRUNCATE")
 
 
@@ -70,10 +94,12 @@ $body$"""
 
 
 def _guard_function(name: str, condition: str, message: str) -> str:
+    # In parentheses: PL/pgSQL ends an IF's condition at the first THEN outside them,
+    # and a condition may hold a CASE.
     return f"""
 CREATE OR REPLACE FUNCTION ledger_{name}() RETURNS trigger LANGUAGE plpgsql AS $body$
 BEGIN
-    IF {condition} THEN
+    IF ({condition}) THEN
         RAISE EXCEPTION '{message}' USING ERRCODE = 'integrity_constraint_violation';
     END IF;
     RETURN NEW;
@@ -81,17 +107,43 @@ END
 $body$"""
 
 
-FUNCTIONS = {"ledger_refuse": REFUSE_FUNCTION} | {
+# A claim's scope entries into scope_index, as SQLite's claims_scope_index trigger does.
+# It runs as its owner (the store's owner role), so the writer role needs no INSERT on
+# scope_index and cannot add rows of its own.
+SCOPE_INDEX_FUNCTION = """
+CREATE OR REPLACE FUNCTION ledger_claims_scope_index() RETURNS trigger LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT AS $body$
+BEGIN
+    INSERT INTO scope_index (run_id, kind, locator, effect_id, position)
+    SELECT NEW.run_id, j.value ->> 'kind', j.value ->> 'locator', NEW.effect_id, j.n - 1
+      FROM jsonb_array_elements(NEW.impact_scope::jsonb) WITH ORDINALITY AS j(value, n);
+    RETURN NULL;
+END
+$body$"""
+
+FUNCTIONS = {
+    "ledger_refuse": REFUSE_FUNCTION,
+    "ledger_claims_scope_index": SCOPE_INDEX_FUNCTION,
+} | {
     f"ledger_{name}": _guard_function(name, condition, message)
     for name, (_table, condition, message) in INSERT_GUARDS.items()
 }
-TRIGGERS = _refusal_triggers() | {
-    name: (
-        f"CREATE TRIGGER {name} BEFORE INSERT ON {table}"
-        f" FOR EACH ROW EXECUTE FUNCTION ledger_{name}()"
-    )
-    for name, (table, _condition, _message) in INSERT_GUARDS.items()
-}
+TRIGGERS = (
+    _refusal_triggers()
+    | {
+        "claims_scope_index": (
+            "CREATE TRIGGER claims_scope_index AFTER INSERT ON claims FOR EACH ROW"
+            " WHEN (NEW.scope_count > 0) EXECUTE FUNCTION ledger_claims_scope_index()"
+        ),
+    }
+    | {
+        name: (
+            f"CREATE TRIGGER {name} BEFORE INSERT ON {table}"
+            f" FOR EACH ROW EXECUTE FUNCTION ledger_{name}()"
+        )
+        for name, (table, _condition, _message) in INSERT_GUARDS.items()
+    }
+)
 TRIGGER_TABLE = {name: ddl.split(" ON ", 1)[1].split()[0] for name, ddl in TRIGGERS.items()}
 
 
@@ -121,7 +173,34 @@ _VIEW_REWRITES = (
 )
 
 
+# The entries of a claim's JSON arrays, as SQLite's json_each() gives them.
+_ENTRY_VIEWS = {
+    "impact_scope": """
+SELECT c.run_id, c.effect_id, j.n - 1 AS position,
+       j.value ->> 'kind' AS kind,
+       j.value ->> 'locator' AS locator,
+       j.value ->> 'role' AS role,
+       j.value ->> 'revision' AS revision
+  FROM claims AS c, jsonb_array_elements(c.impact_scope::jsonb) WITH ORDINALITY AS j(value, n)
+""",
+    "obligations": """
+SELECT c.run_id, c.effect_id, j.n - 1 AS position,
+       j.value ->> 'target_kind' AS target_kind,
+       j.value ->> 'target_locator' AS target_locator,
+       j.value ->> 'target_role' AS target_role,
+       j.value ->> 'target_revision' AS target_revision,
+       j.value ->> 'predicate' AS predicate,
+       j.value ->> 'expected' AS expected
+  FROM claims AS c, jsonb_array_elements(c.obligations::jsonb) WITH ORDINALITY AS j(value, n)
+""",
+}
+
+
 def _postgresql(name: str, query: str) -> str:
+    if name in _ENTRY_VIEWS:
+        if "json_each(c." not in query:
+            raise ValueError(f"the SQLite view {name} changed: cannot derive it")
+        return _ENTRY_VIEWS[name]
     for old, new in _VIEW_REWRITES:
         if old in query:
             query = query.replace(old, new)
@@ -166,8 +245,15 @@ def install_derived(connection: Connection) -> None:
             "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
         ).scalars()
     )
-    for name in VIEWS:
-        run(f'DROP VIEW IF EXISTS "{name}"')
+    views = set(
+        connection.exec_driver_sql(
+            "SELECT viewname FROM pg_views WHERE schemaname = current_schema()"
+        ).scalars()
+    )
+    # Only views: before revision 0009, impact_scope and obligations are tables.
+    for name in reversed(VIEWS):  # effect_status reads obligations
+        if name in views:
+            run(f'DROP VIEW "{name}"')
     for name, table in TRIGGER_TABLE.items():
         if table in tables:
             run(f'DROP TRIGGER IF EXISTS "{name}" ON "{table}"')
@@ -176,13 +262,6 @@ def install_derived(connection: Connection) -> None:
     for name, ddl in TRIGGERS.items():
         if TRIGGER_TABLE[name] in tables:
             run(ddl)
-    if {
-        "claims",
-        "outcomes",
-        "observations",
-        "impact_scope",
-        "obligations",
-        "resolutions",
-    } <= tables:
+    if {"claims", "outcomes", "observations", "scope_index", "resolutions"} <= tables:
         for ddl in VIEWS.values():
             run(ddl)

@@ -20,6 +20,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from sqlalchemy import Connection, Engine, insert
 
@@ -31,37 +32,30 @@ from ledger.postgresql import liveness
 from ledger.postgresql.commit import GroupCommit, Job, Step, sql
 from ledger.postgresql.errors import storage_errors, translate
 from ledger.sqlite import rows
-from ledger.sqlite.schema import impact_scope, obligations
 from ledger.storage import Batch, Lease, Mode, Record, Written
 
 _INSERT = {kind: sql(insert(table)) for kind, table in rows._TABLES.items()}  # noqa: SLF001 - the record kinds' tables
-_INSERT_SCOPE = sql(insert(impact_scope))
-_INSERT_DUTY = sql(insert(obligations))
 
 
 def prepare(run_id: str, records: Sequence[Record], head: str) -> tuple[list[Step], str]:
     """The inserts of ``records`` in seq order, each chained to the one before, and the head.
 
-    Consecutive records of one kind share a statement: claims, then their scope rows,
-    then their obligations, as the guards require.
+    Consecutive records of one kind share a statement.
     """
     steps: list[Step] = []
     kind = ""
-    group: list[Step] = []
+    params: list[dict[str, Any]] = []
     for record in records:
         if record.record_type != kind:
-            steps.extend(step for step in group if step[1])
             kind = record.record_type
-            group = [(_INSERT[kind], []), (_INSERT_SCOPE, []), (_INSERT_DUTY, [])]
+            params = []
+            steps.append((_INSERT[kind], params))
         row, scope, duties = rows.rows_of(run_id, record)
         digest = _chain.link(head, _chain.encode(kind, run_id, row, scope, duties))
         row["prev_hash"] = head
         row["hash"] = digest
-        group[0][1].append(row)
-        group[1][1].extend(scope)
-        group[2][1].extend(duties)
+        params.append(row)
         head = digest
-    steps.extend(step for step in group if step[1])
     return steps, head
 
 

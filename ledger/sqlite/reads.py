@@ -19,6 +19,7 @@ from ledger.errors import (
     EffectPersistenceError,
     StoreUnavailableError,
 )
+from ledger.sqlite import rows as _rows
 from ledger.sqlite import trust as _trust
 from ledger.sqlite.engine import BUSY_TIMEOUT_MS, READ_ONLY, _on_begin
 from ledger.sqlite.errors import storage_errors
@@ -123,6 +124,7 @@ def _read_once(uri: str, query: Callable[[Connection], T]) -> T:
     event.listen(engine, "begin", _on_begin)
     try:
         with engine.execution_options(**{READ_ONLY: True}).begin() as conn:
+            _rows.check_readable(conn, "")
             return query(conn)
     finally:
         engine.dispose()

@@ -7,9 +7,10 @@ triggers dropped) makes loading fail closed instead of being believed.
 
 from __future__ import annotations
 
+import json
 import sqlite3
-from collections import defaultdict
 from collections.abc import Callable, Sequence
+from json.encoder import encode_basestring
 from operator import itemgetter
 from typing import Any
 
@@ -24,6 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
@@ -46,21 +48,45 @@ from ledger.effects import (
     ResourceRef,
     check_history,
 )
-from ledger.errors import RunExistsError, RunHeldError, StoreCorruptError
+from ledger.errors import RunExistsError, RunHeldError, StoreCorruptError, StoreSchemaOldError
 from ledger.sqlite.commit import Step, landed
 from ledger.sqlite.schema import (
     claims,
-    impact_scope,
-    obligations,
     observations,
     outcomes,
     resolutions,
     run_writers,
     runs,
+    scope_index,
 )
 from ledger.storage import Batch
 
 # --------------------------------------------------------------------------- writes
+
+
+# The first revision whose tables the reads here know: a claim's scope and obligations in
+# its row (0009).
+READABLE_FROM = "0009"
+
+
+def check_readable(conn: Connection, name: object) -> None:
+    """Refuse, in one clear line, to read a store at a revision older than these reads know.
+
+    A store's writers upgrade it; until one of this version writes to it, it is read by
+    the version that wrote it. A store with no schema yet reads as empty elsewhere.
+    """
+    try:
+        revision = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+    except SQLAlchemyError:
+        return
+    if revision is not None and revision.isdigit() and revision < READABLE_FROM:
+        store = f"the store {name}" if name else "the store"
+        raise StoreSchemaOldError(
+            f"{store} is at schema revision {revision}; this version of the library reads "
+            f"revision {READABLE_FROM} and later: the next write to it by this version (a "
+            "worker's claim or outcome, ledger resolve) upgrades it; until then, read it with "
+            "the version that wrote it"
+        )
 
 
 def run_exists(conn: Connection, run_id: str) -> bool:
@@ -72,26 +98,42 @@ Record = EffectClaim | EffectOutcome | Observation | Resolution
 Rows = tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]
 
 
+def _value(value: str | None) -> str:
+    return "null" if value is None else encode_basestring(value)
+
+
+def _json(entries: list[dict[str, Any]]) -> str:
+    """The entries as a JSON array of objects, compact, keys in the order given.
+
+    What ``json.dumps(entries, ensure_ascii=False, separators=(",", ":"))`` returns for
+    these flat objects of strings and nulls (a test holds the two equal), made without
+    building an encoder for every claim.
+    """
+    if not entries:
+        return "[]"
+    return (
+        "["
+        + ",".join(
+            "{" + ",".join(f"{encode_basestring(k)}:{_value(v)}" for k, v in e.items()) + "}"
+            for e in entries
+        )
+        + "]"
+    )
+
+
 def rows_of(run_id: str, record: Record) -> Rows:
-    """The row of a record as the store holds it (chain aside), and a claim's child rows."""
+    """The row of a record as the store holds it (chain aside), and a claim's entries.
+
+    A claim's impact scope and obligations are stored in its row as JSON arrays of the
+    entries returned here (which the chain encodes field by field).
+    """
     if isinstance(record, EffectClaim):
         scope = [
-            {
-                "run_id": run_id,
-                "effect_id": record.effect_id,
-                "position": i,
-                "kind": ref.kind,
-                "locator": ref.locator,
-                "role": ref.role,
-                "revision": ref.revision,
-            }
-            for i, ref in enumerate(record.impact_scope)
+            {"kind": ref.kind, "locator": ref.locator, "role": ref.role, "revision": ref.revision}
+            for ref in record.impact_scope
         ]
         duties = [
             {
-                "run_id": run_id,
-                "effect_id": record.effect_id,
-                "position": i,
                 "target_kind": p.target.kind,
                 "target_locator": p.target.locator,
                 "target_role": p.target.role,
@@ -99,7 +141,7 @@ def rows_of(run_id: str, record: Record) -> Rows:
                 "predicate": p.predicate.value,
                 "expected": p.expected,
             }
-            for i, p in enumerate(record.obligations)
+            for p in record.obligations
         ]
         row = {
             "run_id": run_id,
@@ -115,6 +157,8 @@ def rows_of(run_id: str, record: Record) -> Rows:
             "kind": record.kind.value,
             "idempotency_key": record.idempotency_key,
             "retry_of": record.retry_of,
+            "impact_scope": _json(scope),
+            "obligations": _json(duties),
         }
         return row, scope, duties
     if isinstance(record, EffectOutcome):
@@ -200,8 +244,6 @@ class _Compiled:
 
 
 _INSERT = {kind: _Compiled(insert(table)) for kind, table in _TABLES.items()}
-_INSERT_SCOPE = _Compiled(insert(impact_scope))
-_INSERT_DUTY = _Compiled(insert(obligations))
 _INSERT_RUN = _Compiled(insert(runs))
 _RUN_EXISTS = _Compiled(select(runs.c.run_id).where(runs.c.run_id == bindparam("run_id")))
 # What a new writer replaces: every column of run_writers but its key.
@@ -233,26 +275,22 @@ _MAX_SEQ = _Compiled(
 def prepare(run_id: str, records: Sequence[Record], head: str) -> tuple[list[Step], str]:
     """The statements that insert records in seq order, each chained to the one before.
 
-    Returns the steps (consecutive records of one kind share a statement: claims, then
-    their scope rows, then their obligations, as the guards require) and the new head.
+    Returns the steps (consecutive records of one kind share a statement) and the new head.
     """
     steps: list[Step] = []
     kind = ""
-    group: list[Step] = []
+    params: list[Any] = []
     for record in records:
         if record.record_type != kind:
-            steps.extend(step for step in group if step[1])
             kind = record.record_type
-            group = [(_INSERT[kind].sql, []), (_INSERT_SCOPE.sql, []), (_INSERT_DUTY.sql, [])]
+            params = []
+            steps.append((_INSERT[kind].sql, params))
         row, scope, duties = rows_of(run_id, record)
         digest = _chain.link(head, _chain.encode(kind, run_id, row, scope, duties))
         row["prev_hash"] = head
         row["hash"] = digest
-        group[0][1].append(_INSERT[kind].params(row))
-        group[1][1].extend(map(_INSERT_SCOPE.params, scope))
-        group[2][1].extend(map(_INSERT_DUTY.params, duties))
+        params.append(_INSERT[kind].params(row))
         head = digest
-    steps.extend(step for step in group if step[1])
     return steps, head
 
 
@@ -377,21 +415,60 @@ def _observation(row: Any) -> Observation:
     )
 
 
-def _children(conn: Connection, table: Any, run_id: str, claimed: set[str]) -> dict[str, list[Any]]:
-    grouped: dict[str, list[Any]] = defaultdict(list)
-    rows = conn.execute(
-        select(table).where(table.c.run_id == run_id).order_by(table.c.effect_id, table.c.position)
-    ).mappings()
-    for row in rows:
-        effect_id = row["effect_id"]
-        if effect_id not in claimed:
-            raise _InvalidRowError(f"{table.name} row for unclaimed effect {effect_id!r}")
-        if row["position"] != len(grouped[effect_id]):
-            raise _InvalidRowError(
-                f"{table.name} of {effect_id!r} has a gap at position {row['position']}"
-            )
-        grouped[effect_id].append(row)
-    return grouped
+_SCOPE_KEYS = ("kind", "locator", "role", "revision")
+_DUTY_KEYS = (
+    "target_kind",
+    "target_locator",
+    "target_role",
+    "target_revision",
+    "predicate",
+    "expected",
+)
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # A key given twice would be read as its last value here and as its first by SQLite's
+    # json_extract (the views, the shell's recipes): two readings of one record.
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise _InvalidRowError(f"an object repeats a key: {keys}")
+    return dict(pairs)
+
+
+def _entries(row: Any, column: str, keys: tuple[str, ...], count: str) -> list[tuple[Any, ...]]:
+    """The entries of a claim's JSON array column, each as its values in ``keys`` order."""
+    try:
+        entries = json.loads(row[column], object_pairs_hook=_pairs)
+    except (TypeError, ValueError) as e:
+        raise _InvalidRowError(f"{column} is not JSON: {e}") from e
+    if not isinstance(entries, list) or not all(
+        isinstance(e, dict) and tuple(e) == keys for e in entries
+    ):
+        raise _InvalidRowError(f"{column} must be an array of objects with the keys {keys}")
+    if len(entries) != row[count]:
+        raise _InvalidRowError(f"{count} is {row[count]!r} but {column} holds {len(entries)}")
+    return [tuple(e[k] for k in keys) for e in entries]
+
+
+def _check_scope_index(conn: Connection, run_id: str, wanted: set[tuple[Any, ...]]) -> None:
+    """The run's scope_index rows are exactly its claims' scope entries."""
+    held = {
+        tuple(row)
+        for row in conn.execute(
+            select(
+                scope_index.c.kind,
+                scope_index.c.locator,
+                scope_index.c.effect_id,
+                scope_index.c.position,
+            ).where(scope_index.c.run_id == run_id)
+        )
+    }
+    if held != wanted:
+        extra, missing = sorted(held - wanted), sorted(wanted - held)
+        raise _InvalidRowError(
+            "scope_index does not match the claims' impact scopes"
+            f" (rows not in a scope: {extra[:3]}, scope entries without a row: {missing[:3]})"
+        )
 
 
 def load_history(conn: Connection, run_id: str) -> History:
@@ -427,44 +504,25 @@ def load_run(conn: Connection, run_id: str) -> tuple[History, str]:
                 select(claims).where(claims.c.run_id == run_id).order_by(claims.c.seq)
             ).mappings()
         )
-        claimed = {row["effect_id"] for row in claim_rows}
-        scopes = _children(conn, impact_scope, run_id, claimed)
-        duties = _children(conn, obligations, run_id, claimed)
         loaded_claims = []
+        indexed: set[tuple[Any, ...]] = set()
         for row in claim_rows:
             where = f"claim at seq {row['seq']}"
             links[row["seq"]] = (row["prev_hash"], row["hash"])
-            for table, rows, count in (
-                ("impact_scope", scopes, "scope_count"),
-                ("obligations", duties, "obligation_count"),
-            ):
-                if len(rows.get(row["effect_id"], ())) != row[count]:
-                    raise _InvalidRowError(  # noqa: TRY301 - reported below with the others
-                        f"{count} is {row[count]!r} but {table} holds "
-                        f"{len(rows.get(row['effect_id'], ()))} rows for the claim"
-                    )
+            scope = _entries(row, "impact_scope", _SCOPE_KEYS, "scope_count")
+            duties = _entries(row, "obligations", _DUTY_KEYS, "obligation_count")
+            indexed.update(
+                (s[0], s[1], row["effect_id"], position) for position, s in enumerate(scope)
+            )
             loaded_claims.append(
                 EffectClaim(
                     effect_id=row["effect_id"],
                     seq=row["seq"],
                     action_id=row["action_id"],
                     operation=OperationRef(row["operation"], row["backend"], row["args_sha256"]),
-                    impact_scope=tuple(
-                        ResourceRef(s["kind"], s["locator"], s["role"], s["revision"])
-                        for s in scopes.get(row["effect_id"], ())
-                    ),
+                    impact_scope=tuple(ResourceRef(*s) for s in scope),
                     obligations=tuple(
-                        Postcondition(
-                            ResourceRef(
-                                d["target_kind"],
-                                d["target_locator"],
-                                d["target_role"],
-                                d["target_revision"],
-                            ),
-                            Predicate(d["predicate"]),
-                            d["expected"],
-                        )
-                        for d in duties.get(row["effect_id"], ())
+                        Postcondition(ResourceRef(*d[:4]), Predicate(d[4]), d[5]) for d in duties
                     ),
                     recorded_at=row["recorded_at"],
                     kind=EffectKind(row["kind"]),
@@ -484,6 +542,8 @@ def load_run(conn: Connection, run_id: str) -> tuple[History, str]:
                 where = f"{kind} at seq {row['seq']}"
                 links[row["seq"]] = (row["prev_hash"], row["hash"])
                 loaded[kind].append(build(row))
+        where = "scope_index"
+        _check_scope_index(conn, run_id, indexed)
         where = "history"
         history = History(
             tuple(loaded_claims),

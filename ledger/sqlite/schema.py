@@ -91,8 +91,8 @@ claims = Table(
     Column("operation", Text, nullable=False),
     Column("backend", Text, nullable=False),
     Column("args_sha256", Text, nullable=False),
-    # How many impact_scope and obligations rows the claim has: a row added to a
-    # committed claim later (from the sqlite3 shell) is refused, and load checks them.
+    # How many entries the claim's impact_scope and obligations arrays hold (part of the
+    # chain's encoding since version 1, when they were rows of their own tables).
     Column("scope_count", Integer, nullable=False),
     Column("obligation_count", Integer, nullable=False),
     Column("recorded_at", Text, nullable=False),
@@ -125,51 +125,31 @@ claims = Table(
         "retry_of IS NULL OR (" + _identifier("retry_of") + " AND retry_of <> effect_id)",
         name="retry_of",
     ),
+    # The claim's impact scope and postconditions, as JSON arrays of objects (migration
+    # 0009; they were child tables, now the views of those names): one row per claim.
+    # JSON is checked by every load and by the chain, not by a CHECK (the JSON functions
+    # are not allowed in constraints on connections with trusted_schema off).
+    Column("impact_scope", Text, nullable=False),
+    Column("obligations", Text, nullable=False),
     sqlite_strict=True,
 )
 Index(None, claims.c.run_id, claims.c.retry_of)
 
-impact_scope = Table(
-    "impact_scope",
+# A resource of a claim's impact scope, for the views' question "which claims may touch
+# this resource": one row per scope entry, keyed so that the question is one index
+# range. Derived: the claims_scope_index trigger writes it from the claim's own
+# impact_scope column (the record, hashed in the chain) in the claim's statement.
+scope_index = Table(
+    "scope_index",
     metadata,
     Column("run_id", Text, nullable=False),
-    Column("effect_id", Text, nullable=False),
-    Column("position", Integer, nullable=False),
     Column("kind", Text, nullable=False),
     Column("locator", Text, nullable=False),
-    Column("role", Text, nullable=False),
-    Column("revision", Text, nullable=True),
-    PrimaryKeyConstraint("run_id", "effect_id", "position"),
-    ForeignKeyConstraint(["run_id", "effect_id"], ["claims.run_id", "claims.effect_id"]),
-    CheckConstraint("position >= 0", name="position"),
-    CheckConstraint(_words("kind", RESOURCE_KINDS), name="kind"),
-    sqlite_strict=True,
-)
-Index(None, impact_scope.c.run_id, impact_scope.c.kind, impact_scope.c.locator)
-
-obligations = Table(
-    "obligations",
-    metadata,
-    Column("run_id", Text, nullable=False),
     Column("effect_id", Text, nullable=False),
     Column("position", Integer, nullable=False),
-    Column("target_kind", Text, nullable=False),
-    Column("target_locator", Text, nullable=False),
-    Column("target_role", Text, nullable=False),
-    Column("target_revision", Text, nullable=True),
-    Column("predicate", Text, nullable=False),
-    Column("expected", Text, nullable=True),
-    PrimaryKeyConstraint("run_id", "effect_id", "position"),
-    ForeignKeyConstraint(["run_id", "effect_id"], ["claims.run_id", "claims.effect_id"]),
-    CheckConstraint("position >= 0", name="position"),
-    CheckConstraint(_words("target_kind", RESOURCE_KINDS), name="target_kind"),
-    CheckConstraint(_enum_words("predicate", Predicate), name="predicate"),
-    CheckConstraint(
-        "(predicate IN ('exists', 'absent') AND expected IS NULL)"
-        " OR (predicate IN ('sha256', 'revision') AND expected IS NOT NULL)",
-        name="expected",
-    ),
+    PrimaryKeyConstraint("run_id", "kind", "locator", "effect_id", "position"),
     sqlite_strict=True,
+    sqlite_with_rowid=False,
 )
 
 outcomes = Table(
@@ -296,8 +276,7 @@ RECORD_TABLES = ("claims", "outcomes", "observations", "resolutions")
 APPEND_ONLY_TABLES = (
     "runs",
     "claims",
-    "impact_scope",
-    "obligations",
+    "scope_index",
     "outcomes",
     "observations",
     "resolutions",
@@ -422,25 +401,27 @@ def _sqlite_triggers() -> dict[str, str]:
             "an outcome needs its claim",
         )
     )
-    guards.extend(
+    # A scope_index row is the claim's own scope entry, or nothing: rows the claim's
+    # trigger writes pass; one added by hand must match an entry of its claim.
+    guards.append(
         _guard(
-            table,
+            "scope_index",
             "guard_claim",
-            "NOT EXISTS (SELECT 1 FROM claims WHERE run_id = NEW.run_id"
-            f" AND effect_id = NEW.effect_id AND NEW.position < {count})",
-            f"{table} is append-only, the rows of a claim are written with it and no more",
+            f"{OTHER_WRITER} AND NOT EXISTS (SELECT 1 FROM claims AS c, json_each(c.impact_scope)"
+            " AS j WHERE c.run_id = NEW.run_id AND c.effect_id = NEW.effect_id"
+            " AND j.key = NEW.position AND json_extract(j.value, '$.kind') = NEW.kind"
+            " AND json_extract(j.value, '$.locator') = NEW.locator)",
+            "scope_index is append-only, its rows are the scopes of the claims",
         )
-        for table, count in (("impact_scope", "scope_count"), ("obligations", "obligation_count"))
     )
-    # Each record must carry the hash of its own fields. A claim's hash covers its
-    # impact-scope and obligation rows, written after it in the same transaction: it is
-    # checked when the last of them lands (or at once, for a claim that has none). sha3()
-    # is the stock shell's; the library registers the same function on its connections.
-    # The library's own writers hashed the record in Python an instant before: on them
-    # (OTHER_WRITER false) the hash is not computed a second time, which was a seventh of
-    # a claim's cost. Every other connection, the shell's included, is checked in full.
-    # (Created before the link guards, so that those fire first: SQLite fires a table's
-    # triggers newest first, and a record that does not extend the chain says so.)
+    # Each record must carry the hash of its own fields (a claim's covers its scope and
+    # postconditions). sha3() is the stock shell's; the library registers the same
+    # function on its connections. The library's own writers hashed the record in Python
+    # an instant before: on them (OTHER_WRITER false) the hash is not computed a second
+    # time, which was a seventh of a claim's cost. Every other connection, the shell's
+    # included, is checked in full. (Created before the link guards, so that those fire
+    # first: SQLite fires a table's triggers newest first, and a record that does not
+    # extend the chain says so.)
     guards.extend(
         _guard(
             table,
@@ -449,33 +430,10 @@ def _sqlite_triggers() -> dict[str, str]:
             f"{table} is append-only, the record hash does not match its fields",
         )
         for table, kind in (
+            ("claims", "claim"),
             ("outcomes", "outcome"),
             ("observations", "observation"),
             ("resolutions", "resolution"),
-        )
-    )
-    guards.append(
-        _guard(
-            "claims",
-            "guard_hash",
-            f"NEW.scope_count = 0 AND NEW.obligation_count = 0 AND {OTHER_WRITER}"
-            f" AND NEW.hash IS NOT {sql_hash('claim', 'NEW')}",
-            "claims is append-only, the record hash does not match its fields",
-        )
-    )
-    guards.extend(
-        _guard(
-            table,
-            "guard_hash",
-            f"{OTHER_WRITER} AND EXISTS (SELECT 1 FROM claims AS c WHERE c.run_id = NEW.run_id"
-            f" AND c.effect_id = NEW.effect_id AND {last}"
-            f" AND c.hash IS NOT {sql_hash('claim', 'c')})",
-            "claims is append-only, the claim hash does not match its fields and rows",
-            when="AFTER",
-        )
-        for table, last in (
-            ("impact_scope", "NEW.position = c.scope_count - 1 AND c.obligation_count = 0"),
-            ("obligations", "NEW.position = c.obligation_count - 1"),
         )
     )
     # ... and extend the run's chain: its prev_hash is the hash of the record just before
@@ -502,18 +460,109 @@ def _sqlite_triggers() -> dict[str, str]:
         )
         for table in RECORD_TABLES
     )
+    # The library builds and validates the arrays itself: the shell's are checked.
     guards.extend(
         _guard(
-            table,
-            "guard_key",
-            f"EXISTS (SELECT 1 FROM {table} WHERE run_id = NEW.run_id"
-            " AND effect_id = NEW.effect_id AND position = NEW.position)",
-            f"{table} is append-only, that position is already recorded for the claim",
+            "claims",
+            name.removeprefix("claims_"),
+            f"{OTHER_WRITER} AND ({entries_refused(*spec, postgresql=False)})",
+            f"claims is append-only, its {spec[0]} must be an array of {spec[1]} valid entries",
         )
-        for table in ("impact_scope", "obligations")
+        for name, spec in ENTRY_GUARDS.items()
     )
     triggers.update(guards)
+    triggers.update(SCOPE_INDEX_TRIGGER)
     return triggers
+
+
+# What the tables' CHECK constraints refused in the rows of impact_scope and obligations
+# before they became the claim's JSON arrays (migration 0009), refused in the arrays: an
+# array of exactly the claim's count of objects, each with its resource kind, its
+# predicate and expected value as the constraints allowed, and text where text belongs.
+_SCOPE_ENTRY = (
+    ("kind", "word", RESOURCE_KINDS),
+    ("locator", "text", None),
+    ("role", "text", None),
+    ("revision", "text or null", None),
+)
+_DUTY_ENTRY = (
+    ("target_kind", "word", RESOURCE_KINDS),
+    ("target_locator", "text", None),
+    ("target_role", "text", None),
+    ("target_revision", "text or null", None),
+    ("predicate", "word", tuple(m.value for m in Predicate)),
+    ("expected", "text or null", None),
+)
+
+
+def entries_refused(
+    column: str, count: str, entry: tuple[tuple[str, str, object], ...], *, postgresql: bool
+) -> str:
+    """An SQL condition, true when the claim row NEW's JSON ``column`` is not well formed."""
+    if postgresql:
+        doc = f"NEW.{column}::jsonb"
+        each = f"jsonb_array_elements({doc}) AS j(value)"
+        array = (
+            f"CASE WHEN jsonb_typeof({doc}) = 'array'"
+            f" THEN jsonb_array_length({doc}) = NEW.{count} ELSE FALSE END"
+        )
+        checks = ["jsonb_typeof(j.value) = 'object'"]
+        members = "(SELECT count(*) FROM jsonb_object_keys(j.value))"
+        get, kind, text = "j.value ->> '{}'", "jsonb_typeof(j.value -> '{}')", "string"
+    else:
+        doc = f"NEW.{column}"
+        each = f"json_each({doc}) AS j"
+        array = (
+            f"CASE WHEN json_valid({doc}) THEN json_type({doc}) = 'array'"
+            f" AND json_array_length({doc}) = NEW.{count} ELSE FALSE END"
+        )
+        checks = ["j.type = 'object'"]
+        # Every member, a key given twice included (json_extract reads the first).
+        members = "(SELECT count(*) FROM json_each(j.value))"
+        get, kind, text = "json_extract(j.value, '$.{}')", "json_type(j.value, '$.{}')", "text"
+    checks.append(f"{members} = {len(entry)}")
+    for key, what, words in entry:
+        if what == "word":
+            checks.append(_words(get.format(key), words))
+        elif what == "text":
+            checks.append(f"{kind.format(key)} = '{text}'")
+        else:
+            checks.append(f"{kind.format(key)} IN ('{text}', 'null')")
+    if column == "obligations":
+        predicate, expected = get.format("predicate"), get.format("expected")
+        checks.append(
+            f"(({predicate} IN ('exists', 'absent') AND {expected} IS NULL)"
+            f" OR ({predicate} IN ('sha256', 'revision') AND {expected} IS NOT NULL))"
+        )
+    # CASE, not AND: SQLite's JSON functions raise on text that is not JSON, and a CASE
+    # reads its branches only when it gets to them.
+    obj, rest = checks[0], " AND ".join(checks[1:])
+    return (
+        f"CASE WHEN coalesce({array}, FALSE) THEN EXISTS (SELECT 1 FROM {each} WHERE"
+        f" NOT CASE WHEN {obj} THEN coalesce({rest}, FALSE) ELSE FALSE END) ELSE TRUE END"
+    )
+
+
+ENTRY_GUARDS = {
+    f"claims_guard_{column}": (column, count, entry)
+    for column, count, entry in (
+        ("impact_scope", "scope_count", _SCOPE_ENTRY),
+        ("obligations", "obligation_count", _DUTY_ENTRY),
+    )
+}
+
+
+# The claim's scope entries into scope_index, in the claim's own statement: the library
+# writes one row per claim, and the shell's claims are indexed the same way.
+SCOPE_INDEX_TRIGGER = {
+    "claims_scope_index": (
+        "CREATE TRIGGER claims_scope_index AFTER INSERT ON claims\n"
+        "WHEN NEW.scope_count > 0\n"
+        "BEGIN INSERT INTO scope_index (run_id, kind, locator, effect_id, position)"
+        " SELECT NEW.run_id, json_extract(j.value, '$.kind'), json_extract(j.value, '$.locator'),"
+        " NEW.effect_id, j.key FROM json_each(NEW.impact_scope) AS j; END"
+    )
+}
 
 
 # effect_status computes each claim's verdict by correlated lookups that follow the
@@ -539,7 +588,7 @@ _IN_FLIGHT = """
 
 def _scopes(where: str) -> str:
     return f"""EXISTS (
-        SELECT 1 FROM impact_scope AS sc
+        SELECT 1 FROM scope_index AS sc
           JOIN claims AS c2 ON c2.run_id = sc.run_id AND c2.effect_id = sc.effect_id
          WHERE sc.run_id = p.run_id AND sc.kind = p.target_kind
            AND {where}
@@ -717,6 +766,28 @@ SELECT t.run_id, t.seq, t.effect_id, t.action_id, t.operation, t.backend, t.clai
   FROM steps AS t
 """
 
+# A claim's impact scope and postconditions, one row per entry, as the tables of those
+# names held them before migration 0009: plain SQL reads them like any table.
+IMPACT_SCOPE = """
+SELECT c.run_id, c.effect_id, j.key AS position,
+       json_extract(j.value, '$.kind') AS kind,
+       json_extract(j.value, '$.locator') AS locator,
+       json_extract(j.value, '$.role') AS role,
+       json_extract(j.value, '$.revision') AS revision
+  FROM claims AS c, json_each(c.impact_scope) AS j
+"""
+
+OBLIGATIONS = """
+SELECT c.run_id, c.effect_id, j.key AS position,
+       json_extract(j.value, '$.target_kind') AS target_kind,
+       json_extract(j.value, '$.target_locator') AS target_locator,
+       json_extract(j.value, '$.target_role') AS target_role,
+       json_extract(j.value, '$.target_revision') AS target_revision,
+       json_extract(j.value, '$.predicate') AS predicate,
+       json_extract(j.value, '$.expected') AS expected
+  FROM claims AS c, json_each(c.obligations) AS j
+"""
+
 UNSETTLED_CLAIMS = """
 SELECT c.run_id, c.seq, c.effect_id, c.action_id, c.operation, c.recorded_at AS claimed_at,
        EXISTS (SELECT 1 FROM outcomes AS o
@@ -741,7 +812,13 @@ TRIGGER_COLUMNS = {
 # The views' queries: the stored views are made of them, and the library's own reads use
 # them directly (as common table expressions), so that no report is computed from a view
 # someone replaced in the store.
-VIEW_QUERIES = {"effect_status": EFFECT_STATUS, "unsettled_claims": UNSETTLED_CLAIMS}
+VIEW_QUERIES = {
+    # Before effect_status, which reads obligations.
+    "impact_scope": IMPACT_SCOPE,
+    "obligations": OBLIGATIONS,
+    "effect_status": EFFECT_STATUS,
+    "unsettled_claims": UNSETTLED_CLAIMS,
+}
 VIEWS = {name: f"\nCREATE VIEW {name} AS{query}" for name, query in VIEW_QUERIES.items()}
 EFFECT_STATUS_VIEW = VIEWS["effect_status"]
 

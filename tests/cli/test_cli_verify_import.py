@@ -35,8 +35,7 @@ PROGRESS_LABELS = ("verifying runs", "importing")
 RECORD_TABLES = (
     "runs",
     "claims",
-    "impact_scope",
-    "obligations",
+    "scope_index",
     "outcomes",
     "observations",
     "run_writers",
@@ -227,7 +226,6 @@ def _forge(store: Path, *statements: str, past: tuple[str, ...] = ()) -> None:
         *past,
         *(f"{t}_guard_chain" for t in ("claims", "outcomes", "observations")),
         *(f"{t}_guard_hash" for t in ("claims", "outcomes", "observations")),
-        *(f"{t}_guard_hash" for t in ("impact_scope", "obligations")),
     )
     conn = sqlite3.connect(store / DB, isolation_level=None)
     try:
@@ -444,9 +442,9 @@ def _records_without_a_run(store: Path, run_id: str) -> tuple[str, tuple[str, ..
         store,
         "INSERT INTO claims (run_id, seq, effect_id, action_id, operation, backend,"
         " args_sha256, scope_count, obligation_count, recorded_at, prev_hash, hash,"
-        " kind, idempotency_key)"
+        " kind, idempotency_key, impact_scope, obligations)"
         f" VALUES ('{orphan}', 1, 'ghost', 'act-1', 'write_file', 'test/1',"
-        f" '{sha(b'{}')}', 0, 0, '{T0}', {CHAIN}, 'write', '')",
+        f" '{sha(b'{}')}', 0, 0, '{T0}', {CHAIN}, 'write', '', '[]', '[]')",
         past=("claims_guard_run",),
     )
     return f"run {orphan}: records without a row in runs", ()

@@ -103,7 +103,8 @@ class PostgreSQLBackend:
     def query(
         self, store: str | Path, sql: str, params: Sequence[object] = ()
     ) -> list[tuple[Any, ...]]:
-        with connect(store, options="-c default_transaction_read_only=on") as conn:
+        # jit off, as docs/postgresql.md advises for sessions that read the views.
+        with connect(store, options="-c default_transaction_read_only=on -c jit=off") as conn:
             return conn.execute(_params(sql), tuple(params) or None).fetchall()
 
     def row_counts(self, store: str | Path) -> dict[str, int]:

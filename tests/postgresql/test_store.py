@@ -12,12 +12,16 @@ from alembic import command
 from alembic.util import CommandError
 from sqlalchemy import create_engine
 
+from ledger import _chain
+from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.postgresql.engine import parse
 from ledger.sqlite.engine import alembic_config, head_revision
-from tests.builders import claim_bare, ledger, run_python, write_five_records
+from ledger.sqlite.rows import chain_hash
+from tests.builders import claim_bare, ledger, run_python, write_every_column, write_five_records
 from tests.postgresql import driver
 from tests.postgresql.server import SUPERUSER, server
+from tests.sqlite.test_chain import rows_before_0009
 
 
 def _with_password(url: str, password: str) -> str:
@@ -224,3 +228,52 @@ def test_verify_names_a_dropped_disabled_or_foreign_trigger(url: str) -> None:
     assert "trigger claims_no_update on claims is missing" in done.stdout
     assert "trigger outcomes_no_delete is disabled" in done.stdout
     assert "trigger sneaky on claims is not the library's" in done.stdout
+
+
+def test_a_store_with_scope_and_obligation_tables_moves_them_into_its_claims(
+    url: str, tmp_path: Path
+) -> None:
+    """Migration 0009 on PostgreSQL: a store at 0008 with records keeps them, and their hashes."""
+    model = new_run_id()
+    write_every_column(tmp_path / "model", model)  # version 1 and 2 claims, a resolution
+    with EffectLog.load(model, tmp_path / "model") as log:
+        records = log.history().records()
+    engine = create_engine(parse(url))
+    try:
+        with engine.begin() as conn:
+            command.upgrade(alembic_config(conn), "0008")
+    finally:
+        engine.dispose()
+    run_id = new_run_id()
+    with driver.connect(url) as conn:
+        # The guards installed are the library's of today, written for revision 0009.
+        conn.execute("ALTER TABLE claims DISABLE TRIGGER USER")
+        conn.execute("INSERT INTO runs VALUES (%s, %s)", (run_id, fx.utc_now()))
+        head = _chain.GENESIS
+        for record in records:
+            for table, row in rows_before_0009(run_id, record, head):
+                columns = ", ".join(row)
+                marks = ", ".join(["%s"] * len(row))
+                conn.execute(
+                    f"INSERT INTO {table} ({columns}) VALUES ({marks})", tuple(row.values())
+                )
+            head = chain_hash(run_id, record, head)
+        conn.execute("ALTER TABLE claims ENABLE TRIGGER USER")
+    with EffectLog.load(run_id, url) as log:
+        assert log.history().records() == records
+    claims = [r for r in records if isinstance(r, fx.EffectClaim)]
+    assert driver.POSTGRESQL.query(
+        url,
+        "SELECT effect_id, position, locator FROM impact_scope WHERE run_id = ?"
+        " ORDER BY effect_id, position",
+        (run_id,),
+    ) == sorted((c.effect_id, i, r.locator) for c in claims for i, r in enumerate(c.impact_scope))
+    assert driver.POSTGRESQL.query(
+        url, "SELECT count(*) FROM obligations WHERE run_id = ?", (run_id,)
+    ) == [(sum(len(c.obligations) for c in claims),)]
+    assert driver.POSTGRESQL.query(
+        url,
+        "SELECT count(*) FROM pg_tables WHERE tablename IN ('impact_scope', 'obligations')",
+    ) == [(0,)]
+    result = ledger("verify", "--store", url)
+    assert result.returncode == 0, result.stdout + result.stderr

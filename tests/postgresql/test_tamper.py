@@ -2,18 +2,23 @@
 
 The owner of the tables (here the server's superuser, who owns the database) can do
 what the writer role cannot: with ``session_replication_role = replica`` no trigger
-fires, the append-only and chain guards included, and foreign keys are not checked. In
-one such transaction per case, one column of one row of a run is given another
-valid-looking value of its type (the values of ``tests/reliability/test_tamper.py``),
-or a row is deleted, or two rows' seqs are swapped. Every case must be caught both by
-``ledger verify`` (the console script: exit 1, a problem naming the run) and by
-``EffectLog.load`` of the run; a run no case touched must stay clean.
+fires, the append-only, JSON and chain guards included, and foreign keys are not
+checked. In one such transaction per case, one column of one row of a run (claims,
+outcomes, observations, resolutions, scope_index) is given another valid-looking value
+of its type (the values of ``tests/reliability/test_tamper.py``), or one field of one
+entry of a claim's ``impact_scope`` or ``obligations`` JSON array is (the array written
+as the library writes it; scope_index set to match an impact-scope edit, so that only
+the claim's hash is wrong), or a row is deleted, or two rows' seqs are swapped. Every
+case must be caught both by ``ledger verify`` (the console script: exit 1, a problem
+naming the run) and by ``EffectLog.load`` of the run; a run no case touched must stay
+clean.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -22,7 +27,14 @@ import pytest
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from tests.builders import ledger
 from tests.postgresql import driver
-from tests.reliability.test_tamper import RECORD_TABLES, SEQ_TABLES, _forged_values, _write_run
+from tests.reliability.test_tamper import (
+    ARRAYS,
+    RECORD_TABLES,
+    SEQ_TABLES,
+    _forged_values,
+    _json,
+    _write_run,
+)
 
 # PostgreSQL's names for the types of the record tables' columns, as the SQLite matrix
 # knows them.
@@ -98,8 +110,54 @@ def _values(head: int, table: str, column: str, declared: str, old: object) -> l
     return values
 
 
+# scope_index set to a claim's impact scope as it now is, as the claim's trigger writes it.
+_INDEX = (
+    "INSERT INTO scope_index (run_id, kind, locator, effect_id, position)"
+    " SELECT c.run_id, j.value ->> 'kind', j.value ->> 'locator', c.effect_id, j.n - 1"
+    " FROM claims AS c,"
+    " jsonb_array_elements(c.impact_scope::jsonb) WITH ORDINALITY AS j(value, n)"
+    " WHERE c.run_id = %s AND c.effect_id = %s"
+)
+REINDEX = ("DELETE FROM scope_index WHERE run_id = %s AND effect_id = %s", _INDEX)
+
+
+def _reindex(row: dict[str, Any]) -> list[tuple[str, tuple[object, ...]]]:
+    return [(sql, (row["run_id"], row["effect_id"])) for sql in REINDEX]
+
+
+def _fields(url: str, head: int, free: Iterator[str]) -> list[Case]:
+    """One case per key of the entries of a claim's arrays: one entry's field changed."""
+    cases = []
+    for array, (keys, _) in ARRAYS.items():
+        for key in keys:
+            run_id = next(free)
+            entries = [
+                (row, position, json.loads(row[array]))
+                for row in _rows(url, "claims", run_id)
+                for position in range(len(json.loads(row[array])))
+            ]
+            entries.sort(key=lambda e: e[2][e[1]][key] is None)  # a value first
+            candidates: list[list[tuple[str, tuple[object, ...]]]] = []
+            for row, position, old in entries:
+                for value in _values(head, array, key, "TEXT", old[position][key]):
+                    new = [dict(e) for e in old]
+                    new[position][key] = value
+                    statements: list[tuple[str, tuple[object, ...]]] = [
+                        (
+                            f"UPDATE claims SET {array} = %s WHERE ctid = %s::tid",
+                            (_json(new), row["_ctid"]),
+                        )
+                    ]
+                    if array == "impact_scope":
+                        statements += _reindex(row)
+                    candidates.append(statements)
+            cases.append(Case(f"UPDATE claims.{array}[].{key}", run_id, candidates))
+    return cases
+
+
 def _cases(url: str, head: int, runs: list[str]) -> list[Case]:
-    """One case per column of every record table, then a DELETE and a SWAP per seq table."""
+    """One case per column of every record table and per key of a claim array's entries,
+    then a DELETE per record table and a SWAP per seq table."""
     cases: list[Case] = []
     free = iter(runs)
     for table in RECORD_TABLES:
@@ -108,11 +166,26 @@ def _cases(url: str, head: int, runs: list[str]) -> list[Case]:
             rows = [r for r in _rows(url, table, run_id) if _record_seq(url, table, r) != head]
             rows.sort(key=lambda r: r[column] is None)  # a value first: subtler than a NULL
             candidates = [
-                [(f"UPDATE {table} SET {column} = %s WHERE ctid = %s::tid", (v, row["_ctid"]))]
+                [
+                    (f"UPDATE {table} SET {column} = %s WHERE ctid = %s::tid", (v, row["_ctid"])),
+                    # an impact scope forged whole: scope_index to match
+                    *(_reindex(row) if (table, column) == ("claims", "impact_scope") else []),
+                ]
                 for row in rows
                 for v in _values(head, table, column, declared, row[column])
             ]
             cases.append(Case(f"UPDATE {table}.{column}", run_id, candidates))
+    cases += _fields(url, head, free)
+    run_id = next(free)
+    rows = _rows(url, "scope_index", run_id)
+    middle = rows[len(rows) // 2]
+    cases.append(
+        Case(
+            f"DELETE scope_index (record seq {_record_seq(url, 'scope_index', middle)})",
+            run_id,
+            [[("DELETE FROM scope_index WHERE ctid = %s::tid", (middle["_ctid"],))]],
+        )
+    )
     for table in SEQ_TABLES:
         run_id = next(free)
         rows = sorted(
@@ -172,7 +245,12 @@ def test_every_column_changed_and_rows_deleted_or_swapped_as_the_owner_are_detec
     """As the owner, with every trigger off: each edit is caught by verify and by load."""
     control = new_run_id()
     head = _write_run(url, control)  # type: ignore[arg-type]
-    needed = sum(len(_columns(url, t)) for t in RECORD_TABLES) + 2 * len(SEQ_TABLES)
+    needed = (
+        sum(len(_columns(url, t)) for t in RECORD_TABLES)
+        + sum(len(keys) for keys, _ in ARRAYS.values())
+        + 1
+        + 2 * len(SEQ_TABLES)
+    )
     runs = [new_run_id() for _ in range(needed)]
     for run_id in runs:
         assert _write_run(url, run_id) == head  # type: ignore[arg-type]
@@ -180,7 +258,7 @@ def test_every_column_changed_and_rows_deleted_or_swapped_as_the_owner_are_detec
     assert clean.returncode == 0, clean.stdout + clean.stderr
 
     cases = _cases(url, head, runs)
-    assert len(cases) > 60
+    assert len(cases) == len(runs) > 70
     for case in cases:
         _tamper(url, case)
 

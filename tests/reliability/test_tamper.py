@@ -2,15 +2,22 @@
 
 One store is built with the library. Its run shape — claims with impact scope and
 obligations, outcomes RUNNING then terminal and one recovered after a crash,
-observations (one made before the first claim) — is written once per case, plus one
-more such run no case touches and a second run of another shape. Each case edits its
-own run, on a copy of the store, with the real ``sqlite3`` shell: every trigger
-dropped, ``PRAGMA ignore_check_constraints = ON`` and ``foreign_keys = OFF``, then one
-of: one column of one row set to another valid-looking value of its type (for every
-column ``PRAGMA table_info`` lists), a row deleted, a crafted row inserted (a copy with
-a new seq and new ids), two rows' seq (or position) swapped. The triggers are put back
-in the same transaction, so the edits are the only thing wrong with the copy: a control
-copy, dropped and restored without an edit, verifies clean.
+observations (one made before the first claim), resolutions — is written once per case,
+plus one more such run no case touches and a second run of another shape. Each case
+edits its own run, on a copy of the store, with the real ``sqlite3`` shell: every
+trigger dropped, ``PRAGMA ignore_check_constraints = ON`` and ``foreign_keys = OFF``,
+then one of: one column of one row set to another valid-looking value of its type (for
+every column ``PRAGMA table_info`` lists of claims, outcomes, observations, resolutions
+and scope_index); one field of one entry of a claim's ``impact_scope`` or
+``obligations`` JSON array set with ``json_set`` (for every key of either); a row
+deleted, a crafted row inserted (a copy with a new seq and new ids), two rows' seq (or
+position) swapped; an array entry removed, added or two swapped, with the claim's count
+to match. scope_index rows (a table WITHOUT ROWID) are keyed by their primary key. An
+edit of a claim's impact scope also sets scope_index to match it, so that only the
+claim's hash is wrong; scope_index, not hashed, is caught by load's check that it equals
+the claims' scopes. The triggers are put back in the same transaction, so the edits are
+the only thing wrong with the copy: a control copy, dropped and restored without an
+edit, verifies clean.
 
 Every case must be caught both by ``ledger verify`` (the installed console script,
 run once over the copy: exit 1, a problem naming the case's run, none naming an
@@ -18,10 +25,12 @@ untouched run) and by ``EffectLog.load`` of its run (:class:`EffectPersistenceEr
 An edit that changes no record would be exempt: none is expected, and every case
 checks that its edit changed the tables.
 
-A chain recomputed after a change (``ledger.sqlite.rows.chain_hash``), and a run
-truncated at its end, stay consistent: load accepts them, and only an anchor taken
-before (``ledger head``) catches them. docs/forensics.md recipe 9, run by the shell,
-names the first broken seq of every changed-field case.
+A record changed with its own hash recomputed (``ledger.sqlite.rows.chain_hash``) —
+an array entry's included, scope_index set to match — breaks the link of the next
+record. A chain recomputed after a change, and a run truncated at its end, stay
+consistent: load accepts them, and only an anchor taken before (``ledger head``)
+catches them. docs/forensics.md recipe 9, run by the shell, names the first broken seq
+of every changed-field case (scope_index is not in the chain: not its cases).
 
 Figures go to stdout as one ``reliability:`` line, and as a JSON line to the file
 named by ``LEDGER_RELIABILITY_REPORT`` when it is set.
@@ -60,15 +69,17 @@ def _shell() -> None:
 DB = "ledger.sqlite3"
 
 SEQ_TABLES = ("claims", "outcomes", "observations", "resolutions")
-CHILD_TABLES = ("impact_scope", "obligations")
-RECORD_TABLES = (
-    "claims",
-    "impact_scope",
-    "obligations",
-    "outcomes",
-    "observations",
-    "resolutions",
-)
+# scope_index holds each claim's scope entries by resource, written from the claim by a
+# trigger; it is not hashed, but load and verify require it to equal the claims' scopes.
+RECORD_TABLES = (*SEQ_TABLES, "scope_index")
+# A table without rowid (scope_index is WITHOUT ROWID): its rows are keyed by these.
+KEYS = {"scope_index": ("run_id", "kind", "locator", "effect_id", "position")}
+# A claim's impact scope and obligations, JSON arrays in columns of its row (migration
+# 0009): each entry's keys, in their order, and the claim's column that counts them.
+ARRAYS = {
+    "impact_scope": (_chain.SCOPE_COLUMNS, "scope_count"),
+    "obligations": (_chain.OBLIGATION_COLUMNS, "obligation_count"),
+}
 TABLE_OF = {
     "claim": "claims",
     "outcome": "outcomes",
@@ -76,14 +87,23 @@ TABLE_OF = {
     "resolution": "resolutions",
 }
 ROW_EDITS = ("DELETE", "INSERT", "SWAP", "REHASH")
+# The row edits: of every record table's rows (scope_index holds no hash to recompute)
+# and of the entries of each claim array (removed, added, two swapped, one forged with
+# the claim's hash recomputed).
+ROW_CASES = (
+    *((table, edit) for table in SEQ_TABLES for edit in ROW_EDITS),
+    *(("scope_index", edit) for edit in ("DELETE", "INSERT", "SWAP")),
+    *((f"claims.{array}", edit) for array in ARRAYS for edit in ROW_EDITS),
+)
 # The columns each table's rows contribute to the chain's encoding (ledger._chain).
 ENCODED = {
-    "claims": {*_chain.CLAIM_COLUMNS, *_chain.CLAIM_COLUMNS_2, "prev_hash", "hash"},
+    # (a claim's arrays: each field of each entry, read from the JSON)
+    "claims": {*_chain.CLAIM_COLUMNS, *_chain.CLAIM_COLUMNS_2, *ARRAYS, "prev_hash", "hash"},
     "outcomes": {*_chain.OUTCOME_COLUMNS, "prev_hash", "hash"},
     "observations": {*_chain.OBSERVATION_COLUMNS, "prev_hash", "hash"},
     "resolutions": {*_chain.RESOLUTION_COLUMNS, "prev_hash", "hash"},
-    "impact_scope": set(_chain.SCOPE_COLUMNS),
-    "obligations": set(_chain.OBLIGATION_COLUMNS),
+    # Not in the chain: its edits are caught by the scope_index check, not by recipe 9.
+    "scope_index": set(),
 }
 # Enum columns get another word of their enum: a value the schema would accept.
 WORDS: dict[str, tuple[str, ...]] = {
@@ -288,8 +308,18 @@ def _build(directory: Path) -> Base:
             )
             for table in RECORD_TABLES
         }
+        for table, key in KEYS.items():  # the primary key, in its order
+            info = conn.execute(f"PRAGMA table_info({table})").fetchall()
+            assert tuple(str(r[1]) for r in sorted(info, key=lambda r: r[5]) if r[5]) == key
+            assert conn.execute(
+                "SELECT 1 FROM pragma_table_list WHERE name = ? AND wr = 1", (table,)
+            ).fetchone()  # WITHOUT ROWID
     assert triggers
-    cases = sum(len(columns[t]) for t in RECORD_TABLES) + len(ROW_EDITS) * len(RECORD_TABLES)
+    cases = (
+        sum(len(columns[t]) for t in RECORD_TABLES)
+        + sum(len(keys) for keys, _ in ARRAYS.values())
+        + len(ROW_CASES)
+    )
     runs = tuple(new_run_id() for _ in range(cases))
     for run_id in runs:
         assert _write_run(directory, run_id) == head
@@ -332,16 +362,17 @@ def _snapshot(directory: Path) -> dict[str, list[str]]:
 
 
 def _rows(directory: Path, table: str, run_id: str) -> list[dict[str, Any]]:
-    """A run's rows of ``table`` with their rowid, in seq (claim seq, position) order."""
+    """A run's rows of ``table`` with their rowid if any, in seq (claim seq, position) order."""
     claim_seq = (
         "(SELECT c.seq FROM claims AS c WHERE c.run_id = t.run_id AND c.effect_id = t.effect_id)"
     )
     if table == "observations":
         claim_seq = "NULL"
     order = "t.seq" if table in SEQ_TABLES else f"{claim_seq}, t.position"
+    rowid = "" if table in KEYS else "t.rowid AS _rowid, "
     with _connect(directory) as conn:
         rows = conn.execute(
-            f"SELECT t.rowid AS _rowid, t.*, {claim_seq} AS _claim_seq"
+            f"SELECT {rowid}t.*, {claim_seq} AS _claim_seq"
             f" FROM {table} AS t WHERE t.run_id = ? ORDER BY {order}",
             (run_id,),
         ).fetchall()
@@ -349,8 +380,35 @@ def _rows(directory: Path, table: str, run_id: str) -> list[dict[str, Any]]:
 
 
 def _record_seq(table: str, row: dict[str, Any]) -> int:
-    """The seq of the record a row belongs to (a child row belongs to its claim)."""
+    """The seq of the record a row belongs to (a scope_index row belongs to its claim)."""
     return int(row["seq"] if table in SEQ_TABLES else row["_claim_seq"])
+
+
+def _where(table: str, row: dict[str, Any]) -> str:
+    """The row, by its rowid, or by its primary key in a table without rowid."""
+    if table in KEYS:
+        return " AND ".join(f"{c} = {_literal(row[c])}" for c in KEYS[table])
+    return f"rowid = {row['_rowid']}"
+
+
+def _reindex(run_id: str, effect_id: str) -> list[str]:
+    """scope_index set to the claim's impact scope as it now is, as the claim's trigger writes it.
+
+    An edit of a claim's scope that does this too is caught by the chain alone.
+    """
+    claim = f"run_id = '{run_id}' AND effect_id = {_literal(effect_id)}"
+    insert = (
+        "INSERT INTO scope_index (run_id, kind, locator, effect_id, position)"
+        " SELECT c.run_id, json_extract(j.value, '$.kind'), json_extract(j.value, '$.locator'),"
+        f" c.effect_id, j.key FROM claims AS c, json_each(c.impact_scope) AS j"
+        f" WHERE c.run_id = '{run_id}' AND c.effect_id = {_literal(effect_id)};"
+    )
+    return [f"DELETE FROM scope_index WHERE {claim};", insert]
+
+
+def _json(value: object) -> str:
+    """JSON as the library writes a claim's arrays: compact, keys in their order."""
+    return json.dumps(value, separators=(",", ":"))
 
 
 def _literal(value: object) -> str:
@@ -433,6 +491,8 @@ def _forged_values(base: Base, table: str, column: str, declared: str, old: obje
         return [base.head + 1]  # where the run's next record would go
     if column == "position":
         return [int(str(old)) + 10]
+    if table == "claims" and column in ARRAYS:
+        return _forged_array(base, column, str(old))
     words = WORDS.get(f"{table}.{column}", WORDS.get(column))
     if words is not None:
         return [w for w in words if w != old]
@@ -450,6 +510,23 @@ def _forged_values(base: Base, table: str, column: str, declared: str, old: obje
     return [f"{old}-forged"]
 
 
+def _forged_array(base: Base, array: str, old: str) -> list[object]:
+    """A claim's array with its first entry replaced by one of another resource."""
+    entries = json.loads(old)
+    if not entries:
+        return []
+    keys, _ = ARRAYS[array]
+    first = {
+        # The predicate and its expected value are kept: they agree with each other.
+        key: value
+        if key in ("predicate", "expected")
+        else _forged_values(base, array, key, "TEXT", value)[0]
+        for key, value in entries[0].items()
+    }
+    assert tuple(first) == keys
+    return [_json([first, *entries[1:]])]
+
+
 def _update(
     base: Base, directory: Path, run_id: str, table: str, spec: tuple[str, str]
 ) -> Iterator[Case]:
@@ -457,16 +534,44 @@ def _update(
     rows = [r for r in _rows(directory, table, run_id) if _record_seq(table, r) != base.head]
     # A row holding a value first: changing a value is subtler than filling a NULL.
     rows.sort(key=lambda r: r[column] is None)
+    if table == "claims" and column in ARRAYS:  # an empty array last: it has no entry to forge
+        rows.sort(key=lambda r: json.loads(r[column]) == [])
     for row in rows:
         for value in _forged_values(base, table, column, declared, row[column]):
+            statements = [
+                f"UPDATE {table} SET {column} = {_literal(value)} WHERE {_where(table, row)};"
+            ]
+            if table == "claims" and column == "impact_scope":  # and scope_index to match
+                statements += _reindex(run_id, row["effect_id"])
             yield Case(
                 name=f"UPDATE {table}.{column} (record seq {_record_seq(table, row)}: "
                 f"{str(row[column])[:16]!r} -> {str(value)[:16]!r})",
                 run_id=run_id,
-                statements=[
-                    f"UPDATE {table} SET {column} = {_literal(value)} WHERE rowid = {row['_rowid']};"
-                ],
+                statements=statements,
                 first_broken=_record_seq(table, row) if column in ENCODED[table] else None,
+            )
+
+
+def _field(base: Base, directory: Path, run_id: str, array: str, key: str) -> Iterator[Case]:
+    """One field of one entry of a claim's array changed in the shell, with ``json_set``."""
+    entries = [
+        (row, position, entry)
+        for row in _rows(directory, "claims", run_id)
+        for position, entry in enumerate(json.loads(row[array]))
+    ]
+    entries.sort(key=lambda e: e[2][key] is None)  # a value first, as for a column
+    for row, position, entry in entries:
+        for value in _forged_values(base, array, key, "TEXT", entry[key]):
+            new = f"json_set({array}, '$[{position}].{key}', {_literal(value)})"
+            statements = [f"UPDATE claims SET {array} = {new} WHERE {_where('claims', row)};"]
+            if array == "impact_scope":  # scope_index to match: the chain alone must catch it
+                statements += _reindex(run_id, row["effect_id"])
+            yield Case(
+                name=f"UPDATE claims.{array}[].{key} (record seq {row['seq']}, entry {position}: "
+                f"{str(entry[key])[:16]!r} -> {str(value)[:16]!r})",
+                run_id=run_id,
+                statements=statements,
+                first_broken=row["seq"],
             )
 
 
@@ -482,7 +587,7 @@ def _delete(base: Base, directory: Path, run_id: str, table: str) -> Iterator[Ca
         yield Case(
             name=f"DELETE {table} (record seq {_record_seq(table, row)})",
             run_id=run_id,
-            statements=[f"DELETE FROM {table} WHERE rowid = {row['_rowid']};"],
+            statements=[f"DELETE FROM {table} WHERE {_where(table, row)};"],
         )
 
 
@@ -502,21 +607,20 @@ def _insert(base: Base, directory: Path, run_id: str, table: str) -> Iterator[Ca
             changes = {"seq": str(base.head + 1)}
             if table in NEW_ID:
                 changes[NEW_ID[table]] = f"{NEW_ID[table]} || '-copy'"
-            statements = [_copy_row(base, table, changes, f"rowid = {row['_rowid']}")]
-            if table == "claims":  # the crafted claim comes whole, with its scope and duties
-                statements += [
+            statements = [_copy_row(base, table, changes, _where(table, row))]
+            if table == "claims":  # the crafted claim comes whole, with its scope_index rows
+                statements.append(
                     _copy_row(
                         base,
-                        child,
+                        "scope_index",
                         {"effect_id": "effect_id || '-copy'"},
                         f"run_id = '{run_id}' AND effect_id = {_literal(row['effect_id'])}",
                     )
-                    for child in CHILD_TABLES
-                ]
+                )
         else:
             last = max(r["position"] for r in rows if r["effect_id"] == row["effect_id"])
             changes = {"position": str(last + 1)}
-            statements = [_copy_row(base, table, changes, f"rowid = {row['_rowid']}")]
+            statements = [_copy_row(base, table, changes, _where(table, row))]
         yield Case(
             name=f"INSERT {table} (a copy of record seq {_record_seq(table, row)})",
             run_id=run_id,
@@ -534,47 +638,126 @@ def _swap(base: Base, directory: Path, run_id: str, table: str) -> Iterator[Case
         if key == "seq" or x["effect_id"] == y["effect_id"]
     ]
     for x, y in _middle_first(pairs):
+        parked = {**x, key: -1}  # (a key column of a table without rowid changes with it)
         yield Case(
-            name=f"SWAP {table}.{key} ({x[key]} <-> {y[key]}, record seq {_record_seq(table, x)})",
+            name=f"SWAP {table} ({key} {x[key]} <-> {y[key]}, record seq {_record_seq(table, x)})",
             run_id=run_id,
             statements=[
-                f"UPDATE {table} SET {key} = -1 WHERE rowid = {x['_rowid']};",
-                f"UPDATE {table} SET {key} = {x[key]} WHERE rowid = {y['_rowid']};",
-                f"UPDATE {table} SET {key} = {y[key]} WHERE rowid = {x['_rowid']};",
+                f"UPDATE {table} SET {key} = -1 WHERE {_where(table, x)};",
+                f"UPDATE {table} SET {key} = {x[key]} WHERE {_where(table, y)};",
+                f"UPDATE {table} SET {key} = {y[key]} WHERE {_where(table, parked)};",
             ],
         )
 
 
-def _forge(record: Any, table: str) -> tuple[Any, str, object, dict[str, object]]:
-    """``record`` with one field of ``table`` changed: (record, column, new value, row key)."""
+# --------------------------------------------------------------------------- array entries
+
+
+def _entries(directory: Path, run_id: str, array: str) -> list[tuple[dict[str, Any], int]]:
+    """Every entry of ``array`` of the run's claims: (claim row, position)."""
+    return [
+        (row, position)
+        for row in _rows(directory, "claims", run_id)
+        for position in range(len(json.loads(row[array])))
+    ]
+
+
+def _entry_case(
+    run_id: str, edit: str, array: str, row: dict[str, Any], *, what: str, new: str, counted: str
+) -> Case:
+    """A claim's ``array`` set to ``new`` and its count to ``counted``; scope_index to match.
+
+    Everything but the claim's hash agrees with the edit: the chain alone must catch it.
+    """
+    _, count = ARRAYS[array]
+    statements = [
+        f"UPDATE claims SET {array} = {new}, {count} = {counted} WHERE {_where('claims', row)};"
+    ]
+    if array == "impact_scope":
+        statements += _reindex(run_id, row["effect_id"])
+    return Case(
+        name=f"{edit} claims.{array} entry ({what}, record seq {row['seq']})",
+        run_id=run_id,
+        statements=statements,
+        first_broken=row["seq"],
+    )
+
+
+def _entry_delete(base: Base, directory: Path, run_id: str, array: str) -> Iterator[Case]:
+    """An entry removed from a claim's array, its count one less."""
+    _, count = ARRAYS[array]
+    for row, position in _middle_first(_entries(directory, run_id, array)):
+        new = f"json_remove({array}, '$[{position}]')"
+        yield _entry_case(
+            run_id, "DELETE", array, row, what=f"entry {position}", new=new, counted=f"{count} - 1"
+        )
+
+
+def _entry_insert(base: Base, directory: Path, run_id: str, array: str) -> Iterator[Case]:
+    """An entry added at the end of a claim's array (a copy of one, of another resource)."""
+    keys, count = ARRAYS[array]
+    locator = next(k for k in keys if k.endswith("locator"))
+    for row, position in _middle_first(_entries(directory, run_id, array)):
+        entry = json.loads(row[array])[position]
+        entry[locator] = f"{entry[locator]}-copy"
+        new = f"json_insert({array}, '$[#]', json({_literal(_json(entry))}))"
+        what = f"a copy of entry {position}"
+        yield _entry_case(run_id, "INSERT", array, row, what=what, new=new, counted=f"{count} + 1")
+
+
+def _entry_swap(base: Base, directory: Path, run_id: str, array: str) -> Iterator[Case]:
+    """Two different entries of a claim's array swapped."""
+    _, count = ARRAYS[array]
+    pairs = []
+    for row in _rows(directory, "claims", run_id):
+        entries = json.loads(row[array])
+        pairs += [
+            (row, i, j)
+            for i in range(len(entries))
+            for j in range(i + 1, len(entries))
+            if entries[i] != entries[j]
+        ]
+    for row, i, j in _middle_first(pairs):
+        new = (
+            f"json_set({array}, '$[{i}]', json(json_extract({array}, '$[{j}]')),"
+            f" '$[{j}]', json(json_extract({array}, '$[{i}]')))"
+        )
+        yield _entry_case(run_id, "SWAP", array, row, what=f"{i} <-> {j}", new=new, counted=count)
+
+
+# The field _forge changes in an entry of a claim's array (its first entry's).
+_FORGED = {"claims.impact_scope": "locator", "claims.obligations": "target_locator"}
+
+
+def _forge(record: Any, table: str) -> tuple[Any, str]:
+    """``record`` with one field of ``table`` changed: (record, SQL assignment doing it)."""
     if table == "claims":
         value = f"{record.action_id}-forged"
-        return dataclasses.replace(record, action_id=value), "action_id", value, {"seq": record.seq}
+        return dataclasses.replace(record, action_id=value), f"action_id = {_literal(value)}"
     if table == "outcomes":
         value = "x-forged"
-        return (
-            dataclasses.replace(record, execution_id=value),
-            "execution_id",
-            value,
-            {"seq": record.seq},
-        )
+        return dataclasses.replace(record, execution_id=value), f"execution_id = {_literal(value)}"
     if table == "observations":
         value = f"{record.source_action_id}-forged"
         forged = dataclasses.replace(record, source_action_id=value)
-        return forged, "source_action_id", value, {"seq": record.seq}
+        return forged, f"source_action_id = {_literal(value)}"
     if table == "resolutions":
         value = f"{record.by}-forged"
-        return dataclasses.replace(record, by=value), "resolved_by", value, {"seq": record.seq}
-    key: dict[str, object] = {"effect_id": record.effect_id, "position": 0}
-    if table == "impact_scope":
+        return dataclasses.replace(record, by=value), f"resolved_by = {_literal(value)}"
+    # An entry of a claim's array: its first entry's resource moved elsewhere.
+    if table == "claims.impact_scope":
         first, *rest = record.impact_scope
-        ref = dataclasses.replace(first, role=f"{first.role}-forged")
-        return dataclasses.replace(record, impact_scope=(ref, *rest)), "role", ref.role, key
-    first, *rest = record.obligations
-    target = dataclasses.replace(first.target, role=f"{first.target.role}-forged")
-    post = dataclasses.replace(first, target=target)
-    forged = dataclasses.replace(record, obligations=(post, *rest))
-    return forged, "target_role", target.role, key
+        ref = dataclasses.replace(first, locator=f"{first.locator}-forged")
+        forged = dataclasses.replace(record, impact_scope=(ref, *rest))
+        array, value = "impact_scope", ref.locator
+    else:
+        first, *rest = record.obligations
+        target = dataclasses.replace(first.target, locator=f"{first.target.locator}-forged")
+        post = dataclasses.replace(first, target=target)
+        forged = dataclasses.replace(record, obligations=(post, *rest))
+        array, value = "obligations", target.locator
+    path = f"$[0].{_FORGED[table]}"
+    return forged, f"{array} = json_set({array}, '{path}', {_literal(value)})"
 
 
 def _rehash(base: Base, directory: Path, run_id: str, table: str) -> Iterator[Case]:
@@ -582,27 +765,47 @@ def _rehash(base: Base, directory: Path, run_id: str, table: str) -> Iterator[Ca
     with EffectLog.load(run_id, directory) as log:
         records = log.history().records()
     links = _links(directory, run_id)
-    kind = next((k for k, t in TABLE_OF.items() if t == table), "claim")  # a child: its claim
+    array = table.removeprefix("claims.") if table.startswith("claims.") else None
+    kind = "claim" if array else next(k for k, t in TABLE_OF.items() if t == table)
     candidates = [
         r
         for r in records
-        if r.seq != base.head
-        and r.record_type == kind
-        and (table in SEQ_TABLES or getattr(r, table))
+        if r.seq != base.head and r.record_type == kind and (array is None or getattr(r, array))
     ]
     for record in _middle_first(candidates):
-        forged, column, value, key = _forge(record, table)
-        where = " AND ".join(f"{k} = {_literal(v)}" for k, v in key.items())
+        forged, assignment = _forge(record, table)
         digest = chain_hash(run_id, forged, links[record.seq][0])
+        where = f"run_id = '{run_id}' AND seq = {record.seq}"
+        statements = [f"UPDATE {TABLE_OF[kind]} SET {assignment}, hash = '{digest}' WHERE {where};"]
+        if array == "impact_scope":  # scope_index set to match the forged entry
+            statements += _reindex(run_id, record.effect_id)
+        field = assignment.split(" = ")[0]
+        if table in _FORGED:
+            field += f"[0].{_FORGED[table]}"
         yield Case(
-            name=f"REHASH {table}.{column} (record seq {record.seq}, its own hash recomputed)",
+            name=f"REHASH {table} (record seq {record.seq}: {field} forged,"
+            " its own hash recomputed)",
             run_id=run_id,
             first_broken=record.seq + 1,  # the next record no longer links to it
-            statements=[
-                f"UPDATE {table} SET {column} = {_literal(value)} WHERE run_id = '{run_id}' AND {where};",
-                f"UPDATE {TABLE_OF[record.record_type]} SET hash = '{digest}' WHERE run_id = '{run_id}' AND seq = {record.seq};",
-            ],
+            statements=statements,
         )
+
+
+EDITS = {"DELETE": _delete, "INSERT": _insert, "SWAP": _swap, "REHASH": _rehash}
+ENTRY_EDITS = {
+    "DELETE": _entry_delete,
+    "INSERT": _entry_insert,
+    "SWAP": _entry_swap,
+    "REHASH": _rehash,
+}
+
+
+def _row_edit(base: Base, directory: Path, run_id: str, target: str, edit: str) -> Iterator[Case]:
+    """The candidate edits of one row case: of a table's rows, or of a claim array's entries."""
+    if target.startswith("claims."):
+        array = target.removeprefix("claims.")
+        return ENTRY_EDITS[edit](base, directory, run_id, target if edit == "REHASH" else array)
+    return EDITS[edit](base, directory, run_id, target)
 
 
 def _apply(base: Base, directory: Path, candidates: Iterator[Case]) -> Case:
@@ -626,6 +829,7 @@ class Batch:
 
     directory: Path
     update: list[Case]
+    fields: list[Case]
     rows: list[Case]
     problems: list[str]
 
@@ -640,18 +844,22 @@ def batch(base: Base, tmp_path_factory: pytest.TempPathFactory) -> Batch:
         for table in RECORD_TABLES
         for column in base.columns[table]
     ]
+    fields = [
+        _apply(base, directory, _field(base, directory, next(runs), array, key))
+        for array, (keys, _) in ARRAYS.items()
+        for key in keys
+    ]
     rows = [
-        _apply(base, directory, edit(base, directory, next(runs), table))
-        for table in RECORD_TABLES
-        for edit in (_delete, _insert, _swap, _rehash)
+        _apply(base, directory, _row_edit(base, directory, next(runs), target, edit))
+        for target, edit in ROW_CASES
     ]
     assert next(runs, None) is None
     code, report = _verify(directory)
     assert code == 1
-    for case in update + rows:
+    for case in update + fields + rows:
         case.verify_ok = _names(report["problems"], case.run_id)
         case.load_error = _load_error(directory, case.run_id)
-    return Batch(directory, update, rows, report["problems"])
+    return Batch(directory, update, fields, rows, report["problems"])
 
 
 def _tally(cases: list[Case], problems: list[str]) -> list[str]:
@@ -715,9 +923,27 @@ def test_every_column_of_every_record_table_changed_is_detected(base: Base, batc
     assert missed == []
 
 
+def test_every_field_of_every_entry_of_a_claims_arrays_changed_is_detected(
+    base: Base, batch: Batch
+) -> None:
+    """Setting any key of an entry of a claim's impact_scope or obligations (json_set) fails both.
+
+    An impact-scope edit sets scope_index to match: only the claim's hash is wrong.
+    """
+    covered = [case.name.split()[1] for case in batch.fields]
+    assert covered == [f"claims.{a}[].{k}" for a, (keys, _) in ARRAYS.items() for k in keys]
+    assert len(covered) == 10
+    assert [case.name for case in batch.fields if not case.changed] == [], "no-op edits"
+    missed = _tally(batch.fields, batch.problems)
+    _check_untouched(base, batch)
+    assert missed == []
+
+
 def test_deleted_crafted_and_swapped_rows_are_detected(base: Base, batch: Batch) -> None:
-    """Deleting a row, inserting a crafted copy, swapping two rows' seq, or re-hashing a changed record fails both."""
-    assert len(batch.rows) == len(ROW_EDITS) * len(RECORD_TABLES)
+    """Deleting a row or an array entry, inserting a crafted one, swapping two, or re-hashing a changed record fails both."""
+    # 4 edits of each of the 4 seq tables, 3 of scope_index, 4 of each of the 2 arrays.
+    assert [c.name.split()[:2] for c in batch.rows] == [[e, t] for t, e in ROW_CASES]
+    assert len(batch.rows) == len(ROW_CASES) == 4 * 4 + 3 + 4 * 2
     assert [case.name for case in batch.rows if not case.changed] == [], "no-op edits"
     missed = _tally(batch.rows, batch.problems)
     _check_untouched(base, batch)
@@ -745,8 +971,10 @@ def test_the_chain_recipe_names_the_first_broken_seq_of_every_changed_field(
 ) -> None:
     """docs/forensics.md recipe 9, run by the sqlite3 shell, names the first record a changed field broke."""
     assert _chain_recipe(batch.directory, base.control) == []
-    changed_fields = [case for case in batch.update + batch.rows if case.first_broken is not None]
-    assert len(changed_fields) >= 40
+    changed_fields = [
+        case for case in batch.update + batch.fields + batch.rows if case.first_broken is not None
+    ]
+    assert len(changed_fields) >= 60
     wrong = []
     for case in changed_fields:
         rows = _chain_recipe(batch.directory, case.run_id)
@@ -839,7 +1067,7 @@ def test_a_truncated_run_passes_load_but_not_the_anchor_taken_before(
     run = f"run_id = '{base.control}'"
     claims = f"SELECT effect_id FROM claims WHERE {run} AND seq >= {cut}"
     statements = [
-        *(f"DELETE FROM {t} WHERE {run} AND effect_id IN ({claims});" for t in CHILD_TABLES),
+        f"DELETE FROM scope_index WHERE {run} AND effect_id IN ({claims});",
         *(f"DELETE FROM {t} WHERE {run} AND seq >= {cut};" for t in SEQ_TABLES),
     ]
     _tamper(base, copy, statements)

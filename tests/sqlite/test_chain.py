@@ -60,10 +60,21 @@ def test_a_changed_field_fails_load_naming_the_record(store_dir: Path, run_id: s
     with EffectLog(run_id, store_dir) as log:
         write_five_records(log)
     conn = sqlite3.connect(store_dir / "ledger.sqlite3", isolation_level=None)
-    conn.execute("DROP TRIGGER impact_scope_no_update")
+    # A scope entry of the claim at seq 2, and its scope_index row to match (which alone
+    # would already make load fail): only the chain can tell.
+    conn.execute("DROP TRIGGER claims_no_update")
+    conn.execute("DROP TRIGGER scope_index_no_update")
     conn.execute(
-        "UPDATE impact_scope SET locator = '/elsewhere' WHERE run_id = ? AND position = 1",
+        "UPDATE claims SET impact_scope = json_set(impact_scope, '$[1].locator', '/elsewhere')"
+        " WHERE run_id = ? AND seq = 2",
         (run_id,),
+    )
+    assert (
+        conn.execute(
+            "UPDATE scope_index SET locator = '/elsewhere' WHERE run_id = ? AND position = 1",
+            (run_id,),
+        ).rowcount
+        == 1
     )
     conn.close()
     with pytest.raises(
@@ -199,6 +210,59 @@ def test_anchor_detects_a_truncated_run(store_dir: Path, run_id: str) -> None:
     assert "anchor at seq 5: the record is gone (the run was truncated)" in result.stdout
 
 
+def rows_before_0009(run_id: str, record: fx.Record, head: str) -> list[tuple[str, dict]]:
+    """The rows of ``record`` as the library wrote them before migration 0009, chained after ``head``.
+
+    A claim's impact scope and obligations were rows of two tables of their own.
+    """
+    row, scope, duties = rows_of(run_id, record)
+    row = {k: v for k, v in row.items() if k not in ("impact_scope", "obligations")}
+    row["prev_hash"], row["hash"] = head, chain_hash(run_id, record, head)
+    table = {
+        "claim": "claims",
+        "outcome": "outcomes",
+        "observation": "observations",
+        "resolution": "resolutions",
+    }[record.record_type]
+    key = {"run_id": run_id, "effect_id": row.get("effect_id")}
+    return [
+        (table, row),
+        *(("impact_scope", {**key, "position": i, **e}) for i, e in enumerate(scope)),
+        *(("obligations", {**key, "position": i, **e}) for i, e in enumerate(duties)),
+    ]
+
+
+def _plant_old_rows(db: Path, run_id: str, records: tuple[fx.Record, ...]) -> None:
+    """Insert ``records`` with the stock sqlite3 module, in the columns the store has.
+
+    Its connection is not one of the library's writers: the guards hash every record.
+    """
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.create_function("sha3", 2, _chain.sha3, deterministic=True)
+    columns = {
+        table: {c for (c,) in conn.execute(f"SELECT name FROM pragma_table_info('{table}')")}
+        for table in (
+            "claims",
+            "outcomes",
+            "observations",
+            "resolutions",
+            "impact_scope",
+            "obligations",
+        )
+    }
+    conn.execute("INSERT INTO runs VALUES (?, ?)", (run_id, fx.utc_now()))
+    head = _chain.GENESIS
+    for record in records:
+        for name, every in rows_before_0009(run_id, record, head):
+            values = {k: v for k, v in every.items() if k in columns[name]}
+            conn.execute(
+                f"INSERT INTO {name} ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
+                tuple(values.values()),
+            )
+        head = chain_hash(run_id, record, head)
+    conn.close()
+
+
 def test_a_store_made_before_the_chain_is_chained_when_opened(tmp_path: Path) -> None:
     """A store at revision 0002 (no chain columns) with records is chained by migration 0003, guards intact."""
     db = tmp_path / "store" / "ledger.sqlite3"
@@ -212,27 +276,8 @@ def test_a_store_made_before_the_chain_is_chained_when_opened(tmp_path: Path) ->
         conn.execute(f"DROP TRIGGER IF EXISTS {table}_guard_chain")
     for table in ("claims", "outcomes", "observations", "impact_scope", "obligations"):
         conn.execute(f"DROP TRIGGER IF EXISTS {table}_guard_hash")
-    columns = {
-        table: {c for (c,) in conn.execute(f"SELECT name FROM pragma_table_info('{table}')")}
-        for table in ("claims", "outcomes", "observations", "impact_scope", "obligations")
-    }
-    conn.execute("INSERT INTO runs VALUES (?, ?)", (run_id, fx.utc_now()))
-    for record in records:
-        row, scope, duties = rows_of(run_id, record)
-        table = {"claim": "claims", "outcome": "outcomes", "observation": "observations"}[
-            record.record_type
-        ]
-        for name, every in (
-            (table, row),
-            *(("impact_scope", r) for r in scope),
-            *(("obligations", r) for r in duties),
-        ):
-            values = {k: v for k, v in every.items() if k in columns[name]}  # as of 0002
-            conn.execute(
-                f"INSERT INTO {name} ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
-                tuple(values.values()),
-            )
     conn.close()
+    _plant_old_rows(db, run_id, records)
     with EffectLog.load(run_id, db.parent) as log:
         # Migration 0006 gives each claim the key its run and effect id derive.
         assert log.history().records() == tuple(
@@ -257,6 +302,65 @@ def test_a_store_made_before_the_chain_is_chained_when_opened(tmp_path: Path) ->
         assert strict["claims"] == strict["outcomes"] == strict["observations"] == 1
     finally:
         conn.close()
+
+
+def test_a_store_with_scope_and_obligation_tables_moves_them_into_its_claims(
+    tmp_path: Path,
+) -> None:
+    """Migration 0009: a store at 0008 with records, scopes and obligations in their tables.
+
+    After the upgrade every claim is one row, the records load unchanged, every hash is
+    the one written before, and the views of the old tables' names show the same rows.
+    """
+    db = tmp_path / "store" / "ledger.sqlite3"
+    run_id = new_run_id()
+    model = new_run_id()
+    write_every_column(tmp_path / "model", model)  # version 1 and 2 claims, a resolution
+    with EffectLog.load(model, tmp_path / "model") as log:
+        records = log.history().records()
+    claims = [r for r in records if isinstance(r, fx.EffectClaim)]
+    assert any(len(c.impact_scope) > 1 for c in claims)
+    assert any(c.obligations for c in claims)
+    at_revision(db, "0008")
+    _plant_old_rows(db, run_id, records)  # the shell is checked in full: every hash is right
+    before = _links(db, run_id)
+    with EffectLog.load(run_id, db.parent) as log:
+        assert log.history().records() == records
+    assert _links(db, run_id) == before
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [
+            (head_revision(),)
+        ]
+        tables = {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert {"impact_scope", "obligations"}.isdisjoint(tables)
+        scope = conn.execute(
+            "SELECT effect_id, position, kind, locator, role, revision FROM impact_scope"
+            " WHERE run_id = ? ORDER BY effect_id, position",
+            (run_id,),
+        ).fetchall()
+        assert scope == sorted(
+            (c.effect_id, i, r.kind, r.locator, r.role, r.revision)
+            for c in claims
+            for i, r in enumerate(c.impact_scope)
+        )
+        duties = conn.execute(
+            "SELECT effect_id, position, target_locator, predicate, expected FROM obligations"
+            " WHERE run_id = ? ORDER BY effect_id, position",
+            (run_id,),
+        ).fetchall()
+        assert duties == sorted(
+            (c.effect_id, i, p.target.locator, p.predicate.value, p.expected)
+            for c in claims
+            for i, p in enumerate(c.obligations)
+        )
+        assert conn.execute(
+            "SELECT count(*) FROM scope_index WHERE run_id = ?", (run_id,)
+        ).fetchone() == (len(scope),)
+    finally:
+        conn.close()
+    result = ledger("verify", "--store", str(db.parent))
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_the_sql_encoding_and_hash_equal_the_python_ones_for_every_record(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import shutil
 import sqlite3
 from collections.abc import Iterator
@@ -33,7 +34,11 @@ from ledger.sqlite import rows as _records
 from tests.builders import write_every_column
 
 DB = "ledger.sqlite3"
-TABLES = ("claims", "impact_scope", "obligations", "outcomes", "observations", "resolutions")
+TABLES = ("claims", "outcomes", "observations", "resolutions", "scope_index")
+# A claim's impact scope and obligations: JSON arrays, edited entry by entry and field by
+# field as well as whole.
+JSON_COLUMNS = ("impact_scope", "obligations")
+SCOPE_INDEX_KEY = ("run_id", "kind", "locator", "effect_id", "position")
 SEQ_TABLES = ("claims", "outcomes", "observations", "resolutions")
 BOOLEANS = ("replayed", "resource_exists", "applied")
 
@@ -69,7 +74,7 @@ def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
 @dataclasses.dataclass(frozen=True)
 class Edit:
     table: str
-    rowid: int
+    where: tuple[str, tuple[Any, ...]]  # which row: an SQL condition and its parameters
     column: str
     value: object
     seq: int  # the record the row belongs to (a child row: its claim)
@@ -109,21 +114,40 @@ def _edits(base: Base) -> Iterator[Edit]:
                 else "(SELECT c.seq FROM claims AS c"
                 " WHERE c.run_id = t.run_id AND c.effect_id = t.effect_id)"
             )
+            rowid = "NULL" if table == "scope_index" else "t.rowid"  # scope_index: WITHOUT ROWID
             rows = conn.execute(
-                f"SELECT t.rowid AS _rowid, {seq} AS _seq, t.* FROM {table} AS t WHERE run_id = ?",
+                f"SELECT {rowid} AS _rowid, {seq} AS _seq, t.* FROM {table} AS t WHERE run_id = ?",
                 (base.run_id,),
             ).fetchall()
             for column in _columns(conn, table):
                 for row in rows:
-                    if row[column] is not None:
-                        yield Edit(
-                            table,
-                            row["_rowid"],
-                            column,
-                            _other_value(row[column], column),
-                            row["_seq"],
-                            row["observation_id" if table == "observations" else "effect_id"],
+                    if row[column] is None:
+                        continue
+                    where = (
+                        (
+                            " AND ".join(f"{c} = ?" for c in SCOPE_INDEX_KEY),
+                            tuple(row[c] for c in SCOPE_INDEX_KEY),
                         )
+                        if table == "scope_index"
+                        else ("rowid = ?", (row["_rowid"],))
+                    )
+                    key = row["observation_id" if table == "observations" else "effect_id"]
+                    for value in _other_values(row[column], column):
+                        yield Edit(table, where, column, value, row["_seq"], key)
+
+
+def _other_values(value: object, column: str) -> Iterator[object]:
+    """Other values for a column: the whole value, and each field of a JSON array's entries."""
+    yield _other_value(value, column)
+    if column not in JSON_COLUMNS:
+        return
+    entries = json.loads(str(value))
+    for i, entry in enumerate(entries):
+        for key, field in entry.items():
+            if field is not None:
+                changed = [dict(e) for e in entries]
+                changed[i][key] = _other_value(field, key)
+                yield json.dumps(changed, separators=(",", ":"))
 
 
 def test_every_column_is_set_in_some_row(base: Base) -> None:
@@ -235,8 +259,8 @@ def _tamper(directory: Path, edit: Edit) -> bool:
             conn.execute(f'DROP TRIGGER "{name}"')
         try:
             changed = conn.execute(
-                f"UPDATE {edit.table} SET {edit.column} = ? WHERE rowid = ?",
-                (edit.value, edit.rowid),
+                f"UPDATE {edit.table} SET {edit.column} = ? WHERE {edit.where[0]}",
+                (edit.value, *edit.where[1]),
             ).rowcount
         except sqlite3.IntegrityError:  # a unique index refuses it: no store can hold it
             conn.execute("ROLLBACK")

@@ -10,6 +10,7 @@ fail closed.
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import sqlite3
 from collections.abc import Iterator
@@ -48,6 +49,8 @@ CLAIM = {
     "kind": "write",
     "idempotency_key": "0" * 32,
     "retry_of": None,
+    "impact_scope": "[]",
+    "obligations": "[]",
     **CHAIN,
 }
 OUTCOME = {
@@ -173,7 +176,7 @@ def attacker(built: Built) -> Iterator[sqlite3.Connection]:
     conn = sqlite3.connect(built.path, isolation_level=None)
     for table in RECORD_TABLES:
         conn.execute(f"DROP TRIGGER IF EXISTS {table}_guard_chain")
-    for table in (*RECORD_TABLES, "impact_scope", "obligations"):
+    for table in RECORD_TABLES:
         conn.execute(f"DROP TRIGGER IF EXISTS {table}_guard_hash")
     try:
         yield conn
@@ -188,12 +191,6 @@ def insert(
     columns = ", ".join(values)
     marks = ", ".join("?" for _ in values)
     return conn.execute(f"{verb} INTO {table} ({columns}) VALUES ({marks})", tuple(values.values()))
-
-
-def without_child_guard(conn: sqlite3.Connection, table: str) -> None:
-    """Drop the guard that refuses rows for a committed claim, so a CHECK test reaches its CHECK."""
-    if table in ("impact_scope", "obligations"):
-        conn.execute(f"DROP TRIGGER {table}_guard_claim")
 
 
 def snapshot(conn: sqlite3.Connection, table: str) -> list[tuple[Any, ...]]:
@@ -214,10 +211,8 @@ def row(built: Built, table: str, **overrides: Any) -> dict[str, Any]:
         base.update(OBSERVATION, seq=8)
     elif table == "resolutions":
         base.update(RESOLUTION, seq=8, effect_id="e3")
-    elif table == "impact_scope":
-        base.update(SCOPE, effect_id="e3", position=1)
-    elif table == "obligations":
-        base.update(OBLIGATION, effect_id="e3", position=1)
+    elif table == "scope_index":
+        base.update(kind="fs", locator="/sandbox/z", effect_id="e3", position=1)
     base.update(overrides)
     return base
 
@@ -266,14 +261,6 @@ def row(built: Built, table: str, **overrides: Any) -> dict[str, Any]:
         ("observations", {"sha256": sha(b"x")[:63]}, "ck_observations_sha256"),
         ("observations", {"sha256": "g" * 64}, "ck_observations_sha256"),
         ("observations", {"observation_id": ""}, "ck_observations_observation_id"),
-        # An unknown predicate also fails the expected-value check; either may report.
-        ("obligations", {"predicate": "contains"}, "ck_obligations_(predicate|expected)"),
-        ("obligations", {"target_kind": "http"}, "ck_obligations_target_kind"),
-        ("obligations", {"expected": sha(b"x")}, "ck_obligations_expected"),
-        ("obligations", {"predicate": "sha256"}, "ck_obligations_expected"),
-        ("obligations", {"position": -1}, "ck_obligations_position"),
-        ("impact_scope", {"kind": "http"}, "ck_impact_scope_kind"),
-        ("impact_scope", {"position": -1}, "ck_impact_scope_position"),
         ("claims", {"args_sha256": sha(b"{}").upper()}, "ck_claims_args_sha256"),
         ("claims", {"args_sha256": "z" * 64}, "ck_claims_args_sha256"),
         ("claims", {"args_sha256": sha(b"{}") + "0"}, "ck_claims_args_sha256"),
@@ -290,20 +277,69 @@ def test_unknown_word_or_malformed_value_fails_its_check(
 ) -> None:
     """A row with an unknown enum word or a malformed value fails its named CHECK constraint."""
     with attacker(built) as conn:
-        without_child_guard(conn, table)
         before = snapshot(conn, table)
         with pytest.raises(sqlite3.IntegrityError, match=f"CHECK constraint failed: {constraint}$"):
             insert(conn, table, **row(built, table, **overrides))
         assert snapshot(conn, table) == before
 
 
-@pytest.mark.parametrize("table", sorted(APPEND_ONLY_TABLES))
+# scope_index rows are written by the claims' trigger, and no CHECK test attacks it.
+@pytest.mark.parametrize("table", sorted(set(APPEND_ONLY_TABLES) - {"scope_index"}))
 def test_the_baseline_attack_rows_are_valid(built: Built, table: str) -> None:
     """The unmodified attack rows are accepted, so each CHECK test fails for its one field."""
     with attacker(built) as conn:
-        without_child_guard(conn, table)
         insert(conn, table, **row(built, table))
         assert len(snapshot(conn, table)) >= 1
+
+
+def _entries(entry: dict[str, Any], **changes: Any) -> str:
+    """A JSON array of one entry, ``entry`` with ``changes`` (a value of ... drops the key)."""
+    changed = {k: v for k, v in {**entry, **changes}.items() if v is not ...}
+    return json.dumps([changed])
+
+
+_SCOPE_GOOD = _entries(SCOPE)
+_DUTY_GOOD = _entries(OBLIGATION)
+# The locator twice: SQLite's json_extract reads the first, Python's json the last.
+_SCOPE_TWICE = _SCOPE_GOOD.replace('"role"', '"locator": "/sandbox/elsewhere", "role"')
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("impact_scope", _entries(SCOPE, kind="http")),
+        ("impact_scope", _entries(SCOPE, locator=7)),
+        ("impact_scope", _entries(SCOPE, role=None)),
+        ("impact_scope", _entries(SCOPE, revision=...)),
+        ("impact_scope", json.dumps(SCOPE)),  # an object, not an array
+        ("impact_scope", json.dumps(["fs"])),
+        ("impact_scope", _SCOPE_GOOD[:-1]),  # not JSON
+        ("impact_scope", json.dumps([SCOPE, SCOPE])),  # more entries than scope_count
+        ("impact_scope", _SCOPE_TWICE),
+        ("impact_scope", _entries(SCOPE, extra="x")),
+        ("obligations", _entries(OBLIGATION, predicate="contains")),
+        ("obligations", _entries(OBLIGATION, target_kind="http")),
+        ("obligations", _entries(OBLIGATION, expected=sha(b"x"))),
+        ("obligations", _entries(OBLIGATION, predicate="sha256")),
+        ("obligations", _entries(OBLIGATION, target_locator=None)),
+        ("obligations", "[]"),  # fewer entries than obligation_count
+    ],
+)
+def test_a_malformed_scope_or_obligation_entry_is_refused(
+    built: Built, column: str, value: str
+) -> None:
+    """What the child tables' CHECKs refused is refused in a claim's JSON arrays."""
+    good = {"impact_scope": _SCOPE_GOOD, "obligations": _DUTY_GOOD}
+    claim = row(built, "claims", scope_count=1, obligation_count=1, **good)
+    with attacker(built) as conn:
+        before = snapshot(conn, "claims")
+        with pytest.raises(sqlite3.IntegrityError, match=f"its {column} must be an array of"):
+            insert(conn, "claims", **{**claim, column: value})
+        assert snapshot(conn, "claims") == before
+        insert(conn, "claims", **claim)  # the same claim with well-formed arrays is accepted
+        assert conn.execute(
+            "SELECT count(*) FROM scope_index WHERE effect_id = 'e9'"
+        ).fetchone() == (1,)
 
 
 # --------------------------------------------------------------------------- append-only
@@ -311,8 +347,7 @@ def test_the_baseline_attack_rows_are_valid(built: Built, table: str) -> None:
 UPDATES = {
     "runs": "created_at",
     "claims": "action_id",
-    "impact_scope": "role",
-    "obligations": "target_role",
+    "scope_index": "locator",
     "outcomes": "impact",
     "observations": "coverage",
     "resolutions": "note",
@@ -364,8 +399,6 @@ def test_delete_is_refused_as_append_only(built: Built, table: str) -> None:
         ("outcomes", {"seq": 5, "effect_id": "e2", "execution": "running"}, "that seq"),
         ("observations", {"observation_id": "o1"}, "that observation_id is already recorded"),
         ("observations", {"seq": 3, "observation_id": "o1"}, "that (seq|observation_id) is"),
-        ("impact_scope", {"position": 0}, "that position is already recorded"),
-        ("obligations", {"position": 0}, "that position is already recorded"),
     ],
 )
 def test_rewriting_an_existing_key_aborts_and_leaves_the_row(
@@ -616,25 +649,39 @@ IGNORE_CHECKS = "PRAGMA ignore_check_constraints = ON"
             id="seq-repeat",
         ),
         pytest.param(
-            ["DROP TRIGGER impact_scope_guard_claim"],
-            "impact_scope",
-            {"position": 2},
-            "impact_scope of 'e3' has a gap at position 2",
-            id="impact-scope-gap",
-        ),
-        pytest.param(
-            ["DROP TRIGGER obligations_guard_claim"],
-            "obligations",
-            {"position": 5},
-            "obligations of 'e3' has a gap at position 5",
-            id="obligations-gap",
-        ),
-        pytest.param(
-            ["DROP TRIGGER obligations_guard_claim"],
-            "obligations",
+            ["DROP TRIGGER scope_index_guard_claim"],
+            "scope_index",
             {"effect_id": "nobody"},
-            "obligations row for unclaimed effect 'nobody'",
-            id="obligation-of-no-claim",
+            "scope_index does not match the claims' impact scopes",
+            id="scope-index-of-no-claim",
+        ),
+        pytest.param(
+            ["DROP TRIGGER claims_guard_obligations"],
+            "claims",
+            {"obligation_count": 1, "obligations": _entries(OBLIGATION, predicate="contains")},
+            "claim at seq 8.*'contains' is not a valid Predicate",
+            id="obligation-predicate",
+        ),
+        pytest.param(
+            ["DROP TRIGGER claims_guard_impact_scope"],
+            "claims",
+            {"scope_count": 2, "impact_scope": _SCOPE_GOOD},
+            "claim at seq 8.*scope_count is 2 but impact_scope holds 1",
+            id="scope-count",
+        ),
+        pytest.param(
+            ["DROP TRIGGER claims_guard_impact_scope"],
+            "claims",
+            {"scope_count": 1, "impact_scope": _entries(SCOPE, role=...)},
+            "claim at seq 8.*impact_scope must be an array of objects with the keys",
+            id="scope-keys",
+        ),
+        pytest.param(
+            ["DROP TRIGGER claims_guard_impact_scope"],
+            "claims",
+            {"scope_count": 1, "impact_scope": _SCOPE_TWICE},
+            "claim at seq 8.*an object repeats a key",
+            id="scope-key-twice",
         ),
         pytest.param(
             [IGNORE_CHECKS],
@@ -677,48 +724,26 @@ def test_outcome_before_its_claim_is_refused_without_fks(built: Built) -> None:
         insert(conn, "outcomes", **row(built, "outcomes", seq=8, effect_id="e9"))
 
 
-@pytest.mark.parametrize(
-    ("table", "values"),
-    [
-        # e1 is verified; an extra 'absent' obligation on a.txt turns it contradicted.
-        (
-            "obligations",
-            {"effect_id": "e1", "position": 1, "target_locator": A, "predicate": "absent"},
-        ),
-        # e2 is unsettled; widening its scope to a.txt makes e1's evidence stale.
-        ("impact_scope", {"effect_id": "e2", "position": 2, "locator": A}),
-    ],
-)
-def test_appending_to_an_earlier_claims_children_is_refused(
-    built: Built, table: str, values: dict[str, Any]
-) -> None:
-    """Scope or obligations added to a committed claim are refused by the schema."""
-    with attacker(built) as conn:
-        before = snapshot(conn, table)
-        with pytest.raises(sqlite3.IntegrityError, match="rows of a claim are written with it"):
-            insert(conn, table, **row(built, table, **values))
-        assert snapshot(conn, table) == before
+# e2 is unsettled; widening its scope to a.txt in the index would make e1's evidence stale
+# in the views. (Its scope and obligations themselves are in its row: UPDATE is refused.)
+WIDENED = {"effect_id": "e2", "position": 2, "locator": A}
 
 
-@pytest.mark.parametrize(
-    ("table", "values"),
-    [
-        (
-            "obligations",
-            {"effect_id": "e1", "position": 1, "target_locator": A, "predicate": "absent"},
-        ),
-        ("impact_scope", {"effect_id": "e2", "position": 2, "locator": A}),
-    ],
-)
-def test_children_appended_past_the_guard_fail_load(
-    built: Built, table: str, values: dict[str, Any]
-) -> None:
-    """With the guard dropped, an extra scope or obligation row makes load fail closed."""
+def test_a_scope_index_row_that_is_no_scope_entry_is_refused(built: Built) -> None:
+    """A row added to scope_index by hand must be an entry of its claim's scope."""
     with attacker(built) as conn:
-        conn.execute(f"DROP TRIGGER {table}_guard_claim")
-        insert(conn, table, **row(built, table, **values))
-    count = "obligation_count" if table == "obligations" else "scope_count"
-    with pytest.raises(EffectPersistenceError, match=f"{count} is .* refusing to load it"):
+        before = snapshot(conn, "scope_index")
+        with pytest.raises(sqlite3.IntegrityError, match="its rows are the scopes of the claims"):
+            insert(conn, "scope_index", **row(built, "scope_index", **WIDENED))
+        assert snapshot(conn, "scope_index") == before
+
+
+def test_a_scope_index_row_past_the_guard_fails_load(built: Built) -> None:
+    """With the guard dropped, an extra scope_index row makes load fail closed."""
+    with attacker(built) as conn:
+        conn.execute("DROP TRIGGER scope_index_guard_claim")
+        insert(conn, "scope_index", **row(built, "scope_index", **WIDENED))
+    with pytest.raises(EffectPersistenceError, match=r"scope_index does not match .* refusing"):
         EffectLog.load(built.run_id, built.directory)
 
 
