@@ -137,6 +137,7 @@ ERROR_LEAVES = (
     errors.SchemaTooNewError,
     errors.StoreCorruptError,
     errors.StoreFileRefusedError,
+    errors.StoreSchemaOldError,
     errors.StoreTamperedError,
     errors.StoreUnavailableError,
 )

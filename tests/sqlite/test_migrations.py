@@ -33,7 +33,8 @@ from ledger.sqlite.schema import (
     install_derived,
     metadata,
 )
-from tests.builders import REPO, fs_ref, ledger, op
+from tests.builders import REPO, fs_ref, op
+from tests.builders import ledger as run_ledger
 from tests.sqlite.driver import at_revision, execute
 
 RUN_ID = "0123456789abcdef0123456789abcdef"
@@ -376,15 +377,15 @@ def test_guards_dropped_from_the_shell_are_restored_before_the_next_write(store_
         conn.close()
 
 
-@pytest.mark.parametrize("command", [["status"], ["verify"], ["runs"]])
+@pytest.mark.parametrize("args", [["status"], ["verify"], ["runs"]])
 def test_reading_a_store_older_than_the_reads_says_so_and_changes_nothing(
-    tmp_path: Path, command: list[str]
+    tmp_path: Path, args: list[str]
 ) -> None:
     """A store at 0008 (scope rows in tables of their own) is not misread: one line, exit 1."""
     db = tmp_path / "store" / "ledger.sqlite3"
     at_revision(db, "0008")
     before = db.read_bytes()
-    result = ledger(*command, "--store", str(db.parent))
+    result = run_ledger(*args, "--store", str(db.parent))
     assert result.returncode == 1, result
     assert result.stderr.count("\n") == 1, result.stderr
     assert "the store is at schema revision 0008" in result.stderr
@@ -392,4 +393,4 @@ def test_reading_a_store_older_than_the_reads_says_so_and_changes_nothing(
     assert db.read_bytes() == before
     with EffectLog(new_run_id(), db.parent) as log:  # a write of this version upgrades it
         log.claim(effect_id="e1", action_id="a1", operation=op(), impact_scope=[])
-    assert ledger(*command, "--store", str(db.parent)).returncode == 0
+    assert run_ledger(*args, "--store", str(db.parent)).returncode == 0
