@@ -21,6 +21,7 @@ import re
 
 from sqlalchemy import Connection
 
+from ledger._chain import OBLIGATION_COLUMNS, SCOPE_COLUMNS
 from ledger.sqlite.schema import (
     APPEND_ONLY_TABLES,
     ENTRY_GUARDS,
@@ -174,25 +175,17 @@ _VIEW_REWRITES = (
 
 
 # The entries of a claim's JSON arrays, as SQLite's json_each() gives them.
+def _entries_view(column: str, keys: tuple[str, ...]) -> str:
+    fields = "".join(f",\n       j.value ->> '{k}' AS {k}" for k in keys)
+    return (
+        f"\nSELECT c.run_id, c.effect_id, j.n - 1 AS position{fields}\n  FROM claims AS c,"
+        f" jsonb_array_elements(c.{column}::jsonb) WITH ORDINALITY AS j(value, n)\n"
+    )
+
+
 _ENTRY_VIEWS = {
-    "impact_scope": """
-SELECT c.run_id, c.effect_id, j.n - 1 AS position,
-       j.value ->> 'kind' AS kind,
-       j.value ->> 'locator' AS locator,
-       j.value ->> 'role' AS role,
-       j.value ->> 'revision' AS revision
-  FROM claims AS c, jsonb_array_elements(c.impact_scope::jsonb) WITH ORDINALITY AS j(value, n)
-""",
-    "obligations": """
-SELECT c.run_id, c.effect_id, j.n - 1 AS position,
-       j.value ->> 'target_kind' AS target_kind,
-       j.value ->> 'target_locator' AS target_locator,
-       j.value ->> 'target_role' AS target_role,
-       j.value ->> 'target_revision' AS target_revision,
-       j.value ->> 'predicate' AS predicate,
-       j.value ->> 'expected' AS expected
-  FROM claims AS c, jsonb_array_elements(c.obligations::jsonb) WITH ORDINALITY AS j(value, n)
-""",
+    "impact_scope": _entries_view("impact_scope", SCOPE_COLUMNS),
+    "obligations": _entries_view("obligations", OBLIGATION_COLUMNS),
 }
 
 

@@ -415,17 +415,6 @@ def _observation(row: Any) -> Observation:
     )
 
 
-_SCOPE_KEYS = ("kind", "locator", "role", "revision")
-_DUTY_KEYS = (
-    "target_kind",
-    "target_locator",
-    "target_role",
-    "target_revision",
-    "predicate",
-    "expected",
-)
-
-
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     # A key given twice would be read as its last value here and as its first by SQLite's
     # json_extract (the views, the shell's recipes): two readings of one record.
@@ -509,8 +498,8 @@ def load_run(conn: Connection, run_id: str) -> tuple[History, str]:
         for row in claim_rows:
             where = f"claim at seq {row['seq']}"
             links[row["seq"]] = (row["prev_hash"], row["hash"])
-            scope = _entries(row, "impact_scope", _SCOPE_KEYS, "scope_count")
-            duties = _entries(row, "obligations", _DUTY_KEYS, "obligation_count")
+            scope = _entries(row, "impact_scope", _chain.SCOPE_COLUMNS, "scope_count")
+            duties = _entries(row, "obligations", _chain.OBLIGATION_COLUMNS, "obligation_count")
             indexed.update(
                 (s[0], s[1], row["effect_id"], position) for position, s in enumerate(scope)
             )

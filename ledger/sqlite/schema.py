@@ -31,7 +31,7 @@ from sqlalchemy import (
     text,
 )
 
-from ledger._chain import GENESIS, sql_hash
+from ledger._chain import GENESIS, OBLIGATION_COLUMNS, SCOPE_COLUMNS, sql_hash
 from ledger.effects import (
     RESOURCE_KINDS,
     Coverage,
@@ -766,27 +766,19 @@ SELECT t.run_id, t.seq, t.effect_id, t.action_id, t.operation, t.backend, t.clai
   FROM steps AS t
 """
 
+
 # A claim's impact scope and postconditions, one row per entry, as the tables of those
 # names held them before migration 0009: plain SQL reads them like any table.
-IMPACT_SCOPE = """
-SELECT c.run_id, c.effect_id, j.key AS position,
-       json_extract(j.value, '$.kind') AS kind,
-       json_extract(j.value, '$.locator') AS locator,
-       json_extract(j.value, '$.role') AS role,
-       json_extract(j.value, '$.revision') AS revision
-  FROM claims AS c, json_each(c.impact_scope) AS j
-"""
+def _entries_view(column: str, keys: tuple[str, ...]) -> str:
+    fields = "".join(f",\n       json_extract(j.value, '$.{k}') AS {k}" for k in keys)
+    return (
+        f"\nSELECT c.run_id, c.effect_id, j.key AS position{fields}"
+        f"\n  FROM claims AS c, json_each(c.{column}) AS j\n"
+    )
 
-OBLIGATIONS = """
-SELECT c.run_id, c.effect_id, j.key AS position,
-       json_extract(j.value, '$.target_kind') AS target_kind,
-       json_extract(j.value, '$.target_locator') AS target_locator,
-       json_extract(j.value, '$.target_role') AS target_role,
-       json_extract(j.value, '$.target_revision') AS target_revision,
-       json_extract(j.value, '$.predicate') AS predicate,
-       json_extract(j.value, '$.expected') AS expected
-  FROM claims AS c, json_each(c.obligations) AS j
-"""
+
+IMPACT_SCOPE = _entries_view("impact_scope", SCOPE_COLUMNS)
+OBLIGATIONS = _entries_view("obligations", OBLIGATION_COLUMNS)
 
 UNSETTLED_CLAIMS = """
 SELECT c.run_id, c.seq, c.effect_id, c.action_id, c.operation, c.recorded_at AS claimed_at,
