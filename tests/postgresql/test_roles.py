@@ -70,7 +70,17 @@ def test_the_writer_role_records_runs(roles: tuple[str, str]) -> None:
 
 @pytest.mark.parametrize(
     "sql",
-    ["UPDATE claims SET operation = 'forged'", "DELETE FROM outcomes", "TRUNCATE observations"],
+    [
+        "UPDATE claims SET operation = 'forged'",
+        "DELETE FROM outcomes",
+        "TRUNCATE observations",
+        # Only the claims' trigger, running as the owner, writes the scope index.
+        (
+            "INSERT INTO scope_index SELECT run_id, kind, '/elsewhere', effect_id, position"
+            " FROM scope_index"
+        ),
+        "DELETE FROM scope_index",
+    ],
 )
 def test_the_writer_cannot_change_history_even_with_the_guards_dropped(
     roles: tuple[str, str], sql: str
@@ -79,7 +89,7 @@ def test_the_writer_cannot_change_history_even_with_the_guards_dropped(
     owner, writer = roles
     with EffectLog(new_run_id(), writer) as log:
         write_five_records(log)
-    for table in ("claims", "outcomes", "observations"):
+    for table in ("claims", "outcomes", "observations", "scope_index"):
         for event in ("update", "delete", "truncate"):
             _as(owner, f"DROP TRIGGER {table}_no_{event} ON {table}")
     with pytest.raises(psycopg.errors.InsufficientPrivilege):
