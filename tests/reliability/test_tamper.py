@@ -1075,3 +1075,45 @@ def test_a_truncated_run_passes_load_but_not_the_anchor_taken_before(
         assert log.history().records()[-1].seq == cut - 1
     assert _chain_recipe(copy, base.control) == []
     _anchor_case(base, copy, anchors, "the record is gone")
+
+
+@pytest.mark.parametrize(
+    ("array", "key"), [("obligations", "expected"), ("impact_scope", "locator")]
+)
+def test_a_key_given_twice_in_an_entry_is_caught_by_load_verify_and_the_recipe(
+    base: Base, tmp_path: Path, array: str, key: str
+) -> None:
+    """An entry whose key is given twice: forged first (what SQLite reads), the original last.
+
+    Python's json reads the last value, so the record and its hash look untouched there;
+    SQLite's json_extract reads the first, so the views would give another verdict. Load
+    refuses an object that repeats a key, verify reports it, and recipe 9 (the shell's
+    reading) finds the hash wrong.
+    """
+    copy = _copy(base, tmp_path / "twice")
+    row = next(
+        r
+        for r in _rows(copy, "claims", base.control)
+        if any(e.get(key) is not None for e in json.loads(r[array]))
+    )
+    entries = json.loads(row[array])
+    position = next(i for i, e in enumerate(entries) if e.get(key) is not None)
+    original = _json(entries)
+    entry = _json([entries[position]])[1:-1]
+    forged_value = json.dumps(f"{entries[position][key]}-forged")
+    twice = entry.replace(f'"{key}":', f'"{key}":{forged_value},"{key}":', 1)
+    text = original.replace(entry, twice, 1)
+    assert text != original
+    _tamper(
+        base,
+        copy,
+        [f"UPDATE claims SET {array} = {_literal(text)} WHERE {_where('claims', row)};"],
+    )
+    error = _load_error(copy, base.control)
+    assert error is not None
+    assert f"seq {row['seq']}" in error
+    assert "repeats a key" in error
+    code, report = _verify(copy)
+    assert code == 1
+    assert _names(report["problems"], base.control)
+    assert [r["seq"] for r in _chain_recipe(copy, base.control)][:1] == [row["seq"]]
