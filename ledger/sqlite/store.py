@@ -35,7 +35,7 @@ from ledger.errors import (
 from ledger.sqlite import liveness, rows
 from ledger.sqlite import schema_check as _schema_check
 from ledger.sqlite import trust as _trust
-from ledger.sqlite.commit import GroupCommit, Job, Step
+from ledger.sqlite.commit import GroupCommit, Job, Step, writing_connection
 from ledger.sqlite.engine import (
     BUSY_TIMEOUT_MS,
     FULL,
@@ -288,6 +288,10 @@ class Store:
         if self._held is None:
             # Checked out of the pool for good: pragmas were set and read back on connect.
             self._held = self._engine().raw_connection()
+            connection = self._held.driver_connection
+            if connection is None:  # pragma: no cover - a checked-out connection has one
+                raise StoreUnavailableError("the database connection is closed")
+            writing_connection(connection)
         connection = self._held.driver_connection
         if connection is None:  # pragma: no cover - a checked-out connection has one
             raise StoreUnavailableError("the database connection is closed")
