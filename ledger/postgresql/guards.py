@@ -29,6 +29,7 @@ from ledger.sqlite.schema import (
     SCOPE_INDEX_TRIGGER,
     SQLITE_TRIGGERS,
     VIEW_QUERIES,
+    entries_message,
     entries_refused,
 )
 
@@ -64,10 +65,7 @@ INSERT_GUARDS = _insert_guards() | {
     name: (
         "claims",
         entries_refused(*spec, postgresql=True),
-        (
-            f"ledger: claims is append-only, its {spec[0]} must be an array of {spec[1]} valid"
-            " entries"
-        ),
+        f"ledger: {entries_message(spec[0], spec[1])}",
     )
     for name, spec in ENTRY_GUARDS.items()
 }

@@ -127,8 +127,9 @@ claims = Table(
     ),
     # The claim's impact scope and postconditions, as JSON arrays of objects (migration
     # 0009; they were child tables, now the views of those names): one row per claim.
-    # JSON is checked by every load and by the chain, not by a CHECK (the JSON functions
-    # are not allowed in constraints on connections with trusted_schema off).
+    # JSON is checked by every load, by the chain and, for other writers than the
+    # library's, by guard triggers (ENTRY_GUARDS), not by a CHECK: the JSON functions are
+    # not allowed in constraints on connections with trusted_schema off.
     Column("impact_scope", Text, nullable=False),
     Column("obligations", Text, nullable=False),
     sqlite_strict=True,
@@ -292,12 +293,10 @@ def _raise(message: str) -> str:
     return f"SELECT RAISE(ABORT, 'ledger: {message}');"
 
 
-def _guard(
-    table: str, name: str, condition: str, message: str, when: str = "BEFORE"
-) -> tuple[str, str]:
+def _guard(table: str, name: str, condition: str, message: str) -> tuple[str, str]:
     trigger = f"{table}_{name}"
     return trigger, (
-        f"CREATE TRIGGER {trigger} {when} INSERT ON {table}\n"
+        f"CREATE TRIGGER {trigger} BEFORE INSERT ON {table}\n"
         f"WHEN {condition}\nBEGIN {_raise(message)} END"
     )
 
@@ -466,7 +465,7 @@ def _sqlite_triggers() -> dict[str, str]:
             "claims",
             name.removeprefix("claims_"),
             f"{OTHER_WRITER} AND ({entries_refused(*spec, postgresql=False)})",
-            f"claims is append-only, its {spec[0]} must be an array of {spec[1]} valid entries",
+            entries_message(spec[0], spec[1]),
         )
         for name, spec in ENTRY_GUARDS.items()
     )
@@ -541,6 +540,11 @@ def entries_refused(
         f"CASE WHEN coalesce({array}, FALSE) THEN EXISTS (SELECT 1 FROM {each} WHERE"
         f" NOT CASE WHEN {obj} THEN coalesce({rest}, FALSE) ELSE FALSE END) ELSE TRUE END"
     )
+
+
+def entries_message(column: str, count: str) -> str:
+    """What the guard of a claim's JSON ``column`` says when it refuses a claim."""
+    return f"claims is append-only, its {column} must be an array of {count} valid entries"
 
 
 ENTRY_GUARDS = {

@@ -285,16 +285,15 @@ class Store:
     # -- transactions
 
     def _connection(self) -> sqlite3.Connection:
-        if self._held is None:
+        fresh = self._held is None
+        if fresh:
             # Checked out of the pool for good: pragmas were set and read back on connect.
             self._held = self._engine().raw_connection()
-            connection = self._held.driver_connection
-            if connection is None:  # pragma: no cover - a checked-out connection has one
-                raise StoreUnavailableError("the database connection is closed")
-            writing_connection(connection)
         connection = self._held.driver_connection
         if connection is None:  # pragma: no cover - a checked-out connection has one
             raise StoreUnavailableError("the database connection is closed")
+        if fresh:
+            writing_connection(connection)
         return connection  # type: ignore[no-any-return]
 
     def _check(self) -> None:

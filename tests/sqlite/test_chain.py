@@ -10,15 +10,19 @@ The chain on any backend is in ``tests/contract/test_chain.py``.
 from __future__ import annotations
 
 import dataclasses
+import json
 import sqlite3
 import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ledger import _chain, _inspect
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
+from ledger.sqlite import rows
 from ledger.sqlite.engine import head_revision
 from ledger.sqlite.rows import chain_hash, rows_of
 from tests.builders import ledger, write_every_column, write_five_records
@@ -398,3 +402,17 @@ def test_the_sql_encoding_and_hash_equal_the_python_ones_for_every_record(
         assert seen == len(records) >= 7
     finally:
         conn.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.dictionaries(st.sampled_from(_chain.SCOPE_COLUMNS), st.none() | st.text()),
+        max_size=3,
+    )
+)
+def test_the_claims_json_is_what_json_dumps_writes(entries: list[dict[str, str | None]]) -> None:
+    """A claim's arrays are written compactly, as json.dumps writes them (and loads reads them)."""
+    text = rows._json(entries)
+    assert text == json.dumps(entries, ensure_ascii=False, separators=(",", ":"))
+    assert json.loads(text) == entries
