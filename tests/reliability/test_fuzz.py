@@ -473,7 +473,9 @@ def _corrupted(draw: st.DrawFn, valid: st.SearchStrategy[dict[str, Any]]) -> dic
         for step in path[:-1]:
             parent = parent[step] if not isinstance(parent, Make) else parent.args[step]
         container = parent.args if isinstance(parent, Make) else parent
-        container[path[-1]] = draw(BAD)
+        # A copy: BAD holds lists and dicts, and a second corruption may go inside the
+        # first; mutating BAD's own objects would change what later examples draw.
+        container[path[-1]] = copy.deepcopy(draw(BAD))
     return args
 
 
