@@ -25,6 +25,7 @@ from ledger._combiner import GroupCommitQueue
 from ledger._combiner import Job as _Job
 from ledger.errors import EffectPersistenceError, StoreTamperedError
 from ledger.sqlite.engine import BUSY_TIMEOUT_MS
+from ledger.sqlite.turn import Turn
 
 # One statement and the rows to run it with, in order.
 Step = tuple[str, list[tuple[Any, ...]]]
@@ -65,18 +66,21 @@ class GroupCommit(GroupCommitQueue[Job]):
         lock: Any,
         translate: Callable[[str, BaseException], BaseException],
         check: Callable[[Cursor], None],
+        turn: Turn | None = None,
     ) -> None:
         """``connection`` gives the held connection.
 
         ``lock`` is the store's in-process write lock (shared with migrations and
         forensic writes); ``translate`` turns a storage error into the caller's error;
         ``check`` runs first in every transaction (the schema's check), and its error
-        fails every job of the transaction.
+        fails every job of the transaction; ``turn`` is the process's place among the
+        store's writing processes, taken before ``BEGIN IMMEDIATE`` (none: go without).
         """
         self._connection = connection
         self._lock = lock
         self._translate = translate
         self._check = check
+        self._turn = turn
         super().__init__(MAX_BATCH)
 
     def _interrupted(self, jobs: list[Job], _error: BaseException | None) -> None:
@@ -90,45 +94,54 @@ class GroupCommit(GroupCommitQueue[Job]):
 
     def _commit(self, batch: list[Job]) -> None:
         with self._lock:
-            connection: Connection | None = None
             try:
-                connection = self._connection()
-                cursor = connection.cursor()
-                begin_immediate(cursor)
-                self._check(cursor)
-            except BaseException as e:
-                # Nothing of it may stay open on the shared connection: not after an error
-                # (the store refused), nor after a signal handler raised (Ctrl-C) while
-                # BEGIN waited for SQLite's write lock, which it may hold by now.
-                if connection is not None and connection.in_transaction:
-                    connection.rollback()
-                if not isinstance(e, Exception):
-                    raise  # the queue settles the jobs as interrupted; the leader gets it
-                self._fail(batch, e)
-                return
-            committed: list[Job] = []
-            committing = False
-            try:
-                committed = self._run(connection, cursor, batch)
-                committing = True
-                cursor.execute("COMMIT")
-            except BaseException as e:
-                interrupted = not isinstance(e, Exception)
-                if interrupted and committing and not connection.in_transaction:
-                    # A signal handler raised just after COMMIT: the jobs are durable.
-                    for job in committed:
-                        job.done = True
-                    raise
-                # Whatever stopped the transaction (an error, or a signal handler raising
-                # mid-way), nothing of it may stay open on the shared connection.
-                if connection.in_transaction:
-                    connection.rollback()
-                if interrupted:  # _lead tells the callers; the leader gets the signal
-                    raise
-                self._fail(batch, e)
-                return
-            for job in committed:  # COMMIT returned: these are durable, whatever comes next
-                job.done = True
+                self._transaction(batch)
+            finally:
+                if self._turn is not None:
+                    self._turn.give_back()
+
+    def _transaction(self, batch: list[Job]) -> None:
+        connection: Connection | None = None
+        try:
+            connection = self._connection()
+            cursor = connection.cursor()
+            if self._turn is not None:
+                self._turn.take()
+            begin_immediate(cursor)
+            self._check(cursor)
+        except BaseException as e:
+            # Nothing of it may stay open on the shared connection: not after an error
+            # (the store refused), nor after a signal handler raised (Ctrl-C) while
+            # BEGIN waited for SQLite's write lock, which it may hold by now.
+            if connection is not None and connection.in_transaction:
+                connection.rollback()
+            if not isinstance(e, Exception):
+                raise  # the queue settles the jobs as interrupted; the leader gets it
+            self._fail(batch, e)
+            return
+        committed: list[Job] = []
+        committing = False
+        try:
+            committed = self._run(connection, cursor, batch)
+            committing = True
+            cursor.execute("COMMIT")
+        except BaseException as e:
+            interrupted = not isinstance(e, Exception)
+            if interrupted and committing and not connection.in_transaction:
+                # A signal handler raised just after COMMIT: the jobs are durable.
+                for job in committed:
+                    job.done = True
+                raise
+            # Whatever stopped the transaction (an error, or a signal handler raising
+            # mid-way), nothing of it may stay open on the shared connection.
+            if connection.in_transaction:
+                connection.rollback()
+            if interrupted:  # _lead tells the callers; the leader gets the signal
+                raise
+            self._fail(batch, e)
+            return
+        for job in committed:  # COMMIT returned: these are durable, whatever comes next
+            job.done = True
 
     def _run(self, connection: Connection, cursor: Cursor, batch: list[Job]) -> list[Job]:
         """Run the jobs; return those that succeeded (the failed ones are done already)."""

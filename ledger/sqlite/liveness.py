@@ -9,7 +9,8 @@ log holds a POSIX record lock on its run, one byte of ``<store>/ledger.lock``:
 - recovery takes it EXCLUSIVE without waiting, so it can only succeed once every
   process that had the run loaded has closed it or died;
 - recovery by the ``ledger`` command also takes a second byte of the run exclusive, so
-  that a second recoverer can tell "someone is recovering it" from "a worker uses it".
+  that a second recoverer can tell "someone is recovering it" from "a worker uses it";
+- one byte above them all orders the store's writing processes (ledger.sqlite.turn).
 
 One file for every run, not one per run: per-run files would litter the store and could
 never be removed safely. The offset of a run is its first 15 hex digits (60 bits).
@@ -42,6 +43,7 @@ from ledger.storage import Mode, RecoveryHold
 LOCK_NAME = "ledger.lock"
 
 _RUN_SPAN = 1 << 60  # run bytes live below it, recovery bytes the same distance above
+TURN_OFFSET = 1 << 62  # the writers' queue (ledger.sqlite.turn), above both
 
 # File systems whose record locks are not those of the local kernel: a lock there may
 # be granted to two hosts, or lost when a server restarts, so it proves nothing.
@@ -85,6 +87,7 @@ class _LockFile:
         self.path = path
         self.fd = fd
         self.bytes: dict[int, _Counts] = {}
+        self.pins = 0  # holders of the descriptor itself (ledger.sqlite.turn)
 
 
 _registry_lock = threading.Lock()
@@ -167,6 +170,40 @@ def recovering(directory: Path, run_id: str) -> Iterator[Claim]:
         marker.release()
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Pin:
+    """The process's descriptor of a store's lock file, kept open until :func:`unpin`."""
+
+    key: tuple[int, int]
+    fd: int
+    generation: int
+
+
+def pin(directory: Path) -> Pin:
+    """Keep this process's descriptor of the store's lock file open, for locks of its own.
+
+    The descriptor is the one every lease of the process uses: closing another would
+    drop all of them (see the module's doc).
+    """
+    key = _key(directory.absolute())
+    with _registry_lock:
+        lock_file = _registry.get(key)
+        if lock_file is None:
+            lock_file = _registry[key] = _open(directory.absolute())
+        lock_file.pins += 1
+        return Pin(key, lock_file.fd, _generation)
+
+
+def unpin(pinned: Pin) -> None:
+    """Undo :func:`pin` (the caller has released its locks); void after a fork."""
+    with _registry_lock:
+        if pinned.generation != _generation:
+            return
+        lock_file = _registry[pinned.key]
+        lock_file.pins -= 1
+        _close_idle(pinned.key, lock_file)
+
+
 def _key(directory: Path) -> tuple[int, int]:
     try:
         st = directory.stat()
@@ -220,7 +257,11 @@ def _forget_idle(key: tuple[int, int], lock_file: _LockFile, offset: int) -> Non
     counts = lock_file.bytes[offset]
     if not counts.shared and not counts.exclusive:
         del lock_file.bytes[offset]
-    if not lock_file.bytes:
+    _close_idle(key, lock_file)
+
+
+def _close_idle(key: tuple[int, int], lock_file: _LockFile) -> None:
+    if not lock_file.bytes and not lock_file.pins:
         # Nothing held: closing the descriptor drops nothing, and a store removed later
         # is not kept open.
         del _registry[key]

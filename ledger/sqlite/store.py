@@ -48,6 +48,7 @@ from ledger.sqlite.engine import (
     head_revision,
 )
 from ledger.sqlite.errors import storage_errors, translate
+from ledger.sqlite.turn import Turn
 from ledger.storage import Batch, Lease, Mode, Written
 
 log = logging.getLogger("ledger")
@@ -177,7 +178,10 @@ class Store:
         self._held: Any = None  # the connection every record is written on
         self._check_paths = tuple(str(p) for p in (directory, *_trust.store_files(self.path)))
         self._schema_version: int | None = None  # the schema_version last checked whole
-        self.group = GroupCommit(self._connection, self.write_lock, translate, self._check_schema)
+        self.turn = Turn(directory)
+        self.group = GroupCommit(
+            self._connection, self.write_lock, translate, self._check_schema, self.turn
+        )
 
     # -- opening
 
@@ -392,6 +396,7 @@ class Store:
         if self.engine is not None:
             self.engine.dispose()
             self.engine = None
+        self.turn.close()
         self._ready = False
 
 
@@ -471,11 +476,13 @@ def _after_fork_in_child() -> None:
             store.engine.dispose(close=False)
             store.engine = None
         store.write_lock = _FairLock()
+        store.turn = Turn(store.directory)  # the parent's waiter thread is not in the child
         store.group = GroupCommit(
             store._connection,  # noqa: SLF001 - rebuilt, like the locks
             store.write_lock,
             translate,
             store._check_schema,  # noqa: SLF001 - same reason
+            store.turn,
         )
         store._init_lock = threading.Lock()  # noqa: SLF001 - same reason
         store._ready = False  # noqa: SLF001 - re-check files and schema after fork

@@ -1,0 +1,180 @@
+"""The writers' turn: processes queue in the kernel for a store's write lock, never for ever.
+
+Another process is a real one, holding the turn byte of the store's ``ledger.lock`` by
+the same kernel lock the library takes; whether this process holds the byte is asked of
+yet another process, since POSIX locks never conflict inside one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ledger.effect_log import EffectLog
+from ledger.sqlite import liveness, store, turn
+from tests.builders import CHILD_TIMEOUT, claim_target
+
+_HOLD = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.lockf(fd, fcntl.LOCK_EX, 1, int(sys.argv[2]), os.SEEK_SET)
+print("held", flush=True)
+sys.stdin.readline()
+"""
+
+_PROBE = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+try:
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, int(sys.argv[2]), os.SEEK_SET)
+except OSError:
+    print("taken")
+else:
+    print("free")
+"""
+
+
+def _lock_file(store_dir: Path) -> str:
+    return str(store_dir / liveness.LOCK_NAME)
+
+
+@contextlib.contextmanager
+def other_process_holds_the_turn(store_dir: Path) -> Iterator[subprocess.Popen[str]]:
+    """Another process holds the store's turn byte until the block ends."""
+    argv = [sys.executable, "-c", _HOLD, _lock_file(store_dir), str(liveness.TURN_OFFSET)]
+    holder = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "held\n"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait(CHILD_TIMEOUT)
+        for stream in (holder.stdin, holder.stdout):
+            if stream is not None:
+                stream.close()
+
+
+def turn_seen_from_another_process(store_dir: Path) -> str:
+    """'taken' if some process other than the asking one holds the turn byte, else 'free'."""
+    argv = [sys.executable, "-c", _PROBE, _lock_file(store_dir), str(liveness.TURN_OFFSET)]
+    return subprocess.run(
+        argv, capture_output=True, text=True, check=True, timeout=CHILD_TIMEOUT
+    ).stdout.strip()
+
+
+def _in_thread(work: object) -> threading.Thread:
+    thread = threading.Thread(target=work, daemon=True)  # type: ignore[arg-type]
+    thread.start()
+    return thread
+
+
+@pytest.fixture
+def opened(log: EffectLog, store_dir: Path) -> EffectLog:
+    """A log whose store exists and holds a claim (so ``ledger.lock`` exists too)."""
+    claim_target(log, "e0")
+    return log
+
+
+def test_a_transaction_holds_the_turn_until_it_ends(opened: EffectLog, store_dir: Path) -> None:
+    """Inside a write transaction this process holds the turn; after it, nobody does."""
+    seen: list[str] = []
+    the_store = store.acquire(store_dir.absolute())
+    try:
+        job = the_store.commit(
+            "probe",
+            [],
+            before=lambda _cursor: seen.append(turn_seen_from_another_process(store_dir)),
+        )
+    finally:
+        store.release(the_store)
+    assert job.error is None
+    assert seen == ["taken"]
+    assert turn_seen_from_another_process(store_dir) == "free"
+
+
+def test_a_writer_waits_in_line_for_its_turn(opened: EffectLog, store_dir: Path) -> None:
+    """While another process holds the turn, a claim waits (SQLite's lock is free); then lands."""
+    with other_process_holds_the_turn(store_dir) as holder:
+        writer = _in_thread(lambda: claim_target(opened, "e1"))
+        writer.join(0.5)
+        assert writer.is_alive(), "the claim did not wait for its turn"
+        assert holder.stdin is not None
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+        writer.join(CHILD_TIMEOUT)
+        assert not writer.is_alive()
+    assert [c.effect_id for c in EffectLog.load(opened.run_id, store_dir).history().claims] == [
+        "e0",
+        "e1",
+    ]
+
+
+def test_a_turn_never_released_costs_patience_not_a_hang(
+    opened: EffectLog, store_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A holder that never lets go (stopped, say): writers go on without the turn.
+
+    Once the holder is gone, the process takes its turn again.
+    """
+    monkeypatch.setattr(turn, "PATIENCE", 0.2)
+    with other_process_holds_the_turn(store_dir):
+        for effect_id in ("e1", "e2", "e3"):
+            writer = _in_thread(lambda e=effect_id: claim_target(opened, e))
+            writer.join(CHILD_TIMEOUT)
+            assert not writer.is_alive(), f"{effect_id} hung waiting for the turn"
+    seen: list[str] = []
+    the_store = store.acquire(store_dir.absolute())
+    try:
+        for _ in range(200):  # the waiter thread gives the byte back as it gets it
+            the_store.commit(
+                "probe",
+                [],
+                before=lambda _c: seen.append(turn_seen_from_another_process(store_dir)),
+            )
+            if seen[-1] == "taken":
+                break
+    finally:
+        store.release(the_store)
+    assert seen[-1] == "taken"
+    history = EffectLog.load(opened.run_id, store_dir).history()
+    assert [c.effect_id for c in history.claims] == ["e0", "e1", "e2", "e3"]
+
+
+def test_a_closed_turn_lets_the_lock_file_go(
+    store_dir: Path, opened: EffectLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn closed while its waiter thread is still queued keeps no descriptor once that ends."""
+    monkeypatch.setattr(turn, "PATIENCE", 0.2)
+    opened.close()
+    gc.collect()
+    key = (store_dir.stat().st_dev, store_dir.stat().st_ino)
+    assert key not in liveness._registry
+    place = turn.Turn(store_dir)
+    with other_process_holds_the_turn(store_dir):
+        assert place.take() is False  # out of patience; the waiter thread still queues
+        place.close()
+        assert key in liveness._registry
+    for _ in range(1000):
+        if key not in liveness._registry:
+            break
+        threading.Event().wait(0.01)
+    assert key not in liveness._registry
+
+
+def test_a_turn_taken_and_given_back_in_turn(store_dir: Path, opened: EffectLog) -> None:
+    """take() holds the byte against other processes; give_back() frees it; again after close."""
+    place = turn.Turn(store_dir)
+    for _ in range(2):
+        assert place.take() is True
+        assert turn_seen_from_another_process(store_dir) == "taken"
+        place.give_back()
+        assert turn_seen_from_another_process(store_dir) == "free"
+        place.close()
