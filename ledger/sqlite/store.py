@@ -48,6 +48,7 @@ from ledger.sqlite.engine import (
     head_revision,
 )
 from ledger.sqlite.errors import storage_errors, translate
+from ledger.sqlite.statx import attributes
 from ledger.sqlite.turn import Turn
 from ledger.storage import Batch, Lease, Mode, Written
 
@@ -309,16 +310,18 @@ class Store:
             check_directory(self.directory)  # raises, saying what is wrong
         for i, path in enumerate(files):
             try:
-                st = os.lstat(path)
+                # Not lstat: reading the -wal's times would make this commit's fdatasync
+                # write its inode too (see ledger.sqlite.statx).
+                found = attributes(path)
             except FileNotFoundError:
                 if i == 0:
                     check_file(self.path)  # raises: the database file is missing
                 continue
             if (
-                not stat.S_ISREG(st.st_mode)
-                or st.st_nlink != 1
-                or st.st_uid != uid
-                or st.st_mode & _SHARED
+                not stat.S_ISREG(found.st_mode)
+                or found.st_nlink != 1
+                or found.st_uid != uid
+                or found.st_mode & _SHARED
             ):
                 check_file(Path(path))  # raises, saying what is wrong
 
