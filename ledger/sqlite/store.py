@@ -35,6 +35,7 @@ from ledger.errors import (
 from ledger.sqlite import liveness, rows
 from ledger.sqlite import schema_check as _schema_check
 from ledger.sqlite import trust as _trust
+from ledger.sqlite import turn as _turn
 from ledger.sqlite.commit import GroupCommit, Job, Step, writing_connection
 from ledger.sqlite.engine import (
     BUSY_TIMEOUT_MS,
@@ -49,7 +50,6 @@ from ledger.sqlite.engine import (
 )
 from ledger.sqlite.errors import storage_errors, translate
 from ledger.sqlite.statx import attributes
-from ledger.sqlite.turn import Turn
 from ledger.storage import Batch, Lease, Mode, Written
 
 log = logging.getLogger("ledger")
@@ -179,7 +179,8 @@ class Store:
         self._held: Any = None  # the connection every record is written on
         self._check_paths = tuple(str(p) for p in (directory, *_trust.store_files(self.path)))
         self._schema_version: int | None = None  # the schema_version last checked whole
-        self.turn = Turn(directory)
+        self.turn = _turn.attach(directory)
+        self._attached = True  # to self.turn, until dispose
         self.group = GroupCommit(
             self._connection, self.write_lock, translate, self._check_schema, self.turn
         )
@@ -399,7 +400,9 @@ class Store:
         if self.engine is not None:
             self.engine.dispose()
             self.engine = None
-        self.turn.close()
+        if self._attached:
+            self._attached = False
+            _turn.detach(self.turn)
         self._ready = False
 
 
@@ -479,7 +482,8 @@ def _after_fork_in_child() -> None:
             store.engine.dispose(close=False)
             store.engine = None
         store.write_lock = _FairLock()
-        store.turn = Turn(store.directory)  # the parent's waiter thread is not in the child
+        store.turn = _turn.attach(store.directory)  # the parent's waiter is not in the child
+        store._attached = True  # noqa: SLF001 - same reason
         store.group = GroupCommit(
             store._connection,  # noqa: SLF001 - rebuilt, like the locks
             store.write_lock,

@@ -8,7 +8,8 @@ unlucky claim of four busy processes waited 20 to 80 ms. So before ``BEGIN IMMED
 each writing process takes its *turn*: an exclusive POSIX record lock on one byte of the
 store's ``ledger.lock``, above the run and recovery bytes (ledger.sqlite.liveness),
 held until its transaction has ended. Waiters of the turn sleep in the kernel, which
-wakes them as soon as it is free, in about the order they came.
+wakes them as soon as it is free, in the order they came (a process that has just
+given its turn back may take it again before the next waiter is awake).
 
 The turn is a courtesy among this library's writers, not what keeps their transactions
 apart (SQLite's lock does that): a process that ignores it (the ``sqlite3`` shell), or a
@@ -17,7 +18,9 @@ writer: the kernel's wait has no timeout, so it is waited for in a thread of its
 and a writer that has not got the turn after :data:`PATIENCE` seconds goes on without
 it, straight to SQLite's lock and its deadline; until the turn is found free again, the
 process's writers then go without it (a holder that is stopped, say, in a debugger,
-costs each of them that wait once, not at every write).
+costs each of them that wait once, not at every write). One turn serves all the
+Store objects of a process on one store directory (:func:`attach`), so a store closed
+and opened again keeps its place and what it learnt.
 """
 
 from __future__ import annotations
@@ -25,11 +28,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 import threading
 from pathlib import Path
 
 from ledger.sqlite import liveness
+
+log = logging.getLogger("ledger")
 
 # How long a writer waits in the queue before it goes on to SQLite's lock without it.
 # Turns are held for one transaction, milliseconds; a queue of many processes behind
@@ -44,6 +50,7 @@ class Turn:
 
     Used by one thread at a time (the store's group-commit leader, under its write lock):
     :meth:`take` before ``BEGIN IMMEDIATE``, :meth:`give_back` once the transaction ended.
+    Every failure to take it is a turn gone without, never a failed write.
     """
 
     def __init__(self, directory: Path) -> None:
@@ -51,9 +58,10 @@ class Turn:
         self._cond = threading.Condition(threading.Lock())
         self._pin: liveness.Pin | None = None
         self._waiter: threading.Thread | None = None
+        self._users = 0  # Stores attached (see attach)
         self._pending = False  # the waiter thread is asking the kernel for the byte
         self._wanted = False  # a writer waits for the waiter thread to get it
-        self._held = False  # this process holds the byte, for the writer
+        self._held = False  # this process may hold the byte, for the writer
         self._stuck = False  # the last wait ran out of patience
         self._closed = False
 
@@ -61,31 +69,44 @@ class Turn:
         """Wait for this process's turn; False if it went without one (see module doc)."""
         with self._cond:
             self._closed = False  # a store's connections may be opened again after close
-            if self._pin is None:
-                self._pin = liveness.pin(self._directory)
-            if not self._pending:
-                if self._lock(fcntl.LOCK_EX | fcntl.LOCK_NB):
-                    self._stuck = False
+            try:
+                if not self._pending:
+                    if self._pin is None:
+                        self._pin = liveness.pin(self._directory)
+                    # Held before the kernel is asked: a signal handler raising just after
+                    # it granted the byte must not leave it held past give_back().
                     self._held = True
-                    return True
-                if self._stuck:
+                    if self._lock(fcntl.LOCK_EX | fcntl.LOCK_NB):
+                        self._stuck = False
+                        return True
+                    self._held = False
+                    if self._stuck:
+                        return False
+                    self._start_waiter()
+                    self._pending = True
+                    self._cond.notify_all()
+                elif self._stuck:
                     return False
-                self._pending = True
-                self._start_waiter()
-                self._cond.notify_all()
-            elif self._stuck:
+            except (OSError, RuntimeError) as e:  # no lock file, no thread: go without
+                self._held = False
+                log.warning("store %s: writing without a turn: %s", self._directory, e)
                 return False
             self._wanted = True
             try:
-                got = self._cond.wait_for(lambda: self._held, PATIENCE)
+                ended = self._cond.wait_for(
+                    lambda: self._held or self._closed or not self._pending, PATIENCE
+                )
             except BaseException:
                 # Interrupted (Ctrl-C): the writer goes no further, so neither may the turn.
                 self._wanted = False
                 self._give_back()
                 raise
             self._wanted = False
-            self._stuck = not got
-            return got
+            if self._held:
+                return True
+            if not ended:  # out of patience (a failed waiter marked it stuck itself)
+                self._stuck = True
+            return False
 
     def give_back(self) -> None:
         """Let the next process in: called once the transaction has ended either way."""
@@ -101,15 +122,20 @@ class Turn:
             if not self._pending:
                 self._unpin()
 
+    @property
+    def pending(self) -> bool:
+        """Whether the waiter thread still queues in the kernel."""
+        return self._pending
+
     # -- internals; the condition's lock held
 
     def _give_back(self) -> None:
         if self._held:
-            self._held = False
             # Unlocking never waits nor conflicts; should it fail all the same, the next
-            # processes lose only their patience once.
+            # processes lose only their patience once. The flag goes after the unlock.
             with contextlib.suppress(OSError):
                 self._lock(fcntl.LOCK_UN)
+            self._held = False
 
     def _unpin(self) -> None:
         if self._pin is not None:
@@ -129,34 +155,91 @@ class Turn:
 
     def _start_waiter(self) -> None:
         if self._waiter is None:
-            self._waiter = threading.Thread(target=self._wait, name="ledger-turn", daemon=True)
-            self._waiter.start()
+            waiter = threading.Thread(target=self._wait, name="ledger-turn", daemon=True)
+            waiter.start()  # before anything is marked: a thread that cannot start changes nothing
+            self._waiter = waiter
 
     def _wait(self) -> None:
         """The waiter thread: blocks in the kernel for the byte whenever a writer asks."""
-        while True:
-            with self._cond:
-                self._cond.wait_for(lambda: self._pending or self._closed)
-                if not self._pending:  # closed, and nobody asks
-                    self._waiter = None
-                    return
-                pin = self._pin
-            assert pin is not None  # noqa: S101 - pinned before any request
-            try:
-                # Blocks without the GIL; the writer's patience runs meanwhile.
-                fcntl.lockf(pin.fd, fcntl.LOCK_EX, 1, _OFFSET, os.SEEK_SET)
-                got = True
-            except OSError:  # EDEADLK, ENOLCK: go without, as if out of patience
-                got = False
-            with self._cond:
-                self._pending = False
-                if got and self._wanted and not self._closed:
-                    self._held = True
-                else:
-                    if got:  # nobody wants it any more: the next process may have it
-                        self._held = True
-                        self._give_back()
-                    self._stuck = self._stuck or not got
+        try:
+            while self._serve():
+                pass
+        finally:
+            with self._cond:  # whatever ended it, the next take() starts a new one
+                self._waiter = None
+                if self._pending:
+                    self._pending = False
+                    self._stuck = True
                     if self._closed:
                         self._unpin()
                 self._cond.notify_all()
+
+    def _serve(self) -> bool:
+        """One request: False once closed with nothing asked."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._pending or self._closed)
+            if not self._pending:  # closed, and nobody asks
+                return False
+            pin = self._pin
+        assert pin is not None  # noqa: S101 - pinned before any request
+        try:
+            # Blocks without the GIL; the writer's patience runs meanwhile.
+            fcntl.lockf(pin.fd, fcntl.LOCK_EX, 1, _OFFSET, os.SEEK_SET)
+            got = True
+        except OSError:  # EDEADLK, ENOLCK: go without, as if out of patience
+            got = False
+        with self._cond:
+            self._pending = False
+            if got:
+                self._held = True
+            if not (got and self._wanted and not self._closed):
+                # Nobody wants it any more: the next process may have it. That the queue
+                # moved says the turn is worth waiting for again.
+                self._give_back()
+                self._stuck = not got
+                if self._closed:
+                    self._unpin()
+            self._cond.notify_all()
+        return True
+
+
+# --------------------------------------------------------------------------- one per store
+
+_turns_lock = threading.Lock()
+_turns: dict[Path, Turn] = {}
+
+
+def attach(directory: Path) -> Turn:
+    """The process's turn on the store at ``directory``, shared by its Store objects."""
+    with _turns_lock:
+        turn = _turns.get(directory)
+        if turn is None:
+            turn = _turns[directory] = Turn(directory)
+        turn._users += 1  # noqa: SLF001 - the registry's own count
+        return turn
+
+
+def detach(turn: Turn) -> None:
+    """Undo :func:`attach`; the last detach closes the turn.
+
+    A turn whose waiter thread still queues stays in the registry, so that a store opened
+    again meanwhile finds its place in the queue, and that the wait ran out of patience.
+    """
+    with _turns_lock:
+        turn._users -= 1  # noqa: SLF001
+        if turn._users > 0:  # noqa: SLF001
+            return
+        turn.close()
+        if not turn.pending and _turns.get(turn._directory) is turn:  # noqa: SLF001
+            del _turns[turn._directory]  # noqa: SLF001
+
+
+def _after_fork_in_child() -> None:
+    # The child has none of its parent's waiter threads nor locks: it starts afresh, and
+    # its stores attach again (ledger.sqlite.store).
+    global _turns_lock  # noqa: PLW0603 - the lock may have been held at fork
+    _turns_lock = threading.Lock()
+    _turns.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

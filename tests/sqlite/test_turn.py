@@ -130,6 +130,13 @@ def test_a_turn_never_released_costs_patience_not_a_hang(
             writer = _in_thread(lambda e=effect_id: claim_target(opened, e))
             writer.join(CHILD_TIMEOUT)
             assert not writer.is_alive(), f"{effect_id} hung waiting for the turn"
+            place = turn._turns[store_dir.absolute()]
+            assert place._stuck, "the next writer would wait its patience again"
+    # The waiter thread, still queued, gets the byte nobody wants any more: it lets it go.
+    for _ in range(1000):
+        if turn_seen_from_another_process(store_dir) == "free":
+            break
+    assert turn_seen_from_another_process(store_dir) == "free"
     seen: list[str] = []
     the_store = store.acquire(store_dir.absolute())
     try:
@@ -178,3 +185,21 @@ def test_a_turn_taken_and_given_back_in_turn(store_dir: Path, opened: EffectLog)
         place.give_back()
         assert turn_seen_from_another_process(store_dir) == "free"
         place.close()
+
+
+def test_a_store_opened_again_keeps_its_place(
+    store_dir: Path, opened: EffectLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Closing every log of a store while its turn still queues keeps that turn for the next open."""
+    monkeypatch.setattr(turn, "PATIENCE", 0.2)
+    with other_process_holds_the_turn(store_dir):
+        claim_target(opened, "e1")  # out of patience: written without the turn
+        place = turn._turns[store_dir.absolute()]
+        opened.close()
+        gc.collect()
+        again = EffectLog.load(opened.run_id, store_dir)
+        try:
+            claim_target(again, "e2")
+            assert turn._turns[store_dir.absolute()] is place
+        finally:
+            again.close()
