@@ -26,6 +26,7 @@ from tests.builders import (
     effect_ids,
     gap_free,
     listing,
+    read_lines,
     run_child,
     run_of_forty_claims,
     subprocess_env,
@@ -63,24 +64,21 @@ def test_acknowledged_claims_survive_sigkill(store_dir: Path, run_id: str) -> No
         env=subprocess_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
     )
-    printed: list[str] = []
     try:
-        assert child.stdout is not None
-        while len(printed) < 40:
-            line = child.stdout.readline()
-            assert line, "the child stopped before it was killed"
-            printed.append(line)
+        # Read from the descriptor itself: lines a buffered reader had taken from the pipe
+        # would be lost to communicate(), which reads the descriptor.
+        printed = read_lines(child, 40)
         child.send_signal(signal.SIGKILL)
         rest, errors = child.communicate(timeout=CHILD_TIMEOUT)
     finally:
         if child.poll() is None:
             child.kill()
             child.wait()
-    assert child.returncode == -signal.SIGKILL, errors
+    assert child.returncode == -signal.SIGKILL, errors.decode()
     # Lines still in the pipe were printed after their call returned: acknowledged too.
-    acknowledged = [line.split() for line in [*printed, *rest.splitlines()]]
+    lines = (printed + rest).decode().splitlines(keepends=True)
+    acknowledged = [line.split() for line in lines if line.endswith("\n")]
     acked_claims = [effect for kind, effect in acknowledged if kind == "claim"]
     acked_outcomes = [effect for kind, effect in acknowledged if kind == "outcome"]
 
