@@ -16,6 +16,7 @@ import os
 import sqlite3
 import struct
 import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,9 +24,10 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import command
 
+from ledger.sqlite import liveness
 from ledger.sqlite.engine import _on_begin, _on_connect, alembic_config
 from ledger.storage import Mode
-from tests.builders import require_tool
+from tests.builders import CHILD_TIMEOUT, require_tool
 
 DB = "ledger.sqlite3"
 WAL = DB + "-wal"
@@ -206,3 +208,54 @@ def write_locked(db: Path) -> Iterator[sqlite3.Connection]:
 
 
 SQLITE = SQLiteBackend()
+
+
+# --------------------------------------------------------------------------- the writers' turn
+
+_HOLD = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.lockf(fd, fcntl.LOCK_EX, 1, int(sys.argv[2]), os.SEEK_SET)
+print("held", flush=True)
+sys.stdin.readline()
+"""
+
+_PROBE = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+try:
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, int(sys.argv[2]), os.SEEK_SET)
+except OSError:
+    print("taken")
+else:
+    print("free")
+"""
+
+
+def _lock_file(store_dir: Path) -> str:
+    return str(store_dir / liveness.LOCK_NAME)
+
+
+@contextlib.contextmanager
+def other_process_holds_the_turn(store_dir: Path) -> Iterator[subprocess.Popen[str]]:
+    """Another process holds the store's turn byte until the block ends."""
+    argv = [sys.executable, "-c", _HOLD, _lock_file(store_dir), str(liveness.TURN_OFFSET)]
+    holder = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "held\n"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait(CHILD_TIMEOUT)
+        for stream in (holder.stdin, holder.stdout):
+            if stream is not None:
+                stream.close()
+
+
+def turn_seen_from_another_process(store_dir: Path) -> str:
+    """'taken' if some process other than the asking one holds the turn byte, else 'free'."""
+    argv = [sys.executable, "-c", _PROBE, _lock_file(store_dir), str(liveness.TURN_OFFSET)]
+    return subprocess.run(
+        argv, capture_output=True, text=True, check=True, timeout=CHILD_TIMEOUT
+    ).stdout.strip()

@@ -36,6 +36,7 @@ from ledger.effect_log import ClaimRequest, EffectLog, EffectPersistenceError, n
 from ledger.sqlite import store as _store
 from ledger.sqlite.commit import GroupCommit, Job
 from tests.builders import INTERRUPTED, TIMEOUT, Call, fs_ref, loaded, op, settle, wait_for
+from tests.sqlite.driver import other_process_holds_the_turn, turn_seen_from_another_process
 
 # --------------------------------------------------------------------------- helpers
 
@@ -365,6 +366,40 @@ def test_ctrl_c_while_a_write_waits_for_sqlites_write_lock_leaves_no_transaction
         helper.result()
     finally:
         other.close()
+    assert not log._store._connection().in_transaction
+    assert claim(log, "e2").seq == 2
+
+
+def test_ctrl_c_while_a_write_waits_for_its_turn_leaves_the_turn_to_others(
+    store_dir: Path, sigint: Callable[[], threading.Event], rig: Rig
+) -> None:
+    """Ctrl-C while a claim waits in line for its process's turn: the turn is not kept.
+
+    Another process holds the turn; the main thread's claim waits for it (in the
+    condition its waiter thread wakes). After the interrupt, once the holder lets go,
+    the byte is free again and the next claim lands with its turn.
+    """
+    log = rig.log(EffectLog(new_run_id(), store_dir))
+    claim(log, "e0")
+    main = threading.get_ident()
+    with other_process_holds_the_turn(store_dir) as holder:
+
+        def interrupt() -> None:
+            wait_for(
+                lambda: "take" in {f for f, _ in stack(main)} and stack(main)[0][0] == "wait",
+                "main waits for its turn",
+            )
+            sigint()
+
+        helper = rig.start("helper", interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            claim(log, "e1")
+        helper.result()
+        assert holder.stdin is not None
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+        holder.wait(TIMEOUT)
+    wait_for(lambda: turn_seen_from_another_process(store_dir) == "free", "the turn is given back")
     assert not log._store._connection().in_transaction
     assert claim(log, "e2").seq == 2
 
