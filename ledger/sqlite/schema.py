@@ -134,7 +134,14 @@ claims = Table(
     Column("obligations", Text, nullable=False),
     sqlite_strict=True,
 )
-Index(None, claims.c.run_id, claims.c.retry_of)
+# A claim's retries, for the views: claims that retry another only (0010).
+Index(
+    None,
+    claims.c.run_id,
+    claims.c.retry_of,
+    sqlite_where=text("retry_of IS NOT NULL"),
+    postgresql_where=text("retry_of IS NOT NULL"),
+)
 
 # A resource of a claim's impact scope, for the views' question "which claims may touch
 # this resource": one row per scope entry, keyed so that the question is one index

@@ -103,6 +103,24 @@ def wal_commits(db: Path) -> int:
     return commits
 
 
+def wal_frames_per_commit(db: Path) -> list[int]:
+    """How many frames (pages) each transaction in the write-ahead log of ``db`` wrote."""
+    data = db.with_name(db.name + "-wal").read_bytes()
+    assert int.from_bytes(data[:4], "big") in {0x377F0682, 0x377F0683}, "not a WAL file"
+    page_size = int.from_bytes(data[8:12], "big")
+    salt = data[16:24]
+    counts, frames = [], 0
+    for offset in range(32, len(data) - 24 - page_size + 1, 24 + page_size):
+        header = data[offset : offset + 24]
+        if header[8:16] != salt:
+            break
+        frames += 1
+        if int.from_bytes(header[4:8], "big") != 0:
+            counts.append(frames)
+            frames = 0
+    return counts
+
+
 # Linux's OFD locks (F_OFD_SETLK) conflict with the POSIX record locks the log takes
 # even within one process, so an open file description of this process stands for
 # another process holding a run, with no child process (whose work a mutation run could
