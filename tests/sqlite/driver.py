@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from alembic import command
 
 from ledger.sqlite import liveness
-from ledger.sqlite.engine import _on_begin, _on_connect, alembic_config
+from ledger.sqlite.engine import _foreign_keys_off, _on_begin, _on_connect, alembic_config
 from ledger.storage import Mode
 from tests.builders import CHILD_TIMEOUT, require_tool
 
@@ -73,13 +73,20 @@ def shell_script(
 def at_revision(db: Path, revision: str) -> None:
     """Create the database ``db`` (and its private directory) migrated to ``revision`` only."""
     db.parent.mkdir(mode=0o700)
+    migrate(db, revision)
+    db.chmod(0o600)
+
+
+def migrate(db: Path, revision: str, *, down: bool = False) -> None:
+    """Upgrade (or with ``down`` downgrade) ``db`` to ``revision`` as the library migrates."""
     engine = sa.create_engine(f"sqlite:///{db}")
     sa.event.listen(engine, "connect", _on_connect)
     sa.event.listen(engine, "begin", _on_begin)
-    with engine.begin() as conn:
-        command.upgrade(alembic_config(conn), revision)
-    engine.dispose()
-    db.chmod(0o600)
+    try:
+        with engine.connect() as conn, _foreign_keys_off(conn), conn.begin():
+            (command.downgrade if down else command.upgrade)(alembic_config(conn), revision)
+    finally:
+        engine.dispose()
 
 
 def wal_commits(db: Path) -> int:

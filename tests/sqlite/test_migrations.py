@@ -26,10 +26,7 @@ import ledger.sqlite.schema
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite.engine import (
-    _foreign_keys_off,
     _migrations_dir,
-    _on_begin,
-    _on_connect,
     alembic_config,
     head_revision,
 )
@@ -43,7 +40,7 @@ from ledger.sqlite.schema import (
 )
 from tests.builders import REPO, claim_target, fs_ref, op, write_every_column
 from tests.builders import ledger as run_ledger
-from tests.sqlite.driver import at_revision, execute, wal_frames_per_commit
+from tests.sqlite.driver import at_revision, execute, migrate, wal_frames_per_commit
 
 RUN_ID = "0123456789abcdef0123456789abcdef"
 
@@ -436,12 +433,7 @@ def test_the_retry_index_holds_retries_only_and_the_views_still_find_them(
     write_every_column(store_dir, run_id)  # e3 retries e2
     db = store_dir / "ledger.sqlite3"
     before = _verdicts(db, run_id)
-    engine = sa.create_engine(f"sqlite:///{db}")
-    sa.event.listen(engine, "connect", _on_connect)
-    sa.event.listen(engine, "begin", _on_begin)
-    with engine.connect() as conn, _foreign_keys_off(conn), conn.begin():
-        command.downgrade(alembic_config(conn), "0009")
-    engine.dispose()
+    migrate(db, "0009", down=True)
     assert "WHERE" not in _retry_index(db)
     with EffectLog.load(run_id, store_dir) as log:
         log.claim(effect_id="later", action_id="a", operation=op(), impact_scope=())

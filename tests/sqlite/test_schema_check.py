@@ -22,7 +22,7 @@ from ledger.sqlite.errors import translate
 from ledger.sqlite.rows import prepare
 from ledger.sqlite.schema import SQLITE_TRIGGERS, VIEWS
 from tests.builders import fs_ref, op
-from tests.sqlite.driver import execute
+from tests.sqlite.driver import execute, migrate
 
 DB = "ledger.sqlite3"
 
@@ -198,12 +198,7 @@ def test_a_row_dropped_by_a_trigger_is_never_acknowledged(tmp_path: Path) -> Non
     """With the schema check out of the way, counting rows alone refuses a claim a trigger ate."""
     run_id = new_run_id()
     conn = sqlite3.connect(tmp_path / DB, isolation_level=None, check_same_thread=False)
-    engine = sa.create_engine(f"sqlite:///{tmp_path / DB}")
-    sa.event.listen(engine, "connect", _on_connect)
-    sa.event.listen(engine, "begin", _on_begin)
-    with engine.connect() as c, _foreign_keys_off(c), c.begin():
-        command.upgrade(alembic_config(c), "head")
-    engine.dispose()
+    migrate(tmp_path / DB, "head")
     conn.create_function("sha3", 2, _chain.sha3)
     conn.execute("INSERT INTO runs VALUES (?, ?)", (run_id, fx.utc_now()))
     conn.execute("CREATE TRIGGER eat BEFORE INSERT ON claims BEGIN SELECT RAISE(IGNORE); END")
