@@ -733,6 +733,9 @@ _VERDICTS = f"""
                      LIMIT 1)"""
 
 # The attempt that speaks for claim t: its newest retry's newest retry ... or itself.
+# A claim's retries are found by the index of retries: "+x.seq" keeps SQLite from
+# walking the run's later claims by (run_id, seq) instead (and max() from walking it
+# backwards), which made one run's statuses cost the square of its claims.
 _NEWEST_ATTEMPT = """(
         WITH RECURSIVE attempt(effect_id, seq, n) AS (
             SELECT t.effect_id, t.seq, 0
@@ -740,9 +743,9 @@ _NEWEST_ATTEMPT = """(
             SELECT r.effect_id, r.seq, attempt.n + 1
               FROM attempt JOIN claims AS r
                 ON r.run_id = t.run_id
-               AND r.seq = (SELECT max(x.seq) FROM claims AS x
+               AND r.seq = (SELECT max(+x.seq) FROM claims AS x
                              WHERE x.run_id = t.run_id AND x.retry_of = attempt.effect_id
-                               AND x.seq > attempt.seq))
+                               AND +x.seq > attempt.seq))
         SELECT effect_id FROM attempt ORDER BY n DESC LIMIT 1)"""
 
 # Common table expressions rather than nested subqueries: SQLite's parser has a depth
@@ -769,7 +772,7 @@ SELECT t.run_id, t.seq, t.effect_id, t.action_id, t.operation, t.backend, t.clai
        t.kind, t.idempotency_key, t.retry_of, t.resolution,
        CASE WHEN NOT EXISTS (SELECT 1 FROM claims AS x
                               WHERE x.run_id = t.run_id AND x.retry_of = t.effect_id
-                                AND x.seq > t.seq)
+                                AND +x.seq > t.seq)
             THEN t.own_step
             ELSE (SELECT a.own_step FROM steps AS a
                    WHERE a.run_id = t.run_id AND a.effect_id = {_NEWEST_ATTEMPT})

@@ -62,11 +62,12 @@ _local = threading.local()
 def attributes(path: str) -> Attributes:
     """The attributes of ``path`` itself (a symlink is not followed); OSError as ``lstat``."""
     global _statx  # noqa: PLW0603 - dropped for good once the kernel refuses it
-    if _statx is not None:
+    function = _statx  # read once: another thread may drop it meanwhile
+    if function is not None:
         buffer = getattr(_local, "buffer", None)
         if buffer is None:
             buffer = _local.buffer = ctypes.create_string_buffer(_SIZE)
-        if _statx(_AT_FDCWD, os.fsencode(path), _AT_SYMLINK_NOFOLLOW, _WANTED, buffer) == 0:
+        if function(_AT_FDCWD, os.fsencode(path), _AT_SYMLINK_NOFOLLOW, _WANTED, buffer) == 0:
             mask, _, _, nlink, uid, _, mode = _LAYOUT.unpack_from(buffer)
             if mask & _WANTED == _WANTED:
                 return Attributes(mode, nlink, uid)

@@ -8,8 +8,8 @@ unlucky claim of four busy processes waited 20 to 80 ms. So before ``BEGIN IMMED
 each writing process takes its *turn*: an exclusive POSIX record lock on one byte of the
 store's ``ledger.lock``, above the run and recovery bytes (ledger.sqlite.liveness),
 held until its transaction has ended. Waiters of the turn sleep in the kernel, which
-wakes them as soon as it is free, in the order they came (a process that has just
-given its turn back may take it again before the next waiter is awake).
+wakes them as soon as it is free, in about the order they came (they race for it once
+woken, and a process that has just given its turn back may take it again first).
 
 The turn is a courtesy among this library's writers, not what keeps their transactions
 apart (SQLite's lock does that): a process that ignores it (the ``sqlite3`` shell), or a
@@ -19,7 +19,7 @@ and a writer that has not got the turn after :data:`PATIENCE` seconds goes on wi
 it, straight to SQLite's lock and its deadline; until the turn is found free again, the
 process's writers then go without it (a holder that is stopped, say, in a debugger,
 costs each of them that wait once, not at every write). One turn serves all the
-Store objects of a process on one store directory (:func:`attach`), so a store closed
+Store objects of a process on one store path (:func:`attach`), so a store closed
 and opened again keeps its place and what it learnt.
 """
 
@@ -33,6 +33,7 @@ import os
 import threading
 from pathlib import Path
 
+from ledger.errors import EffectPersistenceError
 from ledger.sqlite import liveness
 
 log = logging.getLogger("ledger")
@@ -87,7 +88,7 @@ class Turn:
                     self._cond.notify_all()
                 elif self._stuck:
                     return False
-            except (OSError, RuntimeError) as e:  # no lock file, no thread: go without
+            except (OSError, RuntimeError, EffectPersistenceError) as e:  # go without
                 self._held = False
                 log.warning("store %s: writing without a turn: %s", self._directory, e)
                 return False
@@ -166,8 +167,9 @@ class Turn:
                 pass
         finally:
             with self._cond:  # whatever ended it, the next take() starts a new one
-                self._waiter = None
-                if self._pending:
+                if self._waiter is threading.current_thread():
+                    self._waiter = None
+                if self._pending and self._waiter is None:
                     self._pending = False
                     self._stuck = True
                     if self._closed:
@@ -179,6 +181,7 @@ class Turn:
         with self._cond:
             self._cond.wait_for(lambda: self._pending or self._closed)
             if not self._pending:  # closed, and nobody asks
+                self._waiter = None  # here: a take() from now on starts a new thread
                 return False
             pin = self._pin
         assert pin is not None  # noqa: S101 - pinned before any request

@@ -1,4 +1,4 @@
-"""the index of retries holds retries only
+"""the index of retries holds retries only, and the views look retries up through it
 
 Revision ID: 0010
 Revises: 0009
@@ -21,9 +21,11 @@ _RETRIES = "retry_of IS NOT NULL"
 def upgrade() -> None:
     """Index ``(run_id, retry_of)`` for the claims that retry another only.
 
-    The views look a claim's retries up by ``retry_of = effect_id``, which this partial
-    index answers; a claim that retries nothing (most of them) no longer adds an entry to
-    it, so its insert touches one b-tree fewer and its commit one page fewer.
+    A claim that retries nothing (most of them) no longer adds an entry to it, so its
+    insert touches one b-tree fewer and its commit one page fewer. The views, re-created
+    after every revision, now look a claim's retries up through it (``retry_of =
+    effect_id``, which implies the index's condition); before, SQLite walked the run's
+    later claims for each claim instead.
     """
     op.drop_index(_NAME, table_name="claims")
     op.create_index(

@@ -92,6 +92,13 @@ def test_one_run_or_effect_is_read_by_index(store_dir: Path, name: str) -> None:
     assert all("resource_locator=?" in s for s in observed), observed
     scopes = [s for s in steps if s.startswith("SEARCH sc ")]
     assert all("locator=?" in s or "locator>? AND locator<?" in s for s in scopes), scopes
+    # A claim's retries go by the index of retries, never by the run's later claims (a
+    # run's statuses would cost the square of its claims).
+    walks = [s for s in steps if "seq>?" in s or s.startswith("SEARCH x USING INDEX sqlite_")]
+    assert not [s for s in walks if "claims" in s], steps
+    if QUERIES[name].startswith("SELECT * FROM effect_status"):  # next_step is asked for
+        retries = "USING INDEX ix_claims_run_id_retry_of (run_id=? AND retry_of=?)"
+        assert sum(retries in s for s in steps) == 2, steps  # has a retry; its newest one
 
 
 def test_the_whole_store_may_be_scanned_once(store_dir: Path) -> None:
