@@ -42,7 +42,7 @@ from ledger._bench_cases import (
     timed,
     unsettle,
 )
-from ledger._paths import effects_dir
+from ledger._paths import DB_NAME, effects_dir
 from ledger.effect_log import EffectLog, EffectPersistenceError
 
 __all__ = ["RATIOS", "default_directory", "render", "run"]
@@ -59,11 +59,14 @@ RATIOS: dict[str, tuple[str, float]] = {
     "cpu_off_vs_raw_off": ("<=", 4.0),
     "assess_100k_vs_1k": ("<=", 1.5),
     "recovery_1m_vs_10k": ("<=", 1.5),
+    "status_100k_vs_1k": ("<=", 1.5),
 }
 _PROCESSES_P99_US = 5_000
 _PROCESSES_TARGET = f"errors == 0, p99 <= {_PROCESSES_P99_US // 1000} ms"
 
 _SMALL_STORE = 10_000
+# What the forensics guide asks of a run: every verdict and next step (docs/forensics.md).
+_STATUS_SQL = "SELECT * FROM effect_status WHERE run_id = ?"
 
 
 @dataclass(frozen=True)
@@ -271,6 +274,8 @@ def _scale(
     what = f"recover_interrupted of {UNSETTLED} claims, a loaded run of {{:,}} records"
     cases |= _pair("recover", what, sizes, recovered)
 
+    cases |= _statuses(runs_dir, {label: found[0] for label, found in runs.items()}, plan, say)
+
     say("EffectLog.load + recover_interrupted in a small and a large store")
     for label in stores:
         read_through(scratch / f"store_{label}")
@@ -294,6 +299,33 @@ def _scale(
         close(0)
     what = f"load + recover a run of {SMALL_RUN:,} records in a store of {{:,}}"
     return cases | _pair("recovery", what, stores, recoveries)
+
+
+def _statuses(
+    runs_dir: Path, runs: dict[str, tuple[str, int]], plan: _Plan, say: Progress
+) -> dict[str, dict[str, Any]]:
+    """Every ``effect_status`` row of the small and the large run, in SQL, alternating."""
+    say("effect_status of a run, in SQL")
+    (small, (small_run, _)), (big, (big_run, _)) = runs.items()
+    claims: dict[str, int] = {}
+    with contextlib.closing(
+        sqlite3.connect(f"file:{runs_dir / DB_NAME}?mode=ro", uri=True)
+    ) as conn:
+
+        def status(label: str, run_id: str) -> Callable[[int], None]:
+            def step(_: int) -> None:
+                claims[label] = len(conn.execute(_STATUS_SQL, (run_id,)).fetchall())
+
+            return step
+
+        # A run's whole status is seconds for the large run: three repeats tell enough.
+        timings = _alternate(min(3, plan.repeats), status(small, small_run), status(big, big_run))
+    what = "every effect_status row of a run of {:,} records, in SQL (sqlite3, read-only)"
+    sizes = {label: records for label, (_, records) in runs.items()}
+    return {
+        name: case | {"claims": claims[name.removeprefix("status_")]}
+        for name, case in _pair("status", what, sizes, timings).items()
+    }
 
 
 # --------------------------------------------------------------------------- the report
@@ -369,6 +401,9 @@ def _report(
     def p50(name: str) -> float:
         return float(cases[name]["p50_us"])
 
+    def per_claim(name: str) -> float:
+        return p50(name) / max(1, int(cases[name]["claims"]))
+
     small, big = _label(SMALL_RUN), _label(plan.big_run)
     small_store, big_store = _label(_SMALL_STORE), _label(plan.big_store)
     ratios = {
@@ -381,6 +416,8 @@ def _report(
         "cpu_off_vs_raw_off": _ratio(p50("cpu_off"), p50("raw_off")),
         "assess_100k_vs_1k": _ratio(p50(f"assess_{big}"), p50(f"assess_{small}")),
         "recovery_1m_vs_10k": _ratio(p50(f"recovery_{big_store}"), p50(f"recovery_{small_store}")),
+        # Per claim: a run's status grows with its claims, never faster.
+        "status_100k_vs_1k": _ratio(per_claim(f"status_{big}"), per_claim(f"status_{small}")),
     }
     extra_ratios = {
         "effect_vs_claim_outcome": _ratio(p50("effect"), p50("claim_outcome")),
@@ -423,6 +460,10 @@ def _report(
             f"repeat; recover_{small} uses a run of its own each time."
         ),
         (
+            "status_100k_vs_1k compares the cost per claim of reading a run's every "
+            "effect_status row: it stays flat when each row is found by index."
+        ),
+        (
             "mcp_call is a tools/call through ledger mcp-proxy (claimed, relayed, settled: two "
             "more pipe hops and two commits), mcp_direct the same call to the same server "
             "without it; mcp_call minus mcp_direct, next to claim_outcome, is what the proxy "
@@ -437,8 +478,8 @@ def _report(
     if quick:
         notes.append(
             f"--quick: fewer samples; the {big}-record run stands in for the 100k one in "
-            f"assess_100k_vs_1k and the {big_store}-record store for the 1m one in "
-            "recovery_1m_vs_10k."
+            f"assess_100k_vs_1k and status_100k_vs_1k, and the {big_store}-record store for "
+            "the 1m one in recovery_1m_vs_10k."
         )
     return {
         "quick": quick,

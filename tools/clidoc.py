@@ -835,6 +835,7 @@ checkpointed once, so that all measure the steady state.
 | `mcp_direct`, `mcp_call` | a `tools/call` to a tiny stdio server, direct and via `mcp-proxy` |
 | `assess_*` | `log.assess` on a loaded run of 1k and of 100k records (10k with `--quick`) |
 | `recover_*` | `recover_interrupted` of 100 claims on those loaded runs |
+| `status_*` | every `effect_status` row of those runs, in SQL; `claims` is how many rows |
 | `recovery_*` | `load` + `recover_interrupted`, a 1k run in stores of 10k and 1m (quick: 100k) |
 
 The runs and stores of the scale cases are built with `synchronous=OFF` to save time,
@@ -843,8 +844,9 @@ and the build times are printed but not counted; every measurement on them runs 
 p50, at most 1.5), `claim_vs_jsonl` (at most 1.1), `claim_many8_vs_claim` (p50 per claim
 in a batch of 8 / claim p50, at most 0.18), `threads8_shared_vs_single` (claims/s of
 `threads8_shared` / `threads1`, at least 3; the three thread cases run in turn, in the
-same rounds), `cpu_off_vs_raw_off` (at most 4), `assess_100k_vs_1k` (at most 1.5) and
-`recovery_1m_vs_10k` (at most 1.5); `processes4` must have no error and a p99 of at most
+same rounds), `cpu_off_vs_raw_off` (at most 4), `assess_100k_vs_1k` (at most 1.5),
+`recovery_1m_vs_10k` (at most 1.5) and `status_100k_vs_1k` (per claim, at most 1.5);
+`processes4` must have no error and a p99 of at most
 5 ms. After them, without a target, come `effect_vs_claim_outcome` (p50s),
 `threads8_vs_single` (claims/s, a log per thread) and `mcp_call_vs_direct` (p50s; what
 the proxy adds should be about `claim_outcome`; the MCP cases run only when the MCP SDK
@@ -853,7 +855,7 @@ is installed). Missed targets are reported, not an error: the exit status is 0.
 `--json` prints one object: `quick`, `store`, `seconds`, `machine` (`cpus`,
 `platform`, `python`, `sqlite`), `notes` (strings), `cases` (by name: `what`, `n`,
 `p50_us`, `p99_us`, `per_s`, and `records` for the scale cases), `builds` (`name`,
-`records`, `seconds`), `ratios`, `targets` and `met` (the seven ratios, in the order
+`records`, `seconds`), `ratios`, `targets` and `met` (the eight ratios, in the order
 above), `extra_ratios` (`effect_vs_claim_outcome`, `threads8_vs_single`,
 `mcp_call_vs_direct`) and `processes4` (`claims_per_s`,
 `errors`, `max_wait_s`, `p99_us`, `target`, `met`). The figures are this machine's: no

@@ -28,7 +28,10 @@ LATENCY = [
     *MCP,
 ]
 CONCURRENCY = ["threads1", "threads8", "threads8_shared", "processes4"]
-SCALE = ["assess_1k", "assess_10k", "recover_1k", "recover_10k", "recovery_10k", "recovery_100k"]
+SCALE = [
+    *("assess_1k", "assess_10k", "recover_1k", "recover_10k", "status_1k", "status_10k"),
+    *("recovery_10k", "recovery_100k"),
+]
 RATIOS = [
     "claim_vs_raw",
     "claim_vs_jsonl",
@@ -37,6 +40,7 @@ RATIOS = [
     "cpu_off_vs_raw_off",
     "assess_100k_vs_1k",
     "recovery_1m_vs_10k",
+    "status_100k_vs_1k",
 ]
 EXTRA_RATIOS = [
     "effect_vs_claim_outcome",
