@@ -24,7 +24,6 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, insert
 
-from ledger import _chain
 from ledger.effects import History
 from ledger.errors import EffectPersistenceError
 from ledger.postgresql import engine as _engine
@@ -34,29 +33,20 @@ from ledger.postgresql.errors import storage_errors, translate
 from ledger.sqlite import rows
 from ledger.storage import Batch, Lease, Mode, Record, Written
 
-_INSERT = {kind: sql(insert(table)) for kind, table in rows._TABLES.items()}  # noqa: SLF001 - the record kinds' tables
+
+def _named(row: dict[str, Any]) -> dict[str, Any]:
+    return row  # psycopg binds the row's columns by name
+
+
+_INSERTS = {
+    kind: (sql(insert(table)), _named)
+    for kind, table in rows._TABLES.items()  # noqa: SLF001 - the record kinds' tables
+}
 
 
 def prepare(run_id: str, records: Sequence[Record], head: str) -> tuple[list[Step], str]:
-    """The inserts of ``records`` in seq order, each chained to the one before, and the head.
-
-    Consecutive records of one kind share a statement.
-    """
-    steps: list[Step] = []
-    kind = ""
-    params: list[dict[str, Any]] = []
-    for record in records:
-        if record.record_type != kind:
-            kind = record.record_type
-            params = []
-            steps.append((_INSERT[kind], params))
-        row, scope, duties = rows.rows_of(run_id, record)
-        digest = _chain.link(head, _chain.encode(kind, run_id, row, scope, duties))
-        row["prev_hash"] = head
-        row["hash"] = digest
-        params.append(row)
-        head = digest
-    return steps, head
+    """The inserts of ``records`` in seq order, each chained to the one before, and the head."""
+    return rows.chained(run_id, records, head, _INSERTS)
 
 
 class Store:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from json.encoder import encode_basestring
 from operator import itemgetter
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     Connection,
@@ -272,26 +272,43 @@ _MAX_SEQ = _Compiled(
 )
 
 
-def prepare(run_id: str, records: Sequence[Record], head: str) -> tuple[list[Step], str]:
-    """The statements that insert records in seq order, each chained to the one before.
+P = TypeVar("P")
 
-    Returns the steps (consecutive records of one kind share a statement) and the new head.
+
+def chained(
+    run_id: str,
+    records: Sequence[Record],
+    head: str,
+    inserts: Mapping[str, tuple[str, Callable[[dict[str, Any]], P]]],
+) -> tuple[list[tuple[str, list[P]]], str]:
+    """The inserts of records in seq order, each row chained to the one before, and the head.
+
+    ``inserts`` gives each record kind's statement and the parameters of a row for it (a
+    backend's driver style); consecutive records of one kind share a statement.
     """
-    steps: list[Step] = []
+    steps: list[tuple[str, list[P]]] = []
     kind = ""
-    params: list[Any] = []
+    params: list[P] = []
     for record in records:
         if record.record_type != kind:
             kind = record.record_type
             params = []
-            steps.append((_INSERT[kind].sql, params))
+            steps.append((inserts[kind][0], params))
         row, scope, duties = rows_of(run_id, record)
         digest = _chain.link(head, _chain.encode(kind, run_id, row, scope, duties))
         row["prev_hash"] = head
         row["hash"] = digest
-        params.append(_INSERT[kind].params(row))
+        params.append(inserts[kind][1](row))
         head = digest
     return steps, head
+
+
+_INSERTS = {kind: (compiled.sql, compiled.params) for kind, compiled in _INSERT.items()}
+
+
+def prepare(run_id: str, records: Sequence[Record], head: str) -> tuple[list[Step], str]:
+    """The statements that insert records in seq order, each chained to the one before."""
+    return chained(run_id, records, head, _INSERTS)
 
 
 def start_run(cursor: sqlite3.Cursor, run_id: str, now: str, *, continuing: bool) -> None:
