@@ -185,11 +185,12 @@ def pin(directory: Path) -> Pin:
     The descriptor is the one every lease of the process uses: closing another would
     drop all of them (see the module's doc).
     """
-    key = _key(directory.absolute())
+    directory = directory.absolute()
+    key = _key(directory)
     with _registry_lock:
         lock_file = _registry.get(key)
         if lock_file is None:
-            lock_file = _registry[key] = _open(directory.absolute())
+            lock_file = _registry[key] = _open(directory)
         lock_file.pins += 1
         return Pin(key, lock_file.fd, _generation)
 
