@@ -90,28 +90,18 @@ def migrate(db: Path, revision: str, *, down: bool = False) -> None:
 
 
 def wal_commits(db: Path) -> int:
-    """How many transactions the write-ahead log of ``db`` holds since it was last reset.
+    """How many transactions the write-ahead log of ``db`` holds since it was last reset."""
+    return len(wal_frames_per_commit(db))
+
+
+def wal_frames_per_commit(db: Path) -> list[int]:
+    """How many frames (pages) each transaction in the write-ahead log of ``db`` wrote.
 
     SQLite's WAL format: a 32-byte header (page size at bytes 8..12, the salt at
     16..24), then frames of a 24-byte header and one page. A frame belongs to the
     current log only if its salt (header bytes 8..16) is the log's; bytes 4..8 are
     non-zero only in the last frame of a committed transaction.
     """
-    data = db.with_name(db.name + "-wal").read_bytes()
-    assert int.from_bytes(data[:4], "big") in {0x377F0682, 0x377F0683}, "not a WAL file"
-    page_size = int.from_bytes(data[8:12], "big")
-    salt = data[16:24]
-    commits = 0
-    for offset in range(32, len(data) - 24 - page_size + 1, 24 + page_size):
-        header = data[offset : offset + 24]
-        if header[8:16] != salt:
-            break
-        commits += int.from_bytes(header[4:8], "big") != 0
-    return commits
-
-
-def wal_frames_per_commit(db: Path) -> list[int]:
-    """How many frames (pages) each transaction in the write-ahead log of ``db`` wrote."""
     data = db.with_name(db.name + "-wal").read_bytes()
     assert int.from_bytes(data[:4], "big") in {0x377F0682, 0x377F0683}, "not a WAL file"
     page_size = int.from_bytes(data[8:12], "big")

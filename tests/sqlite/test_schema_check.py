@@ -8,8 +8,6 @@ import threading
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
-from alembic import command
 
 from ledger import _chain
 from ledger import effects as fx
@@ -17,7 +15,7 @@ from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.errors import StoreTamperedError
 from ledger.sqlite import schema_check as _schema_check
 from ledger.sqlite.commit import GroupCommit, Job
-from ledger.sqlite.engine import _foreign_keys_off, _on_begin, _on_connect, alembic_config
+from ledger.sqlite.engine import _on_connect
 from ledger.sqlite.errors import translate
 from ledger.sqlite.rows import prepare
 from ledger.sqlite.schema import SQLITE_TRIGGERS, VIEWS
@@ -78,13 +76,8 @@ def test_a_store_at_head_matches_whatever_revisions_it_came_through(
 ) -> None:
     """A new store and one migrated step by step both hold exactly the library's schema."""
     path = tmp_path / DB
-    engine = sa.create_engine(f"sqlite:///{path}")
-    sa.event.listen(engine, "connect", _on_connect)
-    sa.event.listen(engine, "begin", _on_begin)
     for step in steps:
-        with engine.connect() as conn, _foreign_keys_off(conn), conn.begin():
-            command.upgrade(alembic_config(conn), step)
-    engine.dispose()
+        migrate(path, step)
     assert _schema_check.compare(_master(path)) == []
 
 
