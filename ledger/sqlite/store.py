@@ -50,6 +50,7 @@ from ledger.sqlite.engine import (
 )
 from ledger.sqlite.errors import storage_errors, translate
 from ledger.sqlite.statx import attributes
+from ledger.sqlite.watch import Watch
 from ledger.storage import Batch, Lease, Mode, Written
 
 log = logging.getLogger("ledger")
@@ -179,6 +180,7 @@ class Store:
         self._held: Any = None  # the connection every record is written on
         self._check_paths = tuple(str(p) for p in (directory, *_trust.store_files(self.path)))
         self._schema_version: int | None = None  # the schema_version last checked whole
+        self._watch = Watch()  # whether the files may have changed since their last check
         self.turn = _turn.attach(directory)
         self._attached = True  # to self.turn, until dispose
         self.group = GroupCommit(
@@ -303,7 +305,18 @@ class Store:
         return connection  # type: ignore[no-any-return]
 
     def _check(self) -> None:
-        """:func:`check_files` before every transaction, in as few system calls as it takes."""
+        """:func:`check_files` before every transaction: whole only if anything happened.
+
+        The kernel reports what could change the checks' answer (ledger.sqlite.watch):
+        while it reports nothing, the files are as the last full check found them.
+        """
+        if self._watch.quiet():
+            return
+        with self._watch.checking(self._check_paths):
+            self._check_whole()
+
+    def _check_whole(self) -> None:
+        """:func:`check_files`, in as few system calls as it takes."""
         uid = os.geteuid()
         directory, *files = self._check_paths
         st = os.lstat(directory)
@@ -404,6 +417,7 @@ class Store:
         if self._attached:
             self._attached = False
             _turn.detach(self.turn)
+        self._watch.close()
         self._ready = False
 
 

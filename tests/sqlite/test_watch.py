@@ -1,0 +1,172 @@
+"""Between full checks, the kernel's notifications stand for the store's files: each change
+that a full check would refuse is seen by the next write, and a store at work stays quiet.
+
+Every change is made with the real system call; the inotify instance is the kernel's.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from ledger.effect_log import EffectLog, EffectPersistenceError
+from ledger.sqlite import watch
+from tests.builders import claim_small, effect_ids, python_stdout
+
+DB = "ledger.sqlite3"
+
+
+def _watch_of(log: EffectLog) -> watch.Watch:
+    return log._store._watch  # type: ignore[union-attr]
+
+
+def _link(store: Path, elsewhere: Path, name: str) -> Callable[[], None]:
+    os.link(store / name, elsewhere / "stolen")
+    return (elsewhere / "stolen").unlink
+
+
+def _chmod(path: Path, mode: int) -> Callable[[], None]:
+    before = os.lstat(path).st_mode & 0o777
+    path.chmod(mode)
+    return lambda: path.chmod(before)
+
+
+CHANGES: dict[str, tuple[Callable[[Path, Path], Callable[[], None]], str]] = {
+    "a hard link to the -shm": (lambda s, e: _link(s, e, f"{DB}-shm"), "hard links"),
+    "a hard link to the -wal": (lambda s, e: _link(s, e, f"{DB}-wal"), "hard links"),
+    "the database made group-writable": (lambda s, e: _chmod(s / DB, 0o620), "writable"),
+    "the -wal made writable by others": (lambda s, e: _chmod(s / f"{DB}-wal", 0o602), "writable"),
+    "the directory made group-writable": (lambda s, e: _chmod(s, 0o770), "writable"),
+}
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_a_change_after_a_write_is_refused_by_the_next_one_then_mended(
+    store_dir: Path, run_id: str, tmp_path: Path, change: str
+) -> None:
+    """What a full check refuses, made while the watch trusts the files, fails the next claim.
+
+    Once it is undone, the next claim checks whole again, passes and trusts the files again.
+    """
+    make, refusal = CHANGES[change]
+    with EffectLog(run_id, store_dir) as log:
+        claim_small(log, "e1")
+        claim_small(log, "e2")
+        assert _watch_of(log).quiet()  # the fast path is taken from here on
+        undo = make(store_dir, tmp_path)
+        assert not _watch_of(log).quiet()
+        with pytest.raises(EffectPersistenceError, match=refusal):
+            claim_small(log, "e3")
+        with pytest.raises(EffectPersistenceError, match=refusal):  # not trusted since
+            claim_small(log, "e3")
+        undo()
+        claim_small(log, "e4")
+        assert _watch_of(log).quiet()
+        assert effect_ids(log.history()) == ["e1", "e2", "e4"]
+
+
+def test_a_store_at_work_stays_quiet(store_dir: Path, run_id: str) -> None:
+    """Commits, reads and checkpoints raise nothing the watch acts on."""
+    with EffectLog(run_id, store_dir) as log:
+        claim_small(log, "e0")
+        for i in range(1, 40):
+            claim_small(log, f"e{i}")
+            assert _watch_of(log).quiet()
+        with EffectLog.load(run_id, store_dir) as reader:
+            assert len(reader.history().claims) == 40
+        # A connection opened since may have raised one event: SQLite running as root
+        # chowns the -wal it opens to the database's owner. The next write checks whole.
+        claim_small(log, "e40")
+        assert _watch_of(log).quiet()
+        # A checkpoint that empties the -wal truncates it: a write, not an event.
+        writer = log._store._connection()  # type: ignore[union-attr]
+        assert writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
+        assert (store_dir / f"{DB}-wal").stat().st_size == 0
+        assert _watch_of(log).quiet()
+        claim_small(log, "e41")
+        assert _watch_of(log).quiet()
+
+
+def test_a_file_put_in_the_directory_makes_the_next_write_check_whole(
+    store_dir: Path, run_id: str
+) -> None:
+    """The directory's events count too: a new file (a planted -journal, say) is looked at."""
+    with EffectLog(run_id, store_dir) as log:
+        claim_small(log, "e1")
+        assert _watch_of(log).quiet()
+        (store_dir / "planted").write_bytes(b"")
+        assert not _watch_of(log).quiet()
+        claim_small(log, "e2")  # nothing the check refuses: trusted again
+        assert _watch_of(log).quiet()
+
+
+def test_a_watch_that_cannot_be_had_leaves_every_check_whole(tmp_path: Path) -> None:
+    """No descriptor left for an inotify instance (a real RLIMIT_NOFILE): never quiet.
+
+    The block still runs, so the full check is made each time.
+    """
+    script = f"""
+        import os, resource, sys
+        from ledger.sqlite import watch
+        w = watch.Watch()
+        paths = [{str(tmp_path)!r}]
+        with w.checking(paths):
+            pass
+        assert w.quiet(), "a watch that can be had is trusted after a passing check"
+        w.close()
+        fds = []
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+        try:
+            while True:
+                fds.append(os.open(os.devnull, os.O_RDONLY))
+        except OSError:
+            pass
+        ran = 0
+        for _ in range(3):
+            with w.checking(paths):
+                ran += 1
+            assert not w.quiet()
+        os.close(fds.pop())
+        with w.checking(paths):
+            ran += 1
+        print(ran, w.quiet())
+    """
+    assert python_stdout(textwrap.dedent(script)).split() == ["4", "False"]
+
+
+def test_a_forked_child_watches_afresh_and_leaves_the_parents_events(tmp_path: Path) -> None:
+    """The child does not share the parent's instance: the parent still sees its change."""
+    assert sys.platform == "linux"
+    w = watch.Watch()
+    target = tmp_path / "file"
+    target.write_bytes(b"")
+    paths = [str(tmp_path), str(target)]
+    with w.checking(paths):
+        pass
+    assert w.quiet()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its own instance, events read there
+        try:
+            os.close(read)
+            quiet_at_start = w.quiet()
+            with w.checking(paths):
+                pass
+            target.chmod(0o640)
+            w.quiet()
+            with w.checking(paths):  # reads (drops) the child's events
+                pass
+            os.write(write, b"%d" % quiet_at_start)
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as answer:
+        assert answer.read() == "0"  # the child started without the parent's instance
+    os.waitpid(pid, 0)
+    assert not w.quiet()  # the chmod, seen by the parent's own instance
+    w.close()
