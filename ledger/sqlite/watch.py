@@ -77,6 +77,7 @@ class Watch:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._fd: int | None = None
+        self._local = threading.local()
         self._armed = False  # the last full check passed, and the watches were in place
         self._failed = _INOTIFY is None  # no inotify here: always check whole
         _watches.add(self)
@@ -87,10 +88,16 @@ class Watch:
         fd = self._fd  # read after _armed: close() clears them in that order
         if not armed or fd is None:
             return False
+        # A poll object of each thread's own: one may not be polled by two threads at
+        # once, and select() refuses descriptors above 1023.
+        local = self._local
+        if getattr(local, "fd", None) != fd:
+            local.poll = select.poll()
+            local.poll.register(fd, select.POLLIN)
+            local.fd = fd
         try:
-            # select, not a poll object: one of those may not be polled by two threads.
-            return not select.select((fd,), (), (), 0)[0]
-        except (OSError, ValueError):  # closed meanwhile
+            return not local.poll.poll(0)
+        except OSError:  # closed meanwhile
             return False
 
     @contextlib.contextmanager

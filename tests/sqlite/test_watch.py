@@ -170,3 +170,20 @@ def test_a_forked_child_watches_afresh_and_leaves_the_parents_events(tmp_path: P
     os.waitpid(pid, 0)
     assert not w.quiet()  # the chmod, seen by the parent's own instance
     w.close()
+
+
+def test_a_watch_above_descriptor_1023_still_answers(tmp_path: Path) -> None:
+    """A process with many files open gets a high descriptor, which select() would refuse."""
+    script = f"""
+        import os, resource
+        from ledger.sqlite import watch
+        resource.setrlimit(resource.RLIMIT_NOFILE, (2048, 2048))
+        fds = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+        w = watch.Watch()
+        with w.checking([{str(tmp_path)!r}]):
+            pass
+        print(w._fd > 1023, w.quiet())
+        os.chmod({str(tmp_path)!r}, 0o750)
+        print(w.quiet())
+    """
+    assert python_stdout(textwrap.dedent(script)).split() == ["True", "True", "False"]
