@@ -35,7 +35,8 @@ import os
 import select
 import threading
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 _IN_NONBLOCK = os.O_NONBLOCK
@@ -66,27 +67,61 @@ def _libc() -> tuple[Any, Any] | None:
 _INOTIFY = _libc()
 
 
+# Instances one process may hold: the kernel's limit is per user (128 by default) and
+# shared with every other program of that user, so a process with many stores open
+# checks the others by stat rather than take more.
+MAX_INSTANCES = 4
+_instances = 0
+_instances_lock = threading.RLock()  # a finalizer may run in a thread that holds it
+
+
+def _take_instance() -> int | None:
+    global _instances  # noqa: PLW0603 - the process's count
+    assert _INOTIFY is not None  # noqa: S101 - asked only where inotify exists
+    with _instances_lock:
+        if _instances >= MAX_INSTANCES:
+            return None
+        fd: int = _INOTIFY[0](_IN_NONBLOCK | _IN_CLOEXEC)
+        if fd < 0:  # the user's limit reached, most likely
+            return None
+        _instances += 1
+        return fd
+
+
+def _give_instance(fd: int) -> None:
+    global _instances  # noqa: PLW0603 - the process's count
+    with _instances_lock:
+        _instances -= 1
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
 class Watch:
     """The kernel's word that a store's files are as they were at their last full check.
 
     :meth:`quiet` is the fast path; a caller that gets False checks the files whole
     inside :meth:`checking`, which renews the watches first and trusts them again only
-    if the check passed.
+    if the check passed. Threads may call both at once: ``_generation`` is odd while a
+    check (or :meth:`close`) is under way and changes with each, and :meth:`quiet`
+    answers True only if it did not change while it looked, so it never trusts a poll
+    that another thread's check emptied of the events it was looking for.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._fd: int | None = None
+        self._release: Any = None  # weakref.finalize: the descriptor goes with the watch
         self._local = threading.local()
         self._armed = False  # the last full check passed, and the watches were in place
-        self._failed = _INOTIFY is None  # no inotify here: always check whole
+        self._generation = 0
+        self._failed = _INOTIFY is None  # no inotify here (or no more): always check whole
         _watches.add(self)
 
     def quiet(self) -> bool:
         """True if the files passed a full check and nothing has happened to them since."""
-        armed = self._armed
-        fd = self._fd  # read after _armed: close() clears them in that order
-        if not armed or fd is None:
+        generation = self._generation
+        fd = self._fd
+        if generation & 1 or not self._armed or fd is None:
             return False
         # A poll object of each thread's own: one may not be polled by two threads at
         # once, and select() refuses descriptors above 1023.
@@ -96,43 +131,58 @@ class Watch:
             local.poll.register(fd, select.POLLIN)
             local.fd = fd
         try:
-            return not local.poll.poll(0)
-        except OSError:  # closed meanwhile
+            pending = local.poll.poll(0)
+        except OSError:
             return False
+        return not pending and self._generation == generation
 
     @contextlib.contextmanager
-    def checking(self, paths: Iterable[str]) -> Any:
+    def checking(self, paths: Sequence[str]) -> Iterator[None]:
         """Renew the watches on ``paths`` (directory first), for a full check in the block.
 
         The watches are trusted again only if the block ends without an exception.
         """
         with self._lock:
+            self._generation += 1
             self._armed = False
-            armed = self._renew(paths)
-            yield
-            self._armed = armed
+            try:
+                armed = self._renew(paths)
+                yield
+                self._armed = armed
+            finally:
+                self._generation += 1
 
     def close(self) -> None:
         """Let the instance go: every later check is a full one until it is renewed."""
         with self._lock:
+            self._generation += 1
             self._armed = False
-            fd, self._fd = self._fd, None
-            if fd is not None:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+            self._drop()
+            self._generation += 1
 
-    def _renew(self, paths: Iterable[str]) -> bool:
+    def _drop(self) -> None:
+        self._fd = None
+        if self._release is not None:
+            self._release()  # closes the descriptor, once
+            self._release = None
+
+    def _fail(self) -> bool:
+        self._failed = True  # for good: trying again would cost more than stat
+        self._drop()
+        return False
+
+    def _renew(self, paths: Sequence[str]) -> bool:
         """Drop pending events and place the watches; False if they cannot be trusted."""
         if self._failed:
             return False
         assert _INOTIFY is not None  # noqa: S101 - _failed says so otherwise
-        init, add = _INOTIFY
+        add = _INOTIFY[1]
         if self._fd is None:
-            fd = init(_IN_NONBLOCK | _IN_CLOEXEC)
-            if fd < 0:  # the per-user limit of instances, most likely: check whole
-                self._failed = True
-                return False
+            fd = _take_instance()
+            if fd is None:
+                return self._fail()
             self._fd = fd
+            self._release = weakref.finalize(self, _give_instance, fd)
         while True:  # drop what is pending: the full check that follows covers it
             try:
                 if not os.read(self._fd, 65536):
@@ -141,13 +191,18 @@ class Watch:
                 break
         mask = _DIRECTORY_EVENTS
         for path in paths:
-            if add(self._fd, os.fsencode(path), mask) < 0:
-                code = ctypes.get_errno()
-                # A file that is missing is not watched: its creation is the directory's
-                # event. Anything else (the limit of watches) leaves the check to stat.
-                if code != errno.ENOENT or mask == _DIRECTORY_EVENTS:
-                    return False
+            # A file that is missing is not watched: its creation is the directory's
+            # event. Anything else (no watches left) leaves the checks to stat.
+            if add(self._fd, os.fsencode(path), mask) < 0 and (
+                ctypes.get_errno() != errno.ENOENT or mask == _DIRECTORY_EVENTS
+            ):
+                return self._fail()
             mask = _FILE_EVENTS
+        # The directories above: one of them renamed or removed may leave the store's
+        # path naming something else. Best effort: one the user may not read is not
+        # watched (inotify needs read permission).
+        for parent in Path(paths[0]).parents:
+            add(self._fd, os.fsencode(parent), _IN_MOVE_SELF | _IN_DELETE_SELF)
         return True
 
 
@@ -155,8 +210,10 @@ _watches: weakref.WeakSet[Watch] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
-    # The child shares the parent's inotify instance: reading its events would take them
-    # from the parent. Each child watch starts afresh, with a full check.
+    # The child shares the parent's inotify instances: reading their events would take
+    # them from the parent. Each child watch starts afresh, with a full check.
+    global _instances_lock  # noqa: PLW0603 - may have been held at fork
+    _instances_lock = threading.RLock()
     for watch in list(_watches):
         watch._lock = threading.Lock()  # noqa: SLF001 - may have been held at fork
         watch.close()

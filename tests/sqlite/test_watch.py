@@ -6,11 +6,14 @@ Every change is made with the real system call; the inotify instance is the kern
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import textwrap
+import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -187,3 +190,141 @@ def test_a_watch_above_descriptor_1023_still_answers(tmp_path: Path) -> None:
         print(w.quiet())
     """
     assert python_stdout(textwrap.dedent(script)).split() == ["True", "True", "False"]
+
+
+def _inotify_descriptors() -> int:
+    fds = Path("/proc/self/fd")
+    return sum(1 for fd in fds.iterdir() if _readlink(fd) == "anon_inode:inotify")
+
+
+def _readlink(path: Path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:  # the descriptor listing the directory itself, gone meanwhile
+        return ""
+
+
+def _swap_in(store: Path, name: str, make: Callable[[Path], None]) -> None:
+    """Put something new at ``name`` the way an attacker would: made aside, renamed in."""
+    aside = store.parent / f"aside-{name}"
+    make(aside)
+    os.rename(aside, store / name)
+
+
+def _copy_shared(database: Path) -> Callable[[Path], None]:
+    def make(path: Path) -> None:
+        path.write_bytes(database.read_bytes())
+        path.chmod(0o666)
+
+    return make
+
+
+RENAMES: dict[str, Callable[[Path], None]] = {
+    "a symlink renamed over the -wal": lambda s: _swap_in(
+        s, f"{DB}-wal", lambda p: p.symlink_to(s / DB)
+    ),
+    "another database renamed over the database": lambda s: _swap_in(s, DB, _copy_shared(s / DB)),
+}
+
+
+@pytest.mark.parametrize("change", list(RENAMES))
+def test_a_file_renamed_in_is_checked_by_the_next_write(
+    store_dir: Path, run_id: str, change: str
+) -> None:
+    """A name of the store that now names another file raises the directory's event."""
+    with EffectLog(run_id, store_dir) as log:
+        claim_small(log, "e1")
+        assert _watch_of(log).quiet()
+        RENAMES[change](store_dir)
+        assert not _watch_of(log).quiet()
+        with pytest.raises(EffectPersistenceError):
+            claim_small(log, "e2")
+
+
+@pytest.mark.parametrize("level", ["the directory", "a directory above it"])
+def test_a_store_path_left_naming_a_symlink_by_a_rename_is_refused(
+    tmp_path: Path, run_id: str, level: str
+) -> None:
+    """The store's directory (or one above it) renamed away, a symlink put at the store's path."""
+    store = tmp_path / "above" / "store"
+    moved = store if level == "the directory" else store.parent
+    with EffectLog(run_id, store) as log:
+        claim_small(log, "e1")
+        assert _watch_of(log).quiet()
+        os.rename(moved, tmp_path / "elsewhere")
+        if moved != store:
+            moved.mkdir()
+        store.symlink_to(tmp_path / "elsewhere" / ("store" if moved != store else ""))
+        assert not _watch_of(log).quiet()
+        with pytest.raises(EffectPersistenceError, match="symlink"):
+            claim_small(log, "e2")
+
+
+def test_a_change_right_after_the_checks_stats_is_seen_by_the_next_write(
+    tmp_path: Path,
+) -> None:
+    """The watches are placed before the check reads the files, never after."""
+    target = tmp_path / "file"
+    target.write_bytes(b"")
+    w = watch.Watch()
+    with w.checking([str(tmp_path), str(target)]):
+        assert os.lstat(target).st_nlink == 1  # the check's stat: passes
+        os.link(target, tmp_path.parent / f"{tmp_path.name}-stolen")  # then the change
+    assert not w.quiet()
+    w.close()
+
+
+def _writers_through(store: Any, trials: int, database: Path, aside: Path) -> int:
+    """How many of 4 threads checking at once pass with a hard link made just before."""
+    through: list[None] = []
+
+    def writer(barrier: threading.Barrier) -> None:
+        barrier.wait()
+        try:
+            store._check()
+        except EffectPersistenceError:
+            return
+        through.append(None)
+
+    for _ in range(trials):
+        store._check()
+        assert store._watch.quiet()
+        os.link(database, aside)
+        barrier = threading.Barrier(4)
+        threads = [threading.Thread(target=writer, args=(barrier,)) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        aside.unlink()
+    return len(through)
+
+
+def test_writer_threads_never_pass_a_check_another_thread_is_draining(
+    store_dir: Path, run_id: str, tmp_path: Path
+) -> None:
+    """Threads checking at once: none skips the check on a poll another one emptied."""
+    interval = sys.getswitchinterval()
+    with EffectLog(run_id, store_dir) as log:
+        claim_small(log, "e0")
+        sys.setswitchinterval(1e-5)  # threads switch often: an unlucky order comes soon
+        try:
+            through = _writers_through(log._store, 500, store_dir / DB, tmp_path / "stolen")
+        finally:
+            sys.setswitchinterval(interval)
+    assert through == 0
+
+
+def test_instances_are_given_back_and_few_per_process(tmp_path: Path) -> None:
+    """A process holds at most MAX_INSTANCES; a watch dropped unclosed gives its own back."""
+    before = _inotify_descriptors()
+    watches = [watch.Watch() for _ in range(watch.MAX_INSTANCES + 2)]
+    for w in watches:
+        with w.checking([str(tmp_path)]):
+            pass
+    assert [w.quiet() for w in watches] == [True] * watch.MAX_INSTANCES + [False] * 2
+    assert _inotify_descriptors() == before + watch.MAX_INSTANCES
+    del w
+    watches.clear()
+    gc.collect()
+    assert _inotify_descriptors() == before
