@@ -6,7 +6,6 @@ Every change is made with the real system call; the inotify instance is the kern
 
 from __future__ import annotations
 
-import gc
 import os
 import sys
 import textwrap
@@ -192,18 +191,6 @@ def test_a_watch_above_descriptor_1023_still_answers(tmp_path: Path) -> None:
     assert python_stdout(textwrap.dedent(script)).split() == ["True", "True", "False"]
 
 
-def _inotify_descriptors() -> int:
-    fds = Path("/proc/self/fd")
-    return sum(1 for fd in fds.iterdir() if _readlink(fd) == "anon_inode:inotify")
-
-
-def _readlink(path: Path) -> str:
-    try:
-        return os.readlink(path)
-    except OSError:  # the descriptor listing the directory itself, gone meanwhile
-        return ""
-
-
 def _swap_in(store: Path, name: str, make: Callable[[Path], None]) -> None:
     """Put something new at ``name`` the way an attacker would: made aside, renamed in."""
     aside = store.parent / f"aside-{name}"
@@ -316,15 +303,29 @@ def test_writer_threads_never_pass_a_check_another_thread_is_draining(
 
 
 def test_instances_are_given_back_and_few_per_process(tmp_path: Path) -> None:
-    """A process holds at most MAX_INSTANCES; a watch dropped unclosed gives its own back."""
-    before = _inotify_descriptors()
-    watches = [watch.Watch() for _ in range(watch.MAX_INSTANCES + 2)]
-    for w in watches:
-        with w.checking([str(tmp_path)]):
-            pass
-    assert [w.quiet() for w in watches] == [True] * watch.MAX_INSTANCES + [False] * 2
-    assert _inotify_descriptors() == before + watch.MAX_INSTANCES
-    del w
-    watches.clear()
-    gc.collect()
-    assert _inotify_descriptors() == before
+    """A process holds at most MAX_INSTANCES; a watch dropped unclosed gives its own back.
+
+    In a process of its own, which holds no other watch.
+    """
+    script = f"""
+        import gc, os
+        from ledger.sqlite import watch
+
+        def inotify_descriptors():
+            links = [os.readlink(f"/proc/self/fd/{{fd}}") for fd in os.listdir("/proc/self/fd")
+                     if os.path.exists(f"/proc/self/fd/{{fd}}")]
+            return links.count("anon_inode:inotify")
+
+        watches = [watch.Watch() for _ in range(watch.MAX_INSTANCES + 2)]
+        for w in watches:
+            with w.checking([{str(tmp_path)!r}]):
+                pass
+        print(sum(w.quiet() for w in watches), inotify_descriptors(), watch._instances)
+        del w
+        watches.clear()
+        gc.collect()
+        print(inotify_descriptors(), watch._instances)
+    """
+    lines = python_stdout(textwrap.dedent(script)).splitlines()
+    most = watch.MAX_INSTANCES
+    assert lines == [f"{most} {most} {most}", "0 0"]
