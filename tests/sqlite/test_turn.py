@@ -60,10 +60,8 @@ def test_a_writer_waits_in_line_for_its_turn(opened: EffectLog, store_dir: Path)
         holder.stdin.flush()
         writer.join(CHILD_TIMEOUT)
         assert not writer.is_alive()
-    assert [c.effect_id for c in EffectLog.load(opened.run_id, store_dir).history().claims] == [
-        "e0",
-        "e1",
-    ]
+    with EffectLog.load(opened.run_id, store_dir) as loaded:
+        assert [c.effect_id for c in loaded.history().claims] == ["e0", "e1"]
 
 
 def test_a_turn_never_released_costs_patience_not_a_hang(
@@ -100,8 +98,8 @@ def test_a_turn_never_released_costs_patience_not_a_hang(
     finally:
         store.release(the_store)
     assert seen[-1] == "taken"
-    history = EffectLog.load(opened.run_id, store_dir).history()
-    assert [c.effect_id for c in history.claims] == ["e0", "e1", "e2", "e3"]
+    with EffectLog.load(opened.run_id, store_dir) as loaded:
+        assert [c.effect_id for c in loaded.history().claims] == ["e0", "e1", "e2", "e3"]
 
 
 def test_a_closed_turn_lets_the_lock_file_go(
