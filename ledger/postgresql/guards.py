@@ -26,7 +26,6 @@ from ledger.sqlite.schema import (
     APPEND_ONLY_TABLES,
     ENTRY_GUARDS,
     OTHER_WRITER,
-    OUTSIDE_CHECKS,
     SCOPE_INDEX_TRIGGER,
     SQLITE_TRIGGERS,
     VIEW_QUERIES,
@@ -45,12 +44,11 @@ def _insert_guards() -> dict[str, tuple[str, str, str]]:
     """SQLite's insert guards as (table, condition, message), by trigger name."""
     guards = {}
     for name, ddl in SQLITE_TRIGGERS.items():
-        # Those that tell the library's writers from others (and the checks they hand other
-        # writers' rows to), and the scope index's writers, are SQLite's; PostgreSQL's
-        # counterparts are below and in the roles (docs).
+        # Those that tell the library's writers from others, and the scope index's writer,
+        # are SQLite's; PostgreSQL's counterparts are below and in the roles (docs).
         if name.endswith(("_no_update", "_no_delete")) or name in SCOPE_INDEX_TRIGGER:
             continue
-        if OTHER_WRITER in ddl or name in OUTSIDE_CHECKS:
+        if OTHER_WRITER in ddl:
             continue
         found = _TRIGGER.fullmatch(ddl)
         if found is None:

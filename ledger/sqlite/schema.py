@@ -420,12 +420,27 @@ def _sqlite_triggers() -> dict[str, str]:
             "scope_index is append-only, its rows are the scopes of the claims",
         )
     )
-    # The checks of other writers' rows (OUTSIDE_CHECKS, below) are handed each such row
-    # here. (Created before the link guards, so that those fire first: SQLite fires a
-    # table's triggers newest first, and a record that does not extend the chain says so.)
+    # Each record must carry the hash of its own fields (a claim's covers its scope and
+    # postconditions). sha3() is the stock shell's; the library registers the same
+    # function on its connections. The library's own writers hashed the record in Python
+    # an instant before: on them (OTHER_WRITER false) the hash is not computed a second
+    # time, which was a seventh of a claim's cost. Every other connection, the shell's
+    # included, is checked in full. (Created before the link guards, so that those fire
+    # first: SQLite fires a table's triggers newest first, and a record that does not
+    # extend the chain says so.)
     guards.extend(
-        _hand_outside(view, table, columns)
-        for view, (table, columns) in OUTSIDE_VIEW_COLUMNS.items()
+        _guard(
+            table,
+            "guard_hash",
+            f"{OTHER_WRITER} AND NEW.hash IS NOT {sql_hash(kind, 'NEW')}",
+            f"{table} is append-only, the record hash does not match its fields",
+        )
+        for table, kind in (
+            ("claims", "claim"),
+            ("outcomes", "outcome"),
+            ("observations", "observation"),
+            ("resolutions", "resolution"),
+        )
     )
     # ... and extend the run's chain: its prev_hash is the hash of the record just before
     # it (by seq), or the genesis value for the first.
@@ -451,8 +466,17 @@ def _sqlite_triggers() -> dict[str, str]:
         )
         for table in RECORD_TABLES
     )
+    # The library builds and validates the arrays itself: the shell's are checked.
+    guards.extend(
+        _guard(
+            "claims",
+            name.removeprefix("claims_"),
+            f"{OTHER_WRITER} AND ({entries_refused(*spec, postgresql=False)})",
+            entries_message(spec[0], spec[1]),
+        )
+        for name, spec in ENTRY_GUARDS.items()
+    )
     triggers.update(guards)
-    triggers.update(OUTSIDE_CHECKS)
     triggers.update(SCOPE_INDEX_TRIGGER)
     return triggers
 
@@ -542,8 +566,8 @@ ENTRY_GUARDS = {
 # The claim's scope entries into scope_index, in the claim's own statement: the library
 # writes one row per claim, and the shell's claims are indexed the same way.
 # A claim with one resource (most of them) inserts it with VALUES: an INSERT ... SELECT
-# into a table with triggers goes through a temporary table, which cost each claim about
-# as much as the rest of its scope's indexing.
+# into a table with triggers goes through a temporary table (a fortieth of a claim's
+# instructions).
 SCOPE_INDEX_TRIGGER = {
     "claims_scope_index": (
         "CREATE TRIGGER claims_scope_index AFTER INSERT ON claims\n"
@@ -560,74 +584,6 @@ SCOPE_INDEX_TRIGGER = {
         " json_extract(NEW.impact_scope, '$[0].locator'), NEW.effect_id, 0); END"
     ),
 }
-
-
-def _hand_outside(view: str, table: str, columns: tuple[str, ...]) -> tuple[str, str]:
-    trigger = f"{table}_guard_outside"
-    return trigger, (
-        f"CREATE TRIGGER {trigger} BEFORE INSERT ON {table}\n"
-        f"WHEN {OTHER_WRITER}\nBEGIN INSERT INTO {view} ({', '.join(columns)})"
-        f" VALUES ({', '.join(f'NEW.{c}' for c in columns)}); END"
-    )
-
-
-def _outside_check(table: str, name: str, condition: str, message: str) -> tuple[str, str]:
-    trigger = f"{table}_{name}"
-    return trigger, (
-        f"CREATE TRIGGER {trigger} INSTEAD OF INSERT ON outside_{table}\n"
-        f"WHEN {condition}\nBEGIN {_raise(message)} END"
-    )
-
-
-# What only rows of other writers than the library's are checked for: each record's hash
-# of its own fields (a claim's covers its scope and postconditions), and a claim's JSON
-# arrays. The library's writers hashed and built the record in Python an instant before,
-# and are not checked a second time (the hash alone was a seventh of a claim's cost);
-# every other connection, the stock shell's included, is checked in full. sha3() is the
-# shell's; the library registers the same function on its connections.
-#
-# They are INSTEAD OF triggers of an empty view per table (OUTSIDE_VIEWS), into which the
-# table's <table>_guard_outside trigger hands every row of another writer. SQLite sets up
-# a trigger's registers each time it fires, before it reads the trigger's WHEN: checks on
-# the table itself, even skipped, would cost each of the library's rows that set-up (a
-# tenth of a claim's SQL); behind the view they cost it one small trigger.
-OUTSIDE_VIEW_COLUMNS = {
-    f"outside_{table}": (table, tuple(c.name for c in metadata.tables[table].columns))
-    for table in RECORD_TABLES
-}
-OUTSIDE_VIEWS = {
-    view: f"CREATE VIEW {view} AS SELECT {', '.join(columns)} FROM {table} WHERE 0"
-    for view, (table, columns) in OUTSIDE_VIEW_COLUMNS.items()
-}
-OUTSIDE_CHECKS = dict(
-    [
-        *(
-            _outside_check(
-                table,
-                "guard_hash",
-                f"NEW.hash IS NOT {sql_hash(kind, 'NEW')}",
-                f"{table} is append-only, the record hash does not match its fields",
-            )
-            for table, kind in (
-                ("claims", "claim"),
-                ("outcomes", "outcome"),
-                ("observations", "observation"),
-                ("resolutions", "resolution"),
-            )
-        ),
-        # The library builds and validates the arrays itself: the shell's are checked
-        # (created after the hash check, so that they fire first).
-        *(
-            _outside_check(
-                "claims",
-                name.removeprefix("claims_"),
-                entries_refused(*spec, postgresql=False),
-                entries_message(spec[0], spec[1]),
-            )
-            for name, spec in ENTRY_GUARDS.items()
-        ),
-    ]
-)
 
 
 # effect_status computes each claim's verdict by correlated lookups that follow the
@@ -865,11 +821,6 @@ TRIGGER_TABLES = {
     name: frozenset(re.findall(r"\b(?:ON|FROM|JOIN) (\w+)", ddl)) & set(metadata.tables)
     for name, ddl in SQLITE_TRIGGERS.items()
 }
-# ... the table (or, for the checks of other writers' rows, the view) it is on ...
-TRIGGER_ON = {
-    name: re.search(r" ON (\w+)\n", ddl).group(1)  # type: ignore[union-attr]
-    for name, ddl in SQLITE_TRIGGERS.items()
-}
 # ... and the columns of its own table it reads (NEW.x).
 TRIGGER_COLUMNS = {
     name: frozenset(re.findall(r"\bNEW\.(\w+)", ddl)) for name, ddl in SQLITE_TRIGGERS.items()
@@ -906,8 +857,8 @@ def install_derived(connection: Connection) -> None:
         "SELECT type, name FROM sqlite_master WHERE type IN ('trigger', 'view')"
     ).all()
     for kind, name in existing:
-        if name in SQLITE_TRIGGERS or name in VIEWS or name in OUTSIDE_VIEWS:
-            connection.exec_driver_sql(f'DROP {kind.upper()} IF EXISTS "{name}"')
+        if name in SQLITE_TRIGGERS or name in VIEWS:
+            connection.exec_driver_sql(f'DROP {kind.upper()} "{name}"')
     # A store on its way up (an older revision, in a test of each step) may lack a table
     # a later revision adds: the guards of the tables it has are installed all the same.
     tables = {
@@ -918,15 +869,9 @@ def install_derived(connection: Connection) -> None:
             "SELECT name FROM sqlite_master WHERE type = 'table'"
         ).scalars()
     }
-    # The views other writers' rows are checked on, for the tables that have their columns
-    # (the checks on them are installed below with the other triggers).
-    for view, (table, columns) in OUTSIDE_VIEW_COLUMNS.items():
-        if set(columns) <= tables.get(table, set()):
-            connection.exec_driver_sql(OUTSIDE_VIEWS[view])
-            tables[view] = set(columns)
     for name, ddl in SQLITE_TRIGGERS.items():
-        on = TRIGGER_ON[name]
-        if TRIGGER_TABLES[name] <= tables.keys() and TRIGGER_COLUMNS[name] <= tables.get(on, set()):
+        on = re.search(r" ON (\w+)\n", ddl).group(1)  # type: ignore[union-attr]
+        if TRIGGER_TABLES[name] <= tables.keys() and TRIGGER_COLUMNS[name] <= tables[on]:
             connection.exec_driver_sql(ddl)
     if tables.keys() >= set(metadata.tables):
         for ddl in VIEWS.values():

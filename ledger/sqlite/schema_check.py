@@ -30,7 +30,7 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from ledger.errors import StoreCorruptError, StoreTamperedError
-from ledger.sqlite.schema import OUTSIDE_VIEWS, SQLITE_TRIGGERS, TRIGGER_ON, VIEWS, metadata
+from ledger.sqlite.schema import SQLITE_TRIGGERS, VIEWS, metadata
 
 Kind = Literal["table", "index", "trigger", "view"]
 What = Literal["missing", "changed", "foreign"]
@@ -176,14 +176,9 @@ def expected() -> Mapping[tuple[str, str], Definition]:
             objects["index", str(index.name)] = definition("index", ddl)
     for name, ddl in SQLITE_TRIGGERS.items():
         objects["trigger", name] = definition("trigger", ddl)
-    for name, ddl in {**VIEWS, **OUTSIDE_VIEWS}.items():
+    for name, ddl in VIEWS.items():
         objects["view", name] = definition("view", ddl)
     return objects
-
-
-@cache
-def _names() -> frozenset[str]:
-    return frozenset(name for _, name in expected())
 
 
 def _table_detail(want: _Table, got: Definition) -> str:
@@ -267,9 +262,7 @@ def refused(problem: Problem) -> bool:
     reported by ``ledger verify`` and left alone.
     """
     if problem.what == "foreign":
-        # A table in place of one of the library's views would take what its triggers
-        # hand it unchecked, and block putting the view back.
-        return problem.kind in ("trigger", "view") or problem.name in _names()
+        return problem.kind in ("trigger", "view")
     return not restorable(problem)
 
 
@@ -298,14 +291,9 @@ def refusal(store: str, problems: list[Problem]) -> StoreTamperedError:
 def restore_sql(problem: Problem) -> list[str]:
     """The statements that put back what a :func:`restorable` problem names."""
     if problem.kind == "view":
-        if problem.name in OUTSIDE_VIEWS:
-            # Dropping a view drops its triggers: the checks on it come back with it.
-            on_it = [ddl for n, ddl in SQLITE_TRIGGERS.items() if TRIGGER_ON[n] == problem.name]
-            return [f'DROP VIEW IF EXISTS "{problem.name}"', OUTSIDE_VIEWS[problem.name], *on_it]
         return [f'DROP VIEW IF EXISTS "{problem.name}"', VIEWS[problem.name]]
     if problem.kind == "trigger":
-        # Already back if its view was (views are restored first).
-        return [f'DROP TRIGGER IF EXISTS "{problem.name}"', SQLITE_TRIGGERS[problem.name]]
+        return [SQLITE_TRIGGERS[problem.name]]
     return [_index_ddl()[problem.name]]
 
 
@@ -329,7 +317,7 @@ def guard(cursor: Cursor, store: str) -> list[Problem]:
     bad = [p for p in problems if refused(p)]
     if bad:
         raise refusal(store, bad)
-    restored = sorted((p for p in problems if restorable(p)), key=lambda p: p.kind != "view")
+    restored = [p for p in problems if restorable(p)]
     for problem in restored:
         try:
             for statement in restore_sql(problem):

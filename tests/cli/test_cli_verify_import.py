@@ -225,7 +225,7 @@ def _forge(store: Path, *statements: str, past: tuple[str, ...] = ()) -> None:
     past = (
         *past,
         *(f"{t}_guard_chain" for t in ("claims", "outcomes", "observations")),
-        *(f"{t}_guard_outside" for t in ("claims", "outcomes", "observations")),
+        *(f"{t}_guard_hash" for t in ("claims", "outcomes", "observations")),
     )
     conn = sqlite3.connect(store / DB, isolation_level=None)
     try:

@@ -21,7 +21,7 @@ import pytest
 
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.sqlite.engine import head_revision
-from ledger.sqlite.schema import OUTSIDE_VIEWS, SQLITE_TRIGGERS, VIEWS
+from ledger.sqlite.schema import SQLITE_TRIGGERS, VIEWS
 from tests.builders import (
     BURST_TIMEOUT,
     WRITER_CHILD,
@@ -54,7 +54,7 @@ def test_processes_create_a_new_store_at_the_same_moment(tmp_path: Path) -> None
     triggers = {n for (n,) in query(db, "SELECT name FROM sqlite_master WHERE type = 'trigger'")}
     views = {n for (n,) in query(db, "SELECT name FROM sqlite_master WHERE type = 'view'")}
     assert triggers == set(SQLITE_TRIGGERS)
-    assert views == set(VIEWS) | set(OUTSIDE_VIEWS)
+    assert views == set(VIEWS)
     assert query(db, "PRAGMA journal_mode") == [("wal",)]
     assert _per_run(db, "claims") == dict.fromkeys(run_ids, 1)
     for run_id in run_ids:

@@ -133,46 +133,6 @@ def test_a_writer_restores_a_replaced_view_and_a_dropped_guard(store: Path) -> N
     assert _schema_check.compare(_master(store)) == []
 
 
-def test_a_writer_restores_a_dropped_view_of_other_writers_rows_with_its_checks(
-    store: Path,
-) -> None:
-    """Dropping outside_claims drops the checks on it too: the next writer puts all back."""
-    execute(store, "DROP VIEW outside_claims;")
-    assert {str(p) for p in _schema_check.compare(_master(store))} == {
-        "view outside_claims is missing",
-        "trigger claims_guard_hash is missing",
-        "trigger claims_guard_impact_scope is missing",
-        "trigger claims_guard_obligations is missing",
-    }
-    with EffectLog(new_run_id(), store.parent) as log:
-        _claim(log)
-    assert _schema_check.compare(_master(store)) == []
-    conn = sqlite3.connect(store, isolation_level=None)
-    try:  # and a claim from the shell is checked again
-        conn.create_function("sha3", 2, _chain.sha3)
-        row = conn.execute("SELECT * FROM claims ORDER BY rowid DESC LIMIT 1").fetchone()
-        # The next link of its run (prev_hash), with a hash that is not its own.
-        forged = (row[0], row[1] + 1, "forged", *row[3:10], row[11], row[11], *row[12:])
-        with pytest.raises(sqlite3.IntegrityError, match="the record hash does not match"):
-            conn.execute(f"INSERT INTO claims VALUES ({', '.join('?' * len(forged))})", forged)
-    finally:
-        conn.close()
-
-
-def test_a_table_in_place_of_a_view_of_other_writers_rows_is_refused(store: Path) -> None:
-    """A table named like the view would take other writers' rows unchecked: no write."""
-    execute(
-        store,
-        "DROP VIEW outside_outcomes;"
-        " CREATE TABLE outside_outcomes AS SELECT * FROM outcomes WHERE 0;",
-    )
-    with (
-        EffectLog(new_run_id(), store.parent) as log,
-        pytest.raises(StoreTamperedError, match="table outside_outcomes is not the library's"),
-    ):
-        _claim(log)
-
-
 def test_a_live_writer_meets_a_trigger_planted_after_it_opened_the_store(store_dir: Path) -> None:
     """A trigger planted while a log is open is found before that log's next write."""
     with EffectLog(new_run_id(), store_dir) as log:
