@@ -259,23 +259,29 @@ def refused(problem: Problem) -> bool:
     A trigger or view that is not the library's can drop, add or misreport rows; a
     changed guard, index or table no longer enforces what the library relies on. A
     foreign table or index cannot change what the library writes or reads: it is
-    reported by ``ledger verify`` and left alone.
+    reported by ``ledger verify`` and left alone, unless it holds the name of one of the
+    library's views or indexes, which it then keeps the writer from putting back.
     """
     if problem.what == "foreign":
-        return problem.kind in ("trigger", "view")
+        return problem.kind in ("trigger", "view") or problem.name in _names_taken()
     return not restorable(problem)
 
 
+@cache
+def _names_taken() -> frozenset[str]:
+    # Tables, indexes and views share one namespace in SQLite; triggers have their own.
+    return frozenset(name for kind, name in expected() if kind != "trigger")
+
+
 def _advice(problems: list[Problem]) -> str:
-    kinds = {p.kind for p in problems}
-    if "table" in kinds:
+    if any(p.kind == "table" and p.what != "foreign" for p in problems):
         return (
             "the tables were rebuilt or edited: export its runs (ledger export) and import "
             "them into a new store, after ledger verify"
         )
     return (
         "check it with ledger verify, then drop these objects with the sqlite3 shell "
-        "(DROP TRIGGER/VIEW/INDEX name): the next write puts the library's back"
+        "(DROP TRIGGER/VIEW/INDEX/TABLE name): the next write puts the library's back"
     )
 
 

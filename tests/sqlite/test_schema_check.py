@@ -133,6 +133,34 @@ def test_a_writer_restores_a_replaced_view_and_a_dropped_guard(store: Path) -> N
     assert _schema_check.compare(_master(store)) == []
 
 
+def test_a_table_in_place_of_a_view_is_refused_until_dropped(store: Path) -> None:
+    """A table holding a view's name keeps the view from coming back: refused, saying what to do."""
+    execute(store, "DROP VIEW unsettled_claims; CREATE TABLE unsettled_claims (x);")
+    with (
+        EffectLog(new_run_id(), store.parent) as log,
+        pytest.raises(StoreTamperedError) as caught,
+    ):
+        _claim(log)
+    message = str(caught.value)
+    assert "table unsettled_claims is not the library's" in message
+    assert "DROP TRIGGER/VIEW/INDEX/TABLE name" in message
+    assert "ledger export" not in message
+    execute(store, "DROP TABLE unsettled_claims;")
+    with EffectLog(new_run_id(), store.parent) as log:
+        _claim(log)
+    assert _schema_check.compare(_master(store)) == []
+
+
+def test_a_foreign_table_of_another_name_is_left_alone(store: Path) -> None:
+    """A table of the user's own, named like no object of the library, does not stop writes."""
+    execute(store, "CREATE TABLE my_notes (x);")
+    with EffectLog(new_run_id(), store.parent) as log:
+        _claim(log)
+    assert [str(p) for p in _schema_check.compare(_master(store))] == [
+        "table my_notes is not the library's"
+    ]
+
+
 def test_a_live_writer_meets_a_trigger_planted_after_it_opened_the_store(store_dir: Path) -> None:
     """A trigger planted while a log is open is found before that log's next write."""
     with EffectLog(new_run_id(), store_dir) as log:
