@@ -35,6 +35,8 @@ from ledger.effect_log import (
     OutcomeRequest,
     new_run_id,
 )
+from ledger.sqlite import engine, rows
+from ledger.sqlite.commit import Step, writing_connection
 
 __all__ = [
     "SMALL_RUN",
@@ -43,6 +45,7 @@ __all__ = [
     "Jsonl",
     "Library",
     "Raw",
+    "Sql",
     "build_store",
     "built",
     "new_run",
@@ -299,6 +302,69 @@ class CpuOff:
             refs = {i: _ref(i) for i in range(self.next - count, self.next)}
             samples = timed(lambda i: _claim(log, f"e{i}", refs[i]), refs)
         _flush(_db(log))
+        return samples
+
+
+class Sql:
+    """A claim's SQL alone: the library's statement and row for it, run through sqlite3.
+
+    The row of each claim is made beforehand by the library's own code (validated,
+    encoded and chained to the one before it, as ``claim`` makes it), and the
+    connection is set up as the store's writers are. Timed: ``BEGIN IMMEDIATE``, the
+    schema check, the insert with every guard and the ``scope_index`` row, ``COMMIT``.
+    What a claim costs beyond this is the library's Python.
+    """
+
+    def __init__(self, directory: Path, synchronous: str) -> None:
+        with EffectLog(new_run_id(), directory) as log:  # the store, and the run's first claim
+            _claim(log, "first", _ref(0))
+            self.run_id, self.db = log.run_id, _db(log)
+        self.durable = synchronous == "FULL"
+        self.conn = sqlite3.connect(self.db, isolation_level=None, check_same_thread=False)
+        engine.prepare(self.conn, engine.FULL if self.durable else engine.OFF)
+        writing_connection(self.conn)
+        self.seq, self.head = self.conn.execute(
+            "SELECT seq + 1, hash FROM claims WHERE run_id = ? AND seq = 1", (self.run_id,)
+        ).fetchone()
+        warm(self.db, lambda: self.commit(self.steps(50)), lambda: self.commit(self.steps(1)))
+
+    def steps(self, count: int) -> list[Step]:
+        """The statements of ``count`` more claims of the run, chained, in one list."""
+        records = []
+        for _ in range(count):
+            effect_id, ref = f"s{self.seq}", _ref(self.seq)
+            records.append(
+                fx.EffectClaim(
+                    effect_id=effect_id,
+                    seq=self.seq,
+                    action_id="bench",
+                    operation=_OP,
+                    impact_scope=(ref,),
+                    obligations=(fx.Postcondition(ref, fx.Predicate.EXISTS),),
+                    recorded_at=fx.utc_now(),
+                    idempotency_key=fx.idempotency_key(self.run_id, effect_id),
+                )
+            )
+            self.seq += 1
+        steps, self.head = rows.prepare(self.run_id, records, self.head)
+        return steps
+
+    def commit(self, steps: list[Step]) -> None:
+        cursor = self.conn.cursor()
+        cursor.execute("BEGIN IMMEDIATE")
+        cursor.execute("PRAGMA schema_version").fetchone()  # what each write checks first
+        for sql, params in steps:  # as the library runs them: one row, or many
+            if len(params) == 1:
+                cursor.execute(sql, params[0])
+            else:
+                cursor.executemany(sql, params)
+        cursor.execute("COMMIT")
+
+    def chunk(self, count: int) -> list[int]:
+        ready = [self.steps(1) for _ in range(count)]
+        samples = timed(lambda i: self.commit(ready[i]), range(count))
+        if not self.durable:
+            _flush(self.db)
         return samples
 
 

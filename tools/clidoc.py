@@ -832,6 +832,7 @@ checkpointed once, so that all measure the steady state.
 | `threads8_shared` | 8 threads started together, all sharing one log; claims/s |
 | `processes4` | 4 processes started together, one store; claims/s, `errors`, `max_wait_s` |
 | `raw_off`, `cpu_off` | `raw` and `claim` with `synchronous=OFF`: the cost without the disk |
+| `sql`, `sql_off` | a claim's SQL alone (FULL, OFF): its row made beforehand, then inserted |
 | `mcp_direct`, `mcp_call` | a `tools/call` to a tiny stdio server, direct and via `mcp-proxy` |
 | `assess_*` | `log.assess` on a loaded run of 1k and of 100k records (10k with `--quick`) |
 | `recover_*` | `recover_interrupted` of 100 claims on those loaded runs |
@@ -840,7 +841,11 @@ checkpointed once, so that all measure the steady state.
 
 The runs and stores of the scale cases are built with `synchronous=OFF` to save time,
 and the build times are printed but not counted; every measurement on them runs with
-`synchronous=FULL`. The ratios, with their targets: `claim_vs_raw` (claim p50 / raw
+`synchronous=FULL`. `sql` and `sql_off` time what `claim` and `cpu_off` hand SQLite and
+nothing else: each claim's row is made beforehand by the library's own code (validated,
+encoded, chained), and a stdlib `sqlite3` connection set up as the store's writers are
+runs `BEGIN IMMEDIATE`, the schema check, the insert (its guards and `scope_index` row)
+and `COMMIT`. The ratios, with their targets: `claim_vs_raw` (claim p50 / raw
 p50, at most 1.5), `claim_vs_jsonl` (at most 1.1), `claim_many8_vs_claim` (p50 per claim
 in a batch of 8 / claim p50, at most 0.18), `threads8_shared_vs_single` (claims/s of
 `threads8_shared` / `threads1`, at least 3; the three thread cases run in turn, in the
@@ -848,7 +853,9 @@ same rounds), `cpu_off_vs_raw_off` (at most 4), `assess_100k_vs_1k` (at most 1.5
 `recovery_1m_vs_10k` (at most 1.5) and `status_100k_vs_1k` (per claim, at most 1.5);
 `processes4` must have no error and a p99 of at most
 5 ms. After them, without a target, come `effect_vs_claim_outcome` (p50s),
-`threads8_vs_single` (claims/s, a log per thread) and `mcp_call_vs_direct` (p50s; what
+`threads8_vs_single` (claims/s, a log per thread), `sql_vs_raw` and `sql_off_vs_raw_off`
+(p50s: the part of `claim_vs_raw` and `cpu_off_vs_raw_off` that the schema's SQL costs by
+itself, which no Python around it can take away) and `mcp_call_vs_direct` (p50s; what
 the proxy adds should be about `claim_outcome`; the MCP cases run only when the MCP SDK
 is installed). Missed targets are reported, not an error: the exit status is 0.
 
@@ -856,8 +863,8 @@ is installed). Missed targets are reported, not an error: the exit status is 0.
 `platform`, `python`, `sqlite`), `notes` (strings), `cases` (by name: `what`, `n`,
 `p50_us`, `p99_us`, `per_s`, and `records` for the scale cases), `builds` (`name`,
 `records`, `seconds`), `ratios`, `targets` and `met` (the eight ratios, in the order
-above), `extra_ratios` (`effect_vs_claim_outcome`, `threads8_vs_single`,
-`mcp_call_vs_direct`) and `processes4` (`claims_per_s`,
+above), `extra_ratios` (`effect_vs_claim_outcome`, `threads8_vs_single`, `sql_vs_raw`,
+`sql_off_vs_raw_off`, `mcp_call_vs_direct`) and `processes4` (`claims_per_s`,
 `errors`, `max_wait_s`, `p99_us`, `target`, `met`). The figures are this machine's: no
 two runs print the same.
 """,

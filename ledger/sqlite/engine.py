@@ -63,6 +63,16 @@ def _wal(cursor: sqlite3.Cursor) -> Any:
 def _on_connect(
     dbapi_connection: Any, _record: ConnectionPoolEntry, synchronous: int = FULL
 ) -> None:
+    prepare(dbapi_connection, synchronous)
+
+
+def prepare(dbapi_connection: Any, synchronous: int = FULL) -> None:
+    """Give a stdlib ``sqlite3`` connection what every connection of a store gets.
+
+    WAL, ``synchronous``, foreign keys, recursive triggers, the functions the guards
+    call and the writer's ``sqlite_source_id``; the pragmas are read back, and a
+    connection where one did not take is closed and refused.
+    """
     # SQLAlchemy emits BEGIN itself (see _on_begin); pysqlite must not.
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()

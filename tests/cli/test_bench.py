@@ -25,6 +25,7 @@ from tests.builders import PYTHON, op, subprocess_env
 MCP = ["mcp_direct", "mcp_call"] if _bench_mcp.available() else []
 LATENCY = [
     *("raw", "jsonl", "claim", "claim_outcome", "claim_many8", "effect", "raw_off", "cpu_off"),
+    *("sql", "sql_off"),
     *MCP,
 ]
 CONCURRENCY = ["threads1", "threads8", "threads8_shared", "processes4"]
@@ -45,6 +46,8 @@ RATIOS = [
 EXTRA_RATIOS = [
     "effect_vs_claim_outcome",
     "threads8_vs_single",
+    "sql_vs_raw",
+    "sql_off_vs_raw_off",
     *(["mcp_call_vs_direct"] if MCP else []),
 ]
 
@@ -107,6 +110,7 @@ def test_report_describes_the_run(report, quick) -> None:
     assert any("WAL" in note for note in report["notes"])
     assert any("synchronous=OFF" in note for note in report["notes"])
     assert any("threads8_shared" in note for note in report["notes"])
+    assert any("sql_vs_raw" in note for note in report["notes"])
 
 
 def test_every_case_has_finite_positive_figures(report) -> None:
@@ -299,3 +303,31 @@ def test_stores_opened_beside_and_after_the_cpu_off_case_are_full(tmp_path) -> N
             assert _synchronous(after) == 2
     finally:
         off.keeper.close()
+
+
+# --------------------------------------------------------------------------- sql
+
+
+@pytest.mark.parametrize("synchronous", ["FULL", "OFF"])
+def test_the_sql_case_writes_the_claims_the_library_would(tmp_path, synchronous) -> None:
+    """What the sql case commits loads back as the run's claims: the chain verifies, and
+    each claim has its scope_index row, so the guards ran and nothing was left out."""
+    directory = tmp_path / "store"
+    case = _bench_cases.Sql(directory, synchronous)
+    try:
+        level = case.conn.execute("PRAGMA synchronous").fetchone()[0]
+        assert level == (2 if synchronous == "FULL" else 0)
+        assert len(case.chunk(5)) == 5
+        written = case.seq - 1  # the library's first claim, the warm-up and the chunk
+        scoped = case.conn.execute(
+            "SELECT count(*) FROM scope_index WHERE run_id = ?", (case.run_id,)
+        ).fetchone()[0]
+    finally:
+        case.conn.close()
+    assert written > 5
+    assert scoped == written
+    with EffectLog.load(case.run_id, directory) as log:  # load checks every hash and link
+        claims = log.history().claims
+        assert [c.seq for c in claims] == list(range(1, written + 1))
+        assert claims[-1].effect_id == f"s{written}"
+        assert log.assess(claims[-1].effect_id) is not None
