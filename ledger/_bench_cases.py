@@ -94,6 +94,20 @@ def _request(effect_id: str, ref: fx.ResourceRef) -> ClaimRequest:
     )
 
 
+def _record(effect_id: str, seq: int, ref: fx.ResourceRef, key: str = "") -> fx.EffectClaim:
+    """The record of a claim as _claim makes it, built without a log."""
+    return fx.EffectClaim(
+        effect_id=effect_id,
+        seq=seq,
+        action_id="bench",
+        operation=_OP,
+        impact_scope=(ref,),
+        obligations=(fx.Postcondition(ref, fx.Predicate.EXISTS),),
+        recorded_at=fx.utc_now(),
+        idempotency_key=key,
+    )
+
+
 def _claim(log: EffectLog, effect_id: str, ref: fx.ResourceRef) -> None:
     log.claim(
         effect_id=effect_id,
@@ -202,15 +216,7 @@ class Jsonl:
 
     def append(self, ref: fx.ResourceRef) -> None:
         self.seq += 1
-        claim = fx.EffectClaim(
-            effect_id=f"e{self.seq}",
-            seq=self.seq,
-            action_id="bench",
-            operation=_OP,
-            impact_scope=(ref,),
-            obligations=(fx.Postcondition(ref, fx.Predicate.EXISTS),),
-            recorded_at=fx.utc_now(),
-        )
+        claim = _record(f"e{self.seq}", self.seq, ref)
         os.write(self.fd, (json.dumps(claim.to_dict(), separators=(",", ":")) + "\n").encode())
         os.fsync(self.fd)
 
@@ -333,18 +339,8 @@ class Sql:
         records = []
         for _ in range(count):
             effect_id, ref = f"s{self.seq}", _ref(self.seq)
-            records.append(
-                fx.EffectClaim(
-                    effect_id=effect_id,
-                    seq=self.seq,
-                    action_id="bench",
-                    operation=_OP,
-                    impact_scope=(ref,),
-                    obligations=(fx.Postcondition(ref, fx.Predicate.EXISTS),),
-                    recorded_at=fx.utc_now(),
-                    idempotency_key=fx.idempotency_key(self.run_id, effect_id),
-                )
-            )
+            key = fx.idempotency_key(self.run_id, effect_id)
+            records.append(_record(effect_id, self.seq, ref, key))
             self.seq += 1
         steps, self.head = rows.prepare(self.run_id, records, self.head)
         return steps
