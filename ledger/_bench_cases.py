@@ -36,7 +36,7 @@ from ledger.effect_log import (
     new_run_id,
 )
 from ledger.sqlite import engine, rows
-from ledger.sqlite.commit import Step, writing_connection
+from ledger.sqlite.commit import Step, begin_immediate, execute_step, writing_connection
 
 __all__ = [
     "SMALL_RUN",
@@ -347,13 +347,10 @@ class Sql:
 
     def commit(self, steps: list[Step]) -> None:
         cursor = self.conn.cursor()
-        cursor.execute("BEGIN IMMEDIATE")
+        begin_immediate(cursor)
         cursor.execute("PRAGMA schema_version").fetchone()  # what each write checks first
-        for sql, params in steps:  # as the library runs them: one row, or many
-            if len(params) == 1:
-                cursor.execute(sql, params[0])
-            else:
-                cursor.executemany(sql, params)
+        for sql, params in steps:
+            execute_step(cursor, sql, params)
         cursor.execute("COMMIT")
 
     def chunk(self, count: int) -> list[int]:

@@ -222,7 +222,8 @@ def writing_connection(connection: sqlite3.Connection) -> sqlite3.Connection:
 _FIRST_PAUSE, _LAST_PAUSE = 0.0002, 0.002
 
 
-def _execute(cursor: Cursor, sql: str, rows: list[tuple[Any, ...]]) -> None:
+def execute_step(cursor: Cursor, sql: str, rows: list[tuple[Any, ...]]) -> None:
+    """Run one statement of a job with its rows (one row, or many), and check they landed."""
     if len(rows) == 1:
         cursor.execute(sql, rows[0])
     else:
@@ -249,7 +250,7 @@ def _apply(cursor: Cursor, job: Job) -> None:
     if job.before is not None:
         job.before(cursor)
     for sql, rows in job.steps:
-        _execute(cursor, sql, rows)
+        execute_step(cursor, sql, rows)
 
 
 def _apply_together(cursor: Cursor, batch: list[Job]) -> None:
@@ -269,4 +270,4 @@ def _apply_together(cursor: Cursor, batch: list[Job]) -> None:
                 sql, rows = job.steps[n]
                 merged.setdefault(sql, []).extend(rows)
         for sql, rows in merged.items():
-            _execute(cursor, sql, rows)
+            execute_step(cursor, sql, rows)
