@@ -142,6 +142,8 @@ class ClaimRequest:
     obligations: Iterable[Postcondition] = ()
     kind: EffectKind = EffectKind.WRITE
     retry_of: str | None = None
+    step: str = ""
+    args: object = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -152,6 +154,8 @@ class OutcomeRequest:
     execution: ExecutionOutcome
     impact: Impact
     execution_id: str | None = None
+    result: object = None
+    result_recorded: bool | None = None
 
 
 class EffectLog:
@@ -553,6 +557,8 @@ class EffectLog:
         obligations: Iterable[Postcondition] = (),
         kind: EffectKind = EffectKind.WRITE,
         retry_of: str | None = None,
+        step: str = "",
+        args: object = None,
     ) -> EffectClaim:
         """Durably claim an effect before invoking the tool that makes it.
 
@@ -562,7 +568,9 @@ class EffectLog:
         the run is a ``ValueError``. The claim's idempotency key derives from the run
         and ``effect_id``; a claim with ``retry_of`` (an effect claimed earlier in the
         run) carries that effect's key instead. :meth:`retry` checks first that a
-        retry is what :meth:`decide` says.
+        retry is what :meth:`decide` says. ``step`` names the call across restarts (``""``:
+        none) and ``args`` is the call's arguments as recorded (a JSON value; ``None``: not
+        recorded): both are stored and chained as given.
         """
         request = ClaimRequest(
             effect_id=effect_id,
@@ -572,6 +580,8 @@ class EffectLog:
             obligations=obligations,
             kind=kind,
             retry_of=retry_of,
+            step=step,
+            args=args,
         )
         return self._claim_all((request,), f"claim {effect_id!r}")[0]
 
@@ -637,6 +647,8 @@ class EffectLog:
                     kind=request.kind,
                     idempotency_key=self._key_for(request),
                     retry_of=request.retry_of,
+                    step=request.step,
+                    args=request.args,
                 )
                 effect_id = record.effect_id
                 if (
@@ -670,15 +682,25 @@ class EffectLog:
         execution: ExecutionOutcome,
         impact: Impact,
         execution_id: str | None = None,
+        result: object = None,
+        result_recorded: bool | None = None,
     ) -> EffectOutcome:
         """Record how a claimed effect's call ended (or that it is running).
 
         Needs a claimed ``effect_id``; nothing follows a terminal outcome;
         INTERRUPTED needs impact POSSIBLE. If the outcome cannot be persisted the
         log becomes :attr:`degraded`, keeps it in memory, and does not raise.
+        ``result`` is what the call returned, as recorded (a JSON value);
+        ``result_recorded`` defaults to whether it is given, and ``True`` with no result
+        records a ``None`` answer.
         """
         request = OutcomeRequest(
-            effect_id=effect_id, execution=execution, impact=impact, execution_id=execution_id
+            effect_id=effect_id,
+            execution=execution,
+            impact=impact,
+            execution_id=execution_id,
+            result=result,
+            result_recorded=result_recorded,
         )
         return self._outcome_all((request,), f"outcome of {effect_id!r}")[0]
 
@@ -747,6 +769,8 @@ class EffectLog:
                     execution_id=request.execution_id,
                     replayed=False,
                     recorded_at=now,
+                    result=request.result,
+                    result_recorded=request.result_recorded,
                 )
                 if record.terminal:
                     settled.add(effect_id)

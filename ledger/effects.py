@@ -53,16 +53,19 @@ __all__ = [
     "canonical_args",
     "check_history",
     "check_identifier",
+    "check_step",
     "decide",
     "idempotency_key",
     "newest_attempt",
     "overlaps",
+    "recorded_json",
     "resource_ref",
     "utc_now",
 ]
 
 MAX_IDENTIFIER = 200
 MAX_LOCATOR = 4096
+MAX_STEP = 1000
 RESOURCE_KINDS = ("fs", "owned", "external")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX32 = re.compile(r"[0-9a-f]{32}")
@@ -310,6 +313,41 @@ def canonical_args(args: object) -> bytes:
 def args_digest(args: object) -> str:
     """The SHA-256 hex digest of :func:`canonical_args` ``(args)``."""
     return hashlib.sha256(canonical_args(args)).hexdigest()
+
+
+def recorded_json(value: object) -> str:
+    """The text a recorded value (a claim's ``args``, an outcome's ``result``) is stored as.
+
+    :func:`canonical_args` as text: the same value always gives the same text, which the
+    hash chain encodes and the store's ``args`` and ``result`` columns hold.
+    ``ValueError`` for anything JSON cannot hold exactly.
+    """
+    return canonical_args(value).decode("utf-8")
+
+
+def _recorded(value: object, field: str) -> object:
+    """``value`` as it reads back from the store (tuples become lists), or a ValueError."""
+    if value is None:
+        return None
+    try:
+        return json.loads(recorded_json(value))
+    except ValueError as e:
+        raise ValueError(f"{field}: {e}") from None
+
+
+def check_step(value: object, field: str = "step") -> None:
+    """Raise unless ``value`` is a step: printable text of at most 1000 characters.
+
+    The empty string is a claim's "no step" (a claim made without one, through
+    :meth:`~ledger.effect_log.EffectLog.claim`); a caller naming a step gives a non-empty one.
+    """
+    if not isinstance(value, str):
+        raise InvalidTypeError(f"{field} must be a str, not {type(value).__name__}")
+    if len(value) > MAX_STEP:
+        raise ValueError(f"{field} is longer than {MAX_STEP} characters")
+    if not value.isprintable():
+        raise ValueError(f"{field} must be printable text without NUL or control characters")
+    _check_encodable(value, field)
 
 
 # --------------------------------------------------------------------------- from_dict
@@ -580,6 +618,10 @@ class EffectClaim:
     # Empty only on a claim built by hand: the log gives every claim its key.
     idempotency_key: str = ""
     retry_of: str | None = None
+    # The call's identity across restarts ("" for a claim made without one), and its
+    # arguments as recorded (None: not recorded). Both are stored and chained.
+    step: str = ""
+    args: Any = dataclasses.field(default=None, hash=False)
 
     record_type: ClassVar[str] = "claim"
 
@@ -599,6 +641,8 @@ class EffectClaim:
         check_identifier(self.retry_of, "retry_of", optional=True)
         if self.retry_of == self.effect_id:
             raise ValueError(f"effect {self.effect_id!r} cannot be a retry of itself")
+        check_step(self.step)
+        _frozen(self, "args", _recorded(self.args, "args"))
 
     def to_dict(self) -> dict[str, Any]:
         """Return the claim as JSON types."""
@@ -613,6 +657,8 @@ class EffectClaim:
             "kind": self.kind.value,
             "idempotency_key": self.idempotency_key,
             "retry_of": self.retry_of,
+            "step": self.step,
+            "args": self.args,
         }
 
     @classmethod
@@ -620,9 +666,16 @@ class EffectClaim:
         """Validate and rebuild a claim from :meth:`to_dict` output.
 
         A claim written before kinds existed reads as a ``WRITE`` with no retry and an
-        empty key (the import gives it the key its run and effect id derive).
+        empty key (the import gives it the key its run and effect id derive); one written
+        before steps existed has no step and no recorded arguments.
         """
-        later = {"kind": EffectKind.WRITE.value, "idempotency_key": "", "retry_of": None}
+        later = {
+            "kind": EffectKind.WRITE.value,
+            "idempotency_key": "",
+            "retry_of": None,
+            "step": "",
+            "args": None,
+        }
         f = _Fields(data, cls, later=later)
         return _build(
             cls,
@@ -636,6 +689,8 @@ class EffectClaim:
             kind=f.enum("kind", EffectKind),
             idempotency_key=f.raw("idempotency_key"),
             retry_of=f.raw("retry_of"),
+            step=f.raw("step"),
+            args=f.raw("args"),
         )
 
 
@@ -650,6 +705,10 @@ class EffectOutcome:
     execution_id: str | None = None
     replayed: bool = False
     recorded_at: str | None = None
+    # What the call returned, as recorded: a JSON value. ``result_recorded`` tells a
+    # recorded ``None`` (JSON null) from none recorded; by default, whether result is set.
+    result: Any = dataclasses.field(default=None, hash=False)
+    result_recorded: bool = None  # type: ignore[assignment]  # made a bool below
 
     record_type: ClassVar[str] = "outcome"
 
@@ -667,6 +726,15 @@ class EffectOutcome:
             raise ValueError("an INTERRUPTED outcome must have impact POSSIBLE")
         if self.replayed and self.execution is not ExecutionOutcome.INTERRUPTED:
             raise ValueError("only an INTERRUPTED outcome can be replayed")
+        if self.result_recorded is None:
+            _frozen(self, "result_recorded", self.result is not None)
+        elif not isinstance(self.result_recorded, bool):
+            raise InvalidTypeError(
+                f"result_recorded must be a bool, not {type(self.result_recorded).__name__}"
+            )
+        elif not self.result_recorded and self.result is not None:
+            raise ValueError("an outcome with a result has it recorded (result_recorded=True)")
+        _frozen(self, "result", _recorded(self.result, "result"))
 
     @property
     def terminal(self) -> bool:
@@ -683,12 +751,20 @@ class EffectOutcome:
             "execution_id": self.execution_id,
             "replayed": self.replayed,
             "recorded_at": self.recorded_at,
+            "result": self.result,
+            "result_recorded": self.result_recorded,
         }
 
     @classmethod
     def from_dict(cls, data: object) -> Self:
-        """Validate and rebuild an outcome from :meth:`to_dict` output."""
-        f = _Fields(data, cls)
+        """Validate and rebuild an outcome from :meth:`to_dict` output.
+
+        One written before results were recorded has none.
+        """
+        f = _Fields(data, cls, later={"result": None, "result_recorded": False})
+        recorded = f.raw("result_recorded")
+        if not isinstance(recorded, bool):
+            raise ValueError("EffectOutcome.result_recorded must be a boolean")  # noqa: TRY004 - as above
         return _build(
             cls,
             effect_id=f.raw("effect_id"),
@@ -698,6 +774,8 @@ class EffectOutcome:
             execution_id=f.raw("execution_id"),
             replayed=f.raw("replayed"),
             recorded_at=f.raw("recorded_at"),
+            result=f.raw("result"),
+            result_recorded=recorded,
         )
 
 

@@ -32,6 +32,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from ledger import _chain
 from ledger._owner import Writer
 from ledger.effects import (
+    recorded_json,
     Coverage,
     EffectClaim,
     EffectKind,
@@ -159,6 +160,8 @@ def rows_of(run_id: str, record: Record) -> Rows:
             "retry_of": record.retry_of,
             "impact_scope": _json(scope),
             "obligations": _json(duties),
+            "step": record.step,
+            "args": None if record.args is None else recorded_json(record.args),
         }
         return row, scope, duties
     if isinstance(record, EffectOutcome):
@@ -171,6 +174,7 @@ def rows_of(run_id: str, record: Record) -> Rows:
             "execution_id": record.execution_id,
             "replayed": int(record.replayed),
             "recorded_at": record.recorded_at,
+            "result": recorded_json(record.result) if record.result_recorded else None,
         }
         return row, [], []
     if isinstance(record, Resolution):
@@ -395,7 +399,24 @@ def _outcome(row: Any) -> EffectOutcome:
         execution_id=row["execution_id"],
         replayed=replayed,
         recorded_at=row["recorded_at"],
+        result=_stored_json(row["result"], "result"),
+        result_recorded=row["result"] is not None,
     )
+
+
+def _stored_json(text: object, column: str) -> Any:
+    """A recorded value read back: its canonical JSON text, or NULL for none recorded."""
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise _InvalidRowError(f"{column} holds {type(text).__name__}, not JSON text")
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise _InvalidRowError(f"{column} is not JSON: {text!r:.80}") from None
+    if recorded_json(value) != text:
+        raise _InvalidRowError(f"{column} is not in the canonical form the library writes")
+    return value
 
 
 def _resolution(row: Any) -> Resolution:
@@ -534,6 +555,8 @@ def load_run(conn: Connection, run_id: str) -> tuple[History, str]:
                     kind=EffectKind(row["kind"]),
                     idempotency_key=row["idempotency_key"],
                     retry_of=row["retry_of"],
+                    step=row["step"],
+                    args=_stored_json(row["args"], "args"),
                 )
             )
         loaded: dict[str, list[Any]] = {"outcome": [], "observation": [], "resolution": []}

@@ -132,6 +132,10 @@ claims = Table(
     # not allowed in constraints on connections with trusted_schema off.
     Column("impact_scope", Text, nullable=False),
     Column("obligations", Text, nullable=False),
+    # The call's step, its identity across restarts ('' for a claim made without one),
+    # and its arguments as recorded, canonical JSON (NULL: not recorded) (migration 0012).
+    Column("step", Text, nullable=False, server_default=""),
+    Column("args", Text, nullable=True),
     sqlite_strict=True,
 )
 # A claim's retries, for the views: claims that retry another only (0010).
@@ -185,6 +189,8 @@ outcomes = Table(
     CheckConstraint("replayed = 0 OR execution = 'interrupted'", name="replayed_interrupted"),
     CheckConstraint("execution <> 'interrupted' OR impact = 'possible'", name="interrupted_impact"),
     CheckConstraint("execution_id IS NULL OR " + _identifier("execution_id"), name="execution_id"),
+    # What the call returned, as recorded: canonical JSON (NULL: none recorded) (0012).
+    Column("result", Text, nullable=True),
     sqlite_strict=True,
 )
 Index(None, outcomes.c.run_id, outcomes.c.effect_id)

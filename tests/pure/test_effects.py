@@ -164,6 +164,15 @@ postconditions = (
     | st.builds(fx.Postcondition, resource_refs, st.just(fx.Predicate.SHA256), hex64)
     | st.builds(fx.Postcondition, resource_refs, st.just(fx.Predicate.REVISION), identifiers)
 )
+# What a recorded argument or result may be: any value JSON holds exactly.
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(st.characters(exclude_categories=("Cs",)), max_size=10),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.text(st.characters(exclude_categories=("Cs",)), max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
+steps = st.just("") | identifiers
 claims = st.builds(
     fx.EffectClaim,
     effect_id=identifiers,
@@ -173,6 +182,8 @@ claims = st.builds(
     impact_scope=st.lists(resource_refs, max_size=3).map(tuple),
     obligations=st.lists(postconditions, max_size=3).map(tuple),
     recorded_at=timestamps,
+    step=steps,
+    args=st.none() | st.dictionaries(identifiers, json_values, max_size=3),
 )
 
 
@@ -188,6 +199,8 @@ def outcomes(draw: st.DrawFn) -> fx.EffectOutcome:
         execution_id=draw(optional_ids),
         replayed=draw(st.booleans()) if interrupted else False,
         recorded_at=draw(st.none() | timestamps),
+        result=(result := draw(json_values)),
+        result_recorded=result is not None or draw(st.booleans()),
     )
 
 
@@ -342,6 +355,8 @@ def test_to_dict_shape_of_a_claim() -> None:
         "kind": "write",
         "idempotency_key": "",
         "retry_of": None,
+        "step": "",
+        "args": None,
     }
 
 
@@ -364,6 +379,10 @@ LATER_KEYS = {
     ("EffectClaim", "kind"): fx.EffectKind.WRITE,
     ("EffectClaim", "idempotency_key"): "",
     ("EffectClaim", "retry_of"): None,
+    ("EffectClaim", "step"): "",
+    ("EffectClaim", "args"): None,
+    ("EffectOutcome", "result"): None,
+    ("EffectOutcome", "result_recorded"): False,
     ("History", "resolutions"): (),
     ("Assessment", "resolution"): None,
 }
@@ -377,7 +396,7 @@ MISSING_KEYS = [
 
 @pytest.mark.parametrize(("name", "key"), list(LATER_KEYS))
 def test_from_dict_reads_a_dict_written_before_a_later_key(name: str, key: str) -> None:
-    """An export made before kinds, keys, retries and resolutions existed still reads."""
+    """An export made before kinds, keys, retries, resolutions and steps existed still reads."""
     data = SAMPLES[name][0]().to_dict()
     del data[key]
     assert getattr(CLASSES[name].from_dict(data), key) == LATER_KEYS[name, key]
@@ -1009,3 +1028,62 @@ def test_check_history_rejects_impossible_histories(history: fx.History) -> None
     """check_history raises ValueError for gaps, repeats, orphan or late outcomes, duplicate ids."""
     with pytest.raises(ValueError):
         fx.check_history(history)
+
+
+# --------------------------------------------------------------------------- steps and recorded values
+
+
+def test_recorded_values_read_back_as_json_does() -> None:
+    """Tuples are recorded as arrays: a record equals its own round trip through the store."""
+    claim = _claim(step="fetch#1", args={"ids": (1, 2), "q": "x"})
+    assert claim.args == {"ids": [1, 2], "q": "x"}
+    assert fx.EffectClaim.from_dict(json.loads(json.dumps(claim.to_dict()))) == claim
+    assert fx.recorded_json(claim.args) == '{"ids":[1,2],"q":"x"}'
+
+
+def test_a_recorded_none_result_is_told_from_none_recorded() -> None:
+    """``result_recorded`` says whether a ``None`` result was the call's answer."""
+    none = fx.EffectOutcome("e1", 2, fx.ExecutionOutcome.REPORTED_SUCCESS, fx.Impact.CERTAIN)
+    null = fx.EffectOutcome(
+        "e1", 2, fx.ExecutionOutcome.REPORTED_SUCCESS, fx.Impact.CERTAIN, result_recorded=True
+    )
+    given = fx.EffectOutcome(
+        "e1", 2, fx.ExecutionOutcome.REPORTED_SUCCESS, fx.Impact.CERTAIN, result=[1]
+    )
+    assert (none.result_recorded, null.result_recorded, given.result_recorded) == (
+        False,
+        True,
+        True,
+    )
+    assert none != null
+    assert len({none, null, given}) == 3  # still hashable
+    with pytest.raises(ValueError, match="recorded"):
+        fx.EffectOutcome(
+            "e1", 2, fx.ExecutionOutcome.FAILED, fx.Impact.NONE, result=1, result_recorded=False
+        )
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ({"x": float("nan")}, ValueError),
+        ({"x": {1, 2}}, ValueError),
+        ({1: "x"}, ValueError),
+        ({"x": b"bytes"}, ValueError),
+    ],
+)
+def test_a_recorded_value_json_cannot_hold_is_refused_by_the_record(
+    value: object, error: type[Exception]
+) -> None:
+    """The record layer refuses what it cannot store exactly (log.effect stores it as not recorded)."""
+    with pytest.raises(error):
+        _claim(args=value)
+    with pytest.raises(error):
+        fx.EffectOutcome("e1", 2, fx.ExecutionOutcome.FAILED, fx.Impact.NONE, result=value)
+
+
+@pytest.mark.parametrize("step", [1, None, "a\x00b", "line\nbreak", "x" * 1001])
+def test_a_bad_step_is_refused(step: object) -> None:
+    """A step is printable text of at most 1000 characters."""
+    with pytest.raises((TypeError, ValueError)):
+        _claim(step=step)
