@@ -1,0 +1,93 @@
+"""What of a call's arguments and result is recorded: JSON values, bounded, never an error.
+
+``log.effect``, ``@log.tool`` and ``ledger mcp-proxy`` record a call's arguments in its
+claim and its result in its outcome (``EffectClaim.args``, ``EffectOutcome.result``). A
+value JSON cannot hold exactly, or whose canonical text is larger than the bound, is
+stored as *not recorded* (``None``): recording is a convenience for people and for replay,
+and must never cost the call its claim or its outcome.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from ledger.effects import recorded_json
+
+__all__ = [
+    "MAX_RECORDED_BYTES",
+    "Redact",
+    "check_max_bytes",
+    "check_redact",
+    "recordable",
+    "redacted_args",
+    "redacted_result",
+]
+
+log = logging.getLogger("ledger")
+
+MAX_RECORDED_BYTES = 65_536
+
+Redact = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def check_max_bytes(value: object) -> int:
+    """``value`` if it is a whole number of bytes of at least 0, else a caller's error."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"max_recorded_bytes must be an int, not {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"max_recorded_bytes must be at least 0, got {value}")
+    return value
+
+
+def check_redact(value: object) -> Redact | None:
+    """``value`` if it is ``None`` or callable, else a caller's error."""
+    if value is not None and not callable(value):
+        raise TypeError(f"redact must be a callable (dict -> dict), not {type(value).__name__}")
+    return value  # type: ignore[return-value]  # checked callable
+
+
+def redacted_args(args: object, redact: Redact | None) -> object:
+    """``args`` as ``redact`` lets them be stored; a caller's error if it raises or misbehaves.
+
+    Called before anything is written, so a ``redact`` that fails costs nothing.
+    """
+    if redact is None or not isinstance(args, dict):
+        return args
+    try:
+        out = redact(dict(args))
+    except Exception as e:
+        raise ValueError(f"redact raised {type(e).__name__} on the arguments: {e}") from e
+    if not isinstance(out, dict):
+        raise TypeError(f"redact must return a dict, not {type(out).__name__}")
+    return out
+
+
+def recordable(value: object, max_bytes: int, *, what: str) -> tuple[object, bool]:
+    """``(value, True)`` if it can be recorded as it is, else ``(None, False)`` (logged)."""
+    try:
+        text = recorded_json(value)
+    except ValueError as e:
+        log.info("%s not recorded: %s", what, e)
+        return None, False
+    size = len(text.encode("utf-8"))
+    if size > max_bytes:
+        log.info("%s not recorded: %d bytes, more than %d", what, size, max_bytes)
+        return None, False
+    return value, True
+
+
+def redacted_result(value: object, redact: Redact | None, *, what: str) -> tuple[object, bool]:
+    """A dict result as ``redact`` lets it be stored; ``(None, False)`` if redact fails."""
+    if redact is None or not isinstance(value, dict):
+        return value, True
+    try:
+        out = redact(dict(value))
+    except Exception as e:  # a result is never lost to its redaction
+        log.warning("%s not recorded: redact raised %s: %s", what, type(e).__name__, e)
+        return None, False
+    if not isinstance(out, dict):
+        log.warning("%s not recorded: redact returned a %s, not a dict", what, type(out).__name__)
+        return None, False
+    return out, True
