@@ -53,7 +53,7 @@ from mcp.types import (
 from pydantic import ValidationError
 
 from ledger import storage
-from ledger._mcp_calls import Call, brief, kinds_listed, outcome_of, read_call
+from ledger._mcp_calls import Call, brief, kinds_listed, outcome_of, read_call, result_of
 from ledger._mcp_runs import MAX_NAME, ProxyRun, check_name
 from ledger._mcp_wire import IdKey, Lines, error_line, id_key, parse, tool_error_line
 from ledger._text import printable
@@ -96,6 +96,8 @@ class Proxy:
         *,
         name: str | None,
         kinds: Mapping[str, EffectKind],
+        error_impacts: Mapping[str, Impact] | None = None,
+        record: bool = True,
         client_in: IO[bytes],
         client_out: IO[bytes],
         say: Callable[[str], None],
@@ -104,6 +106,8 @@ class Proxy:
         self._directory = directory
         self._name = None if name is None else check_name(name)
         self._kinds = dict(kinds)
+        self._error_impacts = dict(error_impacts or {})
+        self._record = record
         self._client_in = client_in
         self._client_out = client_out
         self._say = say
@@ -188,7 +192,11 @@ class Proxy:
         with self._run_lock:
             if self._run is None:
                 name = self._name or self._server_name() or Path(self._command[0]).name
-                run = ProxyRun(self._directory, check_name(_label(name)[:MAX_NAME] or "mcp"))
+                run = ProxyRun(
+                    self._directory,
+                    check_name(_label(name)[:MAX_NAME] or "mcp"),
+                    record=self._record,
+                )
                 earlier = run.start()
                 for recovery in earlier.recovered:
                     for outcome in recovery.outcomes:
@@ -385,11 +393,19 @@ class Proxy:
         self._to_client(error_line(call.request_id, code, why))
         return None
 
-    def _settle(self, claim: EffectClaim, execution: ExecutionOutcome, impact: Impact) -> None:
+    def _settle(
+        self,
+        claim: EffectClaim,
+        execution: ExecutionOutcome,
+        impact: Impact,
+        *,
+        result: object = None,
+        answered: bool = False,
+    ) -> None:
         run = self._run
         assert run is not None  # noqa: S101 - a claim was made through it
         try:
-            run.settle(claim.effect_id, execution, impact)
+            run.settle(claim.effect_id, execution, impact, result=result, answered=answered)
         except EffectPersistenceError as e:
             self._say(
                 f"the outcome of effect {claim.effect_id} ({execution.value}) could not be "
@@ -454,7 +470,12 @@ class Proxy:
         """Read what the proxy needs from an answer, before the client gets it."""
         result = message.get("result")
         if pending.claim is not None:
-            self._settle(pending.claim, *outcome_of(message, pending.claim.kind))
+            claim = pending.claim
+            execution, impact = outcome_of(
+                message, claim.kind, self._error_impacts.get(claim.operation.name)
+            )
+            recorded, answered = result_of(message)
+            self._settle(claim, execution, impact, result=recorded, answered=answered)
         elif not isinstance(result, dict):
             return
         elif pending.method in ("initialize", "server/discover"):
@@ -496,6 +517,8 @@ def run(
     *,
     name: str | None,
     kinds: Mapping[str, EffectKind],
+    error_impacts: Mapping[str, Impact] | None = None,
+    record: bool = True,
     say: Callable[[str], None],
 ) -> int:
     """Run the proxy on this process's stdin and stdout; return its exit status."""
@@ -504,6 +527,14 @@ def run(
     stdin = os.fdopen(os.dup(0), "rb")
     stdout = os.fdopen(os.dup(1), "wb")
     proxy = Proxy(
-        command, directory, name=name, kinds=kinds, client_in=stdin, client_out=stdout, say=say
+        command,
+        directory,
+        name=name,
+        kinds=kinds,
+        error_impacts=error_impacts,
+        record=record,
+        client_in=stdin,
+        client_out=stdout,
+        say=say,
     )
     return proxy.serve()

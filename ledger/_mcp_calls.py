@@ -23,7 +23,16 @@ from ledger._mcp_wire import IdKey, encode, error_line, id_key
 from ledger._text import printable
 from ledger.effects import EffectKind, ExecutionOutcome, Impact, check_identifier
 
-__all__ = ["KEY_META", "Call", "brief", "kind_of", "kinds_listed", "outcome_of", "read_call"]
+__all__ = [
+    "KEY_META",
+    "Call",
+    "brief",
+    "kind_of",
+    "kinds_listed",
+    "outcome_of",
+    "read_call",
+    "result_of",
+]
 
 KEY_META = "ledger/idempotency-key"
 
@@ -103,11 +112,28 @@ def kinds_listed(result: dict[str, Any]) -> dict[str, EffectKind]:
     }
 
 
-def outcome_of(message: dict[str, Any], kind: EffectKind) -> tuple[ExecutionOutcome, Impact]:
-    """What a server's answer to a ``tools/call`` says happened."""
+def outcome_of(
+    message: dict[str, Any], kind: EffectKind, error_impact: Impact | None = None
+) -> tuple[ExecutionOutcome, Impact]:
+    """What a server's answer to a ``tools/call`` says happened.
+
+    A JSON-RPC error is the server refusing the call: it failed and did nothing. A
+    result with ``isError`` is the server saying the tool failed: impact ``NONE``, unless
+    ``error_impact`` (the tool's ``--error-impact``) says otherwise, or the tool is
+    ``IRREVERSIBLE`` (a failure it reports may still have sent the mail): ``POSSIBLE``.
+    An answer that is neither an error nor a result object says nothing the proxy can
+    trust: failed, maybe done.
+    """
+    if "result" not in message and "error" in message:
+        return ExecutionOutcome.FAILED, Impact.NONE
     result = message.get("result")
-    if "error" in message or not isinstance(result, dict) or result.get("isError") is True:
+    if not isinstance(result, dict) or "error" in message:
         return ExecutionOutcome.FAILED, Impact.POSSIBLE
+    if result.get("isError") is True:
+        if error_impact is None:
+            irreversible = kind is EffectKind.IRREVERSIBLE
+            error_impact = Impact.POSSIBLE if irreversible else Impact.NONE
+        return ExecutionOutcome.FAILED, error_impact
     if result.get("resultType", "complete") == "input_required":
         # The server asks for input before it runs the tool: nothing has happened, and
         # the client will call again (a new effect) with the input.
@@ -115,3 +141,13 @@ def outcome_of(message: dict[str, Any], kind: EffectKind) -> tuple[ExecutionOutc
     return ExecutionOutcome.REPORTED_SUCCESS, (
         Impact.NONE if kind is EffectKind.READ else Impact.CERTAIN
     )
+
+
+def result_of(message: dict[str, Any]) -> tuple[object, bool]:
+    """The answer's JSON-RPC ``result`` as the server sent it, and whether it has one.
+
+    A JSON-RPC error has none: what is recorded of a call is always its result object.
+    """
+    if "result" not in message or "error" in message:
+        return None, False
+    return message["result"], True

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ledger import _inspect, storage
 from ledger._paths import DB_NAME
+from ledger._recorded import MAX_RECORDED_BYTES, recordable
 from ledger.effect_log import EffectLog, new_effect_id, new_run_id
 from ledger.effects import (
     EffectClaim,
@@ -118,9 +119,10 @@ class ProxyRun:
     outcomes from the thread reading the server.
     """
 
-    def __init__(self, directory: storage.Location, name: str) -> None:
+    def __init__(self, directory: storage.Location, name: str, *, record: bool = True) -> None:
         self.directory = directory
         self.name = check_name(name)
+        self.record = record  # a call's arguments and result, as log.effect records them
         self.run_id = new_run_id()
         self._lock = threading.RLock()
         self._log = EffectLog(self.run_id, directory, writer_name=self.name)
@@ -206,13 +208,21 @@ class ProxyRun:
     ) -> EffectClaim:
         """Claim one tool call, durably; ``ValueError`` for what cannot be claimed.
 
-        ``server`` names the resource (``mcp://SERVER/TOOL``). Raises
+        ``server`` names the resource (``mcp://SERVER/TOOL``). The arguments are
+        recorded in the claim (unless this run records nothing, or they are too large
+        or not JSON-exact: then not, and the call is claimed all the same). Raises
         :class:`EffectPersistenceError` when the claim could not be persisted even after
         loading the run again: then it exists nowhere and the call must not be made.
         """
         effect_id = new_effect_id()
-        operation = OperationRef(tool, backend, args_digest({} if args is None else args))
+        args = {} if args is None else args  # no arguments: the tool gets none
+        operation = OperationRef(tool, backend, args_digest(args))
         target = resource_ref(ExternalResource(f"mcp://{server}/{tool}"), "target")
+        recorded = (
+            recordable(args, MAX_RECORDED_BYTES, what=f"the arguments of a call to {tool}")[0]
+            if self.record
+            else None
+        )
 
         def attempt() -> EffectClaim:
             return self._log.claim(
@@ -221,6 +231,7 @@ class ProxyRun:
                 operation=operation,
                 impact_scope=[target],
                 kind=kind,
+                args=recorded,
             )
 
         with self._lock:
@@ -232,16 +243,43 @@ class ProxyRun:
             self._keys[effect_id] = (tool, operation.args_sha256)
         return claim
 
-    def settle(self, effect_id: str, execution: ExecutionOutcome, impact: Impact) -> None:
+    def settle(
+        self,
+        effect_id: str,
+        execution: ExecutionOutcome,
+        impact: Impact,
+        *,
+        result: object = None,
+        answered: bool = False,
+    ) -> None:
         """Record the call's outcome; :class:`EffectPersistenceError` if it cannot be persisted.
 
-        Returns once the outcome is durable: only then is the client told the answer.
+        ``result`` is the server's result object when it ``answered`` with one: recorded
+        (unless this run records nothing, or it is too large or not JSON-exact). Returns
+        once the outcome is durable: only then is the client told the answer.
         """
+        recorded = False
+        if answered and self.record:
+            result, recorded = recordable(
+                result, MAX_RECORDED_BYTES, what=f"the result of effect {effect_id}"
+            )
+        if not recorded:
+            result = None
+
+        def write() -> None:
+            self._log.outcome(
+                effect_id=effect_id,
+                execution=execution,
+                impact=impact,
+                result=result,
+                result_recorded=recorded,
+            )
+
         with self._lock:
             held = _HeldBack()
             _LOG.addFilter(held)
             try:
-                self._log.outcome(effect_id=effect_id, execution=execution, impact=impact)
+                write()
                 written = not self._log.degraded
             except EffectPersistenceError:
                 written = False
@@ -254,7 +292,7 @@ class ProxyRun:
                 # not so here: the run is loaded again and the outcome written once more.
                 self._reload()
                 if self._log.assess(effect_id).execution is None:
-                    self._log.outcome(effect_id=effect_id, execution=execution, impact=impact)
+                    write()
                 if self._log.degraded:
                     raise EffectPersistenceError(
                         f"the outcome of effect {effect_id} of run {self.run_id} was not persisted"

@@ -26,7 +26,7 @@ from ledger import _inspect, _jsonl, _report, storage
 from ledger._paths import DB_NAME, default_store
 from ledger._text import UNPRINTABLE, printable
 from ledger.effect_log import EffectPersistenceError
-from ledger.effects import EffectClaim, EffectKind, EffectOutcome, Record, Resolution
+from ledger.effects import EffectClaim, EffectKind, EffectOutcome, Impact, Record, Resolution
 from ledger.storage import ShellMissingError
 
 __all__ = ["main"]
@@ -752,6 +752,21 @@ def _kind_option(
     return kinds
 
 
+_ERROR_IMPACTS = {"possible": Impact.POSSIBLE, "none": Impact.NONE}
+
+
+def _error_impact_option(
+    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
+) -> dict[str, Impact]:
+    impacts = {}
+    for value in values:
+        tool, sep, word = value.rpartition("=")
+        if not sep or not tool or word.lower() not in _ERROR_IMPACTS:
+            raise click.BadParameter(printable(f"{value!r} is not TOOL=possible or TOOL=none"))
+        impacts[tool] = _ERROR_IMPACTS[word.lower()]
+    return impacts
+
+
 @main.command(
     name="mcp-proxy",
     short_help="Put an MCP server behind the ledger: every tool call an effect.",
@@ -773,15 +788,37 @@ def _kind_option(
     help="The kind of TOOL's calls (read, idempotent, write, irreversible), whatever the "
     "server's annotations say. Repeatable.",
 )
+@click.option(
+    "--error-impact",
+    "error_impacts",
+    multiple=True,
+    metavar="TOOL=IMPACT",
+    callback=_error_impact_option,
+    help="The impact recorded when TOOL's result says isError: possible (it may have acted "
+    "before failing) or none. Default: none, possible for an irreversible tool. Repeatable.",
+)
+@click.option(
+    "--no-record",
+    is_flag=True,
+    default=False,
+    help="Record neither the calls' arguments nor their results (only their digests).",
+)
 @_store_option
-def mcp_proxy(
-    command: tuple[str, ...], name: str | None, kinds: dict[str, EffectKind], store: Path | None
+def mcp_proxy(  # click passes every option by name
+    *,
+    command: tuple[str, ...],
+    name: str | None,
+    kinds: dict[str, EffectKind],
+    error_impacts: dict[str, Impact],
+    no_record: bool,
+    store: Path | None,
 ) -> None:
     """Start COMMAND, an MCP server speaking stdio, and relay MCP between it and the client.
 
     Every message passes through; every tools/call is claimed in the ledger before the
     server gets it (its idempotency key in params._meta["ledger/idempotency-key"]) and
-    its answer recorded before the client gets it. Each proxy process is one run, its
+    its answer recorded before the client gets it, with the call's arguments and
+    result unless --no-record. Each proxy process is one run, its
     id on stderr. Runs of the same NAME left unsettled by a dead proxy are recovered at
     start, and a write identical to an earlier one a person must check is refused
     until it is resolved. See docs/mcp.md.
@@ -800,7 +837,15 @@ def mcp_proxy(
 
     with _library_errors():
         try:
-            status = _mcp.run(command, _directory(store), name=name, kinds=kinds, say=say)
+            status = _mcp.run(
+                command,
+                _directory(store),
+                name=name,
+                kinds=kinds,
+                error_impacts=error_impacts,
+                record=not no_record,
+                say=say,
+            )
         except _mcp.ProxyError as e:
             raise click.ClickException(_one_line(e)) from None
     raise SystemExit(status)

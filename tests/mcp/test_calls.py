@@ -12,7 +12,15 @@ from typing import Any
 
 import pytest
 
-from ledger._mcp_calls import KEY_META, Call, kind_of, kinds_listed, outcome_of, read_call
+from ledger._mcp_calls import (
+    KEY_META,
+    Call,
+    kind_of,
+    kinds_listed,
+    outcome_of,
+    read_call,
+    result_of,
+)
 from ledger._mcp_wire import Lines, error_line, id_key, parse, tool_error_line
 from ledger.effects import EffectKind, ExecutionOutcome, Impact
 
@@ -107,22 +115,62 @@ def test_a_tools_list_gives_each_named_tool_its_kind() -> None:
     assert kinds_listed({"tools": "no"}) == {}
 
 
+IRREVERSIBLE, WRITE, READ = EffectKind.IRREVERSIBLE, EffectKind.WRITE, EffectKind.READ
+TOOL_ERROR = {"result": {"content": [], "isError": True}}
+RPC_ERROR = {"error": {"code": -1, "message": "x"}}
+
+
 @pytest.mark.parametrize(
-    ("answer", "kind", "outcome"),
+    ("answer", "kind", "error_impact", "outcome"),
     [
-        ({"result": {"content": []}}, EffectKind.WRITE, (SUCCESS, Impact.CERTAIN)),
-        ({"result": {"content": []}}, EffectKind.READ, (SUCCESS, Impact.NONE)),
-        ({"result": {"content": [], "isError": True}}, EffectKind.READ, (FAILED, Impact.POSSIBLE)),
-        ({"error": {"code": -1, "message": "x"}}, EffectKind.WRITE, (FAILED, Impact.POSSIBLE)),
-        ({"result": "not an object"}, EffectKind.WRITE, (FAILED, Impact.POSSIBLE)),
-        ({"result": {"resultType": "input_required"}}, EffectKind.WRITE, (FAILED, Impact.NONE)),
+        ({"result": {"content": []}}, WRITE, None, (SUCCESS, Impact.CERTAIN)),
+        ({"result": {"content": []}}, READ, None, (SUCCESS, Impact.NONE)),
+        ({"result": {"content": []}}, WRITE, Impact.POSSIBLE, (SUCCESS, Impact.CERTAIN)),
+        (TOOL_ERROR, READ, None, (FAILED, Impact.NONE)),
+        (TOOL_ERROR, WRITE, None, (FAILED, Impact.NONE)),
+        (TOOL_ERROR, EffectKind.IDEMPOTENT, None, (FAILED, Impact.NONE)),
+        (TOOL_ERROR, IRREVERSIBLE, None, (FAILED, Impact.POSSIBLE)),
+        (TOOL_ERROR, WRITE, Impact.POSSIBLE, (FAILED, Impact.POSSIBLE)),
+        (TOOL_ERROR, IRREVERSIBLE, Impact.NONE, (FAILED, Impact.NONE)),
+        ({"result": {"content": [], "isError": "yes"}}, WRITE, None, (SUCCESS, Impact.CERTAIN)),
+        (RPC_ERROR, WRITE, None, (FAILED, Impact.NONE)),
+        (RPC_ERROR, IRREVERSIBLE, Impact.POSSIBLE, (FAILED, Impact.NONE)),
+        ({**RPC_ERROR, "result": {"content": []}}, WRITE, None, (FAILED, Impact.POSSIBLE)),
+        ({"result": "not an object"}, WRITE, None, (FAILED, Impact.POSSIBLE)),
+        ({"result": None}, READ, None, (FAILED, Impact.POSSIBLE)),
+        ({}, WRITE, None, (FAILED, Impact.POSSIBLE)),
+        ({"result": {"resultType": "input_required"}}, WRITE, None, (FAILED, Impact.NONE)),
     ],
 )
 def test_an_answer_says_the_outcome(
-    answer: dict[str, Any], kind: EffectKind, outcome: tuple[ExecutionOutcome, Impact]
+    answer: dict[str, Any],
+    kind: EffectKind,
+    error_impact: Impact | None,
+    outcome: tuple[ExecutionOutcome, Impact],
 ) -> None:
-    """Result: success; isError, an error or a malformed result: failed, maybe done."""
-    assert outcome_of({"jsonrpc": "2.0", "id": 1, **answer}, kind) == outcome
+    """Result: success. isError: failed, impact none unless irreversible or --error-impact.
+
+    A JSON-RPC error: failed, nothing done. Anything else (a result that is no object,
+    an error and a result at once): failed, maybe done.
+    """
+    assert outcome_of({"jsonrpc": "2.0", "id": 1, **answer}, kind, error_impact) == outcome
+
+
+@pytest.mark.parametrize(
+    ("answer", "result"),
+    [
+        ({"result": {"content": [], "isError": True}}, ({"content": [], "isError": True}, True)),
+        ({"result": None}, (None, True)),
+        ({"error": {"code": -1, "message": "x"}}, (None, False)),
+        ({"error": {"code": -1, "message": "x"}, "result": {}}, (None, False)),
+        ({}, (None, False)),
+    ],
+)
+def test_the_recorded_result_is_the_result_object_as_sent(
+    answer: dict[str, Any], result: tuple[object, bool]
+) -> None:
+    """A result (an isError one too) is recorded as it came; a JSON-RPC error is not."""
+    assert result_of({"jsonrpc": "2.0", "id": 1, **answer}) == result
 
 
 def test_lines_come_whole_or_an_oversized_one_in_pieces() -> None:

@@ -48,13 +48,16 @@ def test_mcp_proxy_without_the_sdk_says_how_to_install_it(tmp_path: Path) -> Non
     [
         (["--kind", "send_email", "--", "true"], "is not TOOL=KIND"),
         (["--kind", "send_email=maybe", "--", "true"], "is not TOOL=KIND"),
+        (["--error-impact", "send_email", "--", "true"], "is not TOOL=possible or TOOL=none"),
+        (["--error-impact", "=none", "--", "true"], "is not TOOL=possible or TOOL=none"),
+        (["--error-impact", "a=certain", "--", "true"], "is not TOOL=possible or TOOL=none"),
         ([], "Missing argument"),
     ],
 )
 def test_usage_mistakes_are_one_line_and_exit_2(
     tmp_path: Path, args: list[str], words: str
 ) -> None:
-    """A bad --kind or no command: a usage error."""
+    """A bad --kind or --error-impact, or no command: a usage error."""
     result = ledger("mcp-proxy", "--store", str(tmp_path / "store"), *args)
     assert result.returncode == 2
     assert words in result.stderr
