@@ -36,6 +36,7 @@ In synchronous code, Ctrl-C is held back by the log until a write's fate is know
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 import functools
@@ -48,8 +49,16 @@ import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NamedTuple, Protocol, TypeAlias, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeAlias, TypeVar, cast, overload
 
+from ledger._recorded import (
+    Redact,
+    check_max_bytes,
+    check_redact,
+    recordable,
+    redacted_args,
+    redacted_result,
+)
 from ledger.effects import (
     Assessment,
     Coverage,
@@ -67,17 +76,23 @@ from ledger.effects import (
     ResourceRef,
     args_digest,
     check_identifier,
+    check_step,
     resource_ref,
     utc_now,
 )
 from ledger.resources import FilesystemResource
+
+if TYPE_CHECKING:
+    from ledger._resume import Begin
 
 __all__ = [
     "AsyncEffectCall",
     "EffectCall",
     "EffectScope",
     "FileTarget",
+    "Recording",
     "Referable",
+    "Settle",
     "Tool",
     "observe_file",
     "read_file",
@@ -113,15 +128,73 @@ class Seen(NamedTuple):
     coverage: Coverage = Coverage.COMPLETE
 
 
+class Settle(NamedTuple):
+    """An outcome ``log.effect`` records at the end of a call, with the result it recorded."""
+
+    execution: ExecutionOutcome
+    impact: Impact
+    result: object = None
+    recorded: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Recording:
+    """What a log records of a call: its arguments, its result, through ``redact``, bounded."""
+
+    args: bool = True
+    result: bool = True
+    redact: Redact | None = None
+    max_bytes: int = 65_536
+
+    @classmethod
+    def of(cls, args: object, result: object, redact: object, max_bytes: object) -> Recording:
+        """Checked options (a caller's error for a wrong type)."""
+        for name, value in (("record_args", args), ("record_result", result)):
+            if not isinstance(value, bool):
+                raise InvalidTypeError(f"{name} must be a bool, not {type(value).__name__}")
+        return cls(
+            cast("bool", args),
+            cast("bool", result),
+            check_redact(redact),
+            check_max_bytes(max_bytes),
+        )
+
+    def given(self, args: object, result: object, redact: object) -> Recording:
+        """These options, with those a call gives (``None``: the log's) in their place."""
+        return Recording.of(
+            self.args if args is None else args,
+            self.result if result is None else result,
+            self.redact if redact is None else redact,
+            self.max_bytes,
+        )
+
+    def stored_args(self, args: object, what: str) -> object:
+        """What a claim records of ``args``; a caller's error if ``redact`` fails on them."""
+        if not self.args:
+            return None
+        return recordable(redacted_args(args, self.redact), self.max_bytes, what=what)[0]
+
+    def stored_result(self, value: object, what: str) -> tuple[object, bool]:
+        """What an outcome records of a result: ``(value, recorded)``; never an error."""
+        if not self.result:
+            return None, False
+        value, ok = redacted_result(value, self.redact, what=what)
+        if not ok:
+            return None, False
+        return recordable(value, self.max_bytes, what=what)
+
+
 class _Log(Protocol):
     """What this module needs of an :class:`~ledger.effect_log.EffectLog`."""
 
-    def _claim_seen(self, probe: EffectClaim, seen: Sequence[Seen]) -> EffectClaim: ...
+    def _begin_step(
+        self, probe: EffectClaim, seen: Sequence[Seen], step: str | None, *, tool: bool
+    ) -> Begin: ...
 
     def _settle_seen(
         self,
         effect_id: str,
-        settle: tuple[ExecutionOutcome, Impact] | None,
+        settle: Settle | None,
         seen: Sequence[Seen],
         source_action_id: str,
     ) -> None: ...
@@ -145,6 +218,8 @@ class _Log(Protocol):
         execution: ExecutionOutcome,
         impact: Impact,
         execution_id: str | None = ...,
+        result: object = ...,
+        result_recorded: bool | None = ...,
     ) -> EffectOutcome: ...
 
     def observe(
@@ -262,6 +337,19 @@ def observe_file(
     )
 
 
+def look_at(targets: Iterable[ResourceRef], what: str, when: str) -> list[Seen]:
+    """Read each file target: what its observation records (one unreadable is logged, left out)."""
+    seen = []
+    for target in targets:
+        try:
+            state = read_file(target.locator)
+        except OSError as e:
+            log.warning("%s: %s could not be observed %s: %s", what, target.locator, when, e)
+            continue
+        seen.append(Seen(new_effect_id(), target, state.mechanism, state.exists, state.sha256))
+    return seen
+
+
 # --------------------------------------------------------------------------- one effect
 
 
@@ -287,6 +375,9 @@ def _exception_types(value: object) -> tuple[type[BaseException], ...]:
     return cast("tuple[type[BaseException], ...]", types)
 
 
+_UNSET: Any = object()  # no result given
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Plan:
     """One effect's checked arguments, and the steps that record it (each blocking)."""
@@ -296,18 +387,21 @@ class _Plan:
     targets: tuple[ResourceRef, ...]  # the files its postconditions name, once each
     no_impact: tuple[type[BaseException], ...]
     chosen_id: bool  # whether the caller chose the effect id (it may be taken)
+    step: str | None  # None: the automatic one
+    tool: bool  # a decorated function: a replay with no recorded result raises
+    recording: Recording
 
     @property
     def effect_id(self) -> str:
         return self.probe.effect_id
 
-    def begin(self) -> EffectClaim:
-        """Observe the targets (the baseline), then claim: durable when it returns."""
+    def begin(self) -> Begin:
+        """Observe the targets (the baseline), then claim, or replay: durable when it returns."""
         if self.chosen_id and self.targets:
             self._refuse_taken()  # before any baseline is written for it
         probe = self.probe
         try:
-            return self.log._claim_seen(probe, self.look("before"))  # noqa: SLF001 - its own log
+            return self.log._begin_step(probe, self.look("before"), self.step, tool=self.tool)  # noqa: SLF001 - its own log
         except BaseException as e:
             # A caller's mistake or the store's trouble: the claim exists nowhere. A signal
             # handler's exception (Ctrl-C) is held back until the log knows whether the
@@ -334,22 +428,26 @@ class _Plan:
                 "effect %r: its body never ran, but that could not be recorded", self.effect_id
             )
 
-    def finish(self, given: bool, error: BaseException | None) -> None:
-        """Record the outcome (unless ``given`` one already) and observe the targets again.
+    def finish(self, call: _Call, error: BaseException | None) -> None:
+        """Record the outcome (unless the body gave one) and observe the targets again.
 
-        When the body raised ``error``, a failure here is logged rather than raised, so
-        the body's exception goes on unchanged.
+        A replayed call records nothing. When the body raised ``error``, a failure here is
+        logged rather than raised, so the body's exception goes on unchanged.
         """
+        if call.replayed:
+            return
         try:
-            settle: tuple[ExecutionOutcome, Impact] | None = None
-            if not given and not self._settled():
+            settle: Settle | None = None
+            if not call.outcome_given and not self._settled():
                 if error is None:
-                    execution = ExecutionOutcome.REPORTED_SUCCESS
                     impact = Impact.NONE if self.probe.kind is EffectKind.READ else Impact.CERTAIN
+                    result, recorded = None, False
+                    if call.returned is not _UNSET:
+                        result, recorded = self.stored_result(call.returned)
+                    settle = Settle(ExecutionOutcome.REPORTED_SUCCESS, impact, result, recorded)
                 else:
-                    execution = ExecutionOutcome.FAILED
                     impact = Impact.NONE if isinstance(error, self.no_impact) else Impact.POSSIBLE
-                settle = (execution, impact)
+                    settle = Settle(ExecutionOutcome.FAILED, impact)
             # The outcome and the targets seen after the call share one transaction.
             self.log._settle_seen(  # noqa: SLF001 - its own log
                 self.effect_id, settle, self.look("after"), self.probe.action_id
@@ -363,6 +461,9 @@ class _Plan:
                 type(error).__name__,
             )
 
+    def stored_result(self, value: object) -> tuple[object, bool]:
+        return self.recording.stored_result(value, f"the result of effect {self.effect_id!r}")
+
     def _settled(self) -> bool:
         """Whether the body recorded a terminal outcome itself, through the log."""
         execution = self.log.assess(self.effect_id).execution
@@ -370,36 +471,52 @@ class _Plan:
 
     def look(self, when: str) -> list[Seen]:
         """Read the targets (files): what the observations ``when`` the call will record."""
-        seen = []
-        for target in self.targets:
-            try:
-                state = read_file(target.locator)
-            except OSError as e:
-                log.warning(
-                    "effect %r: %s could not be observed %s its call: %s",
-                    self.effect_id,
-                    target.locator,
-                    when,
-                    e,
-                )
-                continue
-            seen.append(Seen(new_effect_id(), target, state.mechanism, state.exists, state.sha256))
-        return seen
+        return look_at(self.targets, f"effect {self.effect_id!r}", f"{when} its call")
 
-    def outcome(self, execution: ExecutionOutcome, impact: Impact) -> EffectOutcome:
-        return self.log.outcome(effect_id=self.effect_id, execution=execution, impact=impact)
+    def outcome(
+        self, execution: ExecutionOutcome, impact: Impact, result: object = _UNSET
+    ) -> EffectOutcome:
+        stored, recorded = (None, False) if result is _UNSET else self.stored_result(result)
+        return self.log.outcome(
+            effect_id=self.effect_id,
+            execution=execution,
+            impact=impact,
+            result=stored,
+            result_recorded=recorded,
+        )
 
 
 class _Call:
     """What the body of ``log.effect`` gets: the effect's identity and its claim."""
 
-    __slots__ = ("_given", "_plan", "claim")
+    __slots__ = (
+        "_given",
+        "_plan",
+        "_result_recorded",
+        "attempt",
+        "claim",
+        "replayed",
+        "result",
+        "returned",
+    )
 
-    def __init__(self, plan: _Plan, claim: EffectClaim) -> None:
+    def __init__(self, plan: _Plan, begun: Begin) -> None:
         self._plan = plan
         self._given = False
-        self.claim = claim
-        """The durable claim."""
+        self.claim = begun.claim
+        """The durable claim: this attempt's, or the attempt replayed."""
+        self.replayed = begun.replayed
+        """Whether the call's step was done already: the body must not run its call again."""
+        self.attempt = begun.attempt
+        """Which attempt of the step this is (or was, replayed): 1 for the first."""
+        outcome = begun.outcome
+        replayed_outcome = outcome if begun.replayed else None
+        self.result: Any = None if replayed_outcome is None else replayed_outcome.result
+        """The recorded result of a replayed call (``None`` when none was recorded)."""
+        self._result_recorded = replayed_outcome is not None and bool(
+            replayed_outcome.result_recorded
+        )
+        self.returned: Any = _UNSET  # what a decorated function returned, recorded at exit
 
     @property
     def effect_id(self) -> str:
@@ -417,11 +534,25 @@ class _Call:
         return self.claim.kind
 
     @property
+    def step(self) -> str:
+        """The call's step: its identity across restarts."""
+        return self.claim.step
+
+    @property
+    def result_recorded(self) -> bool:
+        """Whether a replayed call has a recorded result (``None`` may be one)."""
+        return self._result_recorded
+
+    @property
     def outcome_given(self) -> bool:
         """Whether the body gave the outcome, through :meth:`succeeded` or :meth:`failed`."""
         return self._given
 
     def _take(self, impact: object, default: Impact | None = None) -> Impact:
+        if self.replayed:
+            raise ValueError(
+                f"effect {self.effect_id!r} is replayed: its outcome is recorded already"
+            )
         if impact is None and default is not None:
             impact = default
         if not isinstance(impact, Impact):
@@ -436,7 +567,10 @@ class _Call:
         return self._take(impact, default)
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} effect_id={self.effect_id!r} kind={self.kind.value}>"
+        replayed = " replayed" if self.replayed else ""
+        return (
+            f"<{type(self).__name__} effect_id={self.effect_id!r} kind={self.kind.value}{replayed}>"
+        )
 
 
 class EffectCall(_Call):
@@ -444,13 +578,14 @@ class EffectCall(_Call):
 
     __slots__ = ()
 
-    def succeeded(self, *, impact: Impact | None = None) -> EffectOutcome:
+    def succeeded(self, *, impact: Impact | None = None, result: Any = _UNSET) -> EffectOutcome:
         """Record ``REPORTED_SUCCESS`` now (impact default: ``CERTAIN``, ``NONE`` for a READ).
 
-        The block then records no outcome of its own, even if the body raises later.
+        ``result`` is what the call returned, recorded as the log records results. The
+        block then records no outcome of its own, even if the body raises later.
         """
         impact = self._success_impact(impact)
-        return self._plan.outcome(ExecutionOutcome.REPORTED_SUCCESS, impact)
+        return self._plan.outcome(ExecutionOutcome.REPORTED_SUCCESS, impact, result)
 
     def failed(self, *, impact: Impact = Impact.POSSIBLE) -> EffectOutcome:
         """Record ``FAILED`` now; impact ``NONE`` says the call certainly did nothing."""
@@ -468,14 +603,16 @@ class AsyncEffectCall(_Call):
 
     __slots__ = ("_pending",)
 
-    def __init__(self, plan: _Plan, claim: EffectClaim) -> None:
-        super().__init__(plan, claim)
+    def __init__(self, plan: _Plan, begun: Begin) -> None:
+        super().__init__(plan, begun)
         self._pending: asyncio.Future[EffectOutcome] | None = None
 
-    def succeeded(self, *, impact: Impact | None = None) -> asyncio.Future[EffectOutcome]:
+    def succeeded(
+        self, *, impact: Impact | None = None, result: Any = _UNSET
+    ) -> asyncio.Future[EffectOutcome]:
         """Record ``REPORTED_SUCCESS`` (impact default: ``CERTAIN``, ``NONE`` for a READ)."""
         impact = self._success_impact(impact)
-        return self._start(ExecutionOutcome.REPORTED_SUCCESS, impact)
+        return self._start(ExecutionOutcome.REPORTED_SUCCESS, impact, result)
 
     def failed(self, *, impact: Impact = Impact.POSSIBLE) -> asyncio.Future[EffectOutcome]:
         """Record ``FAILED``; impact ``NONE`` says the call certainly did nothing."""
@@ -487,8 +624,10 @@ class AsyncEffectCall(_Call):
         """The outcome the body gave, being written or written; ``None`` if it gave none."""
         return self._pending
 
-    def _start(self, execution: ExecutionOutcome, impact: Impact) -> asyncio.Future[EffectOutcome]:
-        self._pending = _off_loop(functools.partial(self._plan.outcome, execution, impact))
+    def _start(
+        self, execution: ExecutionOutcome, impact: Impact, result: Any = _UNSET
+    ) -> asyncio.Future[EffectOutcome]:
+        self._pending = _off_loop(functools.partial(self._plan.outcome, execution, impact, result))
         return self._pending
 
 
@@ -554,10 +693,19 @@ class EffectScope:
         action_id: str | None = None,
         backend: str = "",
         no_impact: ExceptionTypes = (),
+        step: str | None = None,
+        recording: Recording | None = None,
+        tool: bool = False,
     ) -> None:
         if not isinstance(kind, EffectKind):
             raise InvalidTypeError(f"kind must be an EffectKind, not {type(kind).__name__}")
-        digest = args_digest({} if args is None else args)
+        if step is not None:
+            check_step(step)
+            if not step:
+                raise ValueError("step must be a non-empty string (or None for the automatic one)")
+        recording = Recording() if recording is None else recording
+        args = {} if args is None else args
+        digest = args_digest(args)
         chosen = effect_id is not None
         effect_id = new_effect_id() if effect_id is None else effect_id
         check_identifier(effect_id, "effect_id")
@@ -571,13 +719,21 @@ class EffectScope:
             obligations=obligations,  # type: ignore[arg-type]  # checked and made a tuple
             recorded_at=utc_now(),
             kind=kind,
+            args=recording.stored_args(args, f"the arguments of {operation}"),
         )
         targets: dict[str, ResourceRef] = {}
         for condition in probe.obligations:
             if condition.target.kind == "fs":
                 targets.setdefault(condition.target.locator, condition.target)
         self._plan = _Plan(
-            log_, probe, tuple(targets.values()), _exception_types(no_impact), chosen
+            log_,
+            probe,
+            tuple(targets.values()),
+            _exception_types(no_impact),
+            chosen,
+            step,
+            tool,
+            recording,
         )
         self._entered = False
         self._call: _Call | None = None
@@ -610,7 +766,7 @@ class EffectScope:
     ) -> None:
         assert self._call is not None  # noqa: S101 - entered, or there is no exit
         self._leave()
-        self._plan.finish(self._call.outcome_given, exc)
+        self._plan.finish(self._call, exc)
 
     def _leave(self) -> None:
         if self._token is not None:
@@ -647,7 +803,7 @@ class EffectScope:
         if pending is not None:
             cancelled = await _wait(pending)
             given_error = pending.exception()
-        finished = _off_loop(functools.partial(self._plan.finish, call.outcome_given, exc))
+        finished = _off_loop(functools.partial(self._plan.finish, call, exc))
         cancelled = await _wait(finished) or cancelled
         error = given_error or finished.exception()
         if exc is not None:
@@ -683,12 +839,56 @@ def _is_async(fn: Callable[..., Any]) -> bool:
     )
 
 
+# The logs entered with ``with log:`` in this context (thread or task), innermost last:
+# ledger.tool runs its calls as effects of the last one.
+_ENTERED: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar(
+    "ledger_entered_logs", default=()
+)
+
+
+def enter_log(log_: object) -> contextvars.Token[tuple[Any, ...]]:
+    """Make ``log_`` the log ``ledger.tool`` uses in this context, until :func:`leave_log`."""
+    return _ENTERED.set((*_ENTERED.get(), log_))
+
+
+def leave_log(token: contextvars.Token[tuple[Any, ...]]) -> None:
+    """Undo :func:`enter_log` (in another context, where the token is foreign: drop the log)."""
+    with contextlib.suppress(ValueError):  # exited in another thread or task: nothing to undo
+        _ENTERED.reset(token)
+
+
+def entered_log() -> _Log:
+    """The log entered last with ``with`` in this context; ``RuntimeError`` if none is."""
+    logs = _ENTERED.get()
+    if not logs:
+        raise RuntimeError(
+            "a ledger.tool function was called with no log entered in this thread or task: "
+            "run it inside `with EffectLog.resume(run_id) as log:` (or use @log.tool)"
+        )
+    return cast("_Log", logs[-1])
+
+
+def _step_of(value: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    if value is None:
+        return None
+    step = value(*args, **kwargs) if callable(value) else value
+    if not isinstance(step, str) or not step:
+        raise InvalidTypeError(
+            f"a tool's step must be a non-empty str, not {type(step).__name__} {step!r:.40}"
+        )
+    return step
+
+
 class Tool:
-    """``log.tool``: a decorator making each call of a function one effect of the log."""
+    """A decorator making each call of a function one effect: ``log.tool`` and ``ledger.tool``.
+
+    Bound to a log (``log.tool``), or to the log entered last with ``with`` in the calling
+    thread or task, found at each call (``ledger.tool``).
+    """
 
     __slots__ = ("_log",)
 
-    def __init__(self, log_: _Log) -> None:
+    def __init__(self, log_: _Log | None) -> None:
         self._log = log_
 
     @overload
@@ -708,6 +908,10 @@ class Tool:
         obligations: Iterable[Postcondition] | Callable[..., Iterable[Postcondition]] | None = ...,
         backend: str = ...,
         no_impact: ExceptionTypes = ...,
+        step: Callable[..., str] | None = ...,
+        record_args: bool | None = ...,
+        record_result: bool | None = ...,
+        redact: Redact | None = ...,
     ) -> Callable[[F], F]: ...
 
     def __call__(
@@ -723,6 +927,10 @@ class Tool:
         obligations: Iterable[Postcondition] | Callable[..., Iterable[Postcondition]] | None = None,
         backend: str = "",
         no_impact: ExceptionTypes = (),
+        step: Callable[..., str] | None = None,
+        record_args: bool | None = None,
+        record_result: bool | None = None,
+        redact: Redact | None = None,
     ) -> F | Callable[[F], F]:
         """Decorate ``fn`` (bare ``@log.tool``), or return a decorator with these options."""
         if not isinstance(kind, EffectKind):
@@ -731,7 +939,12 @@ class Tool:
             check_identifier(operation, "operation")
         OperationRef("tool", backend, "0" * 64)  # checks backend now, not at the first call
         no_impact_types = _exception_types(no_impact)
-        log_ = self._log
+        if step is not None and not callable(step):
+            raise InvalidTypeError(
+                f"step must be a callable taking the tool's arguments, not {type(step).__name__}"
+            )
+        Recording().given(record_args, record_result, redact)  # checks them now
+        bound_log = self._log
 
         def decorate(fn: F) -> F:
             if not callable(fn):
@@ -748,8 +961,10 @@ class Tool:
             signature = inspect.signature(fn)
 
             def scope(args: tuple[Any, ...], kwargs: dict[str, Any]) -> EffectScope:
+                log_ = entered_log() if bound_log is None else bound_log
                 bound = signature.bind(*args, **kwargs)  # a wrong call fails as it would
                 bound.apply_defaults()
+                recording = cast("Any", log_).recording.given(record_args, record_result, redact)
                 return EffectScope(
                     log_,
                     name,
@@ -759,24 +974,37 @@ class Tool:
                     obligations=_per_call(obligations, args, kwargs),
                     backend=backend,
                     no_impact=no_impact_types,
+                    step=_step_of(step, args, kwargs),
+                    recording=recording,
+                    tool=True,
                 )
 
             if _is_async(fn):
 
                 @functools.wraps(fn)
                 async def async_tool(*args: Any, **kwargs: Any) -> Any:
-                    async with scope(args, kwargs):
-                        return await fn(*args, **kwargs)
+                    async with scope(args, kwargs) as call:
+                        if call.replayed:
+                            return call.result
+                        call.returned = await fn(*args, **kwargs)
+                        return call.returned
 
                 return cast("F", async_tool)
 
             @functools.wraps(fn)
             def sync_tool(*args: Any, **kwargs: Any) -> Any:
-                with scope(args, kwargs):
-                    return fn(*args, **kwargs)
+                with scope(args, kwargs) as call:
+                    if call.replayed:
+                        return call.result
+                    call.returned = fn(*args, **kwargs)
+                    return call.returned
 
             return cast("F", sync_tool)
 
         if fn is None:
             return decorate
         return decorate(fn)
+
+
+tool = Tool(None)
+"""``ledger.tool``: ``log.tool``'s decorator, for functions defined before any log exists."""

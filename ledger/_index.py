@@ -19,8 +19,11 @@ from collections import defaultdict
 from ledger.effects import (
     Decision,
     EffectClaim,
+    EffectKind,
     EffectOutcome,
+    ExecutionOutcome,
     History,
+    Impact,
     Observation,
     Record,
     Resolution,
@@ -50,6 +53,11 @@ class RunIndex:
         self._retries: dict[str, list[EffectClaim]] = defaultdict(list)
         self._resolutions: dict[str, Resolution] = {}
         self._unanswered: dict[str, EffectClaim] = {}  # insertion order is claim order
+        self._claims: dict[str, EffectClaim] = {}
+        # Writes and irreversible calls whose call ended in doubt (neither a reported
+        # success nor a failure without effect) and no person settled: the only effects
+        # whose decision can be ESCALATE but for a contradicted success (ledger._resume).
+        self._doubtful: dict[str, EffectClaim] = {}
 
     @classmethod
     def of(cls, history: History) -> RunIndex:
@@ -78,6 +86,7 @@ class RunIndex:
     def add_claim(self, claim: EffectClaim) -> None:
         """Index a claim (in ``seq`` order)."""
         self._unanswered[claim.effect_id] = claim
+        self._claims[claim.effect_id] = claim
         if claim.retry_of is not None:
             self._retries[claim.retry_of].append(claim)
         if any(ref.kind == "external" for ref in claim.impact_scope):
@@ -96,6 +105,16 @@ class RunIndex:
         """Index an outcome (in ``seq`` order)."""
         self._outcomes[outcome.effect_id].append(outcome)
         self._unanswered.pop(outcome.effect_id, None)
+        claim = self._claims.get(outcome.effect_id)
+        if (
+            claim is not None
+            and outcome.terminal
+            and claim.kind in (EffectKind.WRITE, EffectKind.IRREVERSIBLE)
+            and outcome.execution is not ExecutionOutcome.REPORTED_SUCCESS
+            and not (outcome.execution is ExecutionOutcome.FAILED and outcome.impact is Impact.NONE)
+            and outcome.effect_id not in self._resolutions
+        ):
+            self._doubtful[outcome.effect_id] = claim
 
     def add_observation(self, observation: Observation) -> None:
         """Index an observation (in ``seq`` order)."""
@@ -104,6 +123,18 @@ class RunIndex:
     def add_resolution(self, resolution: Resolution) -> None:
         """Index a resolution (one per effect)."""
         self._resolutions[resolution.effect_id] = resolution
+        self._doubtful.pop(resolution.effect_id, None)
+
+    def doubtful(self) -> list[EffectClaim]:
+        """The attempts whose call ended in doubt and that no person has settled."""
+        return list(self._doubtful.values())
+
+    def terminal(self, effect_id: str) -> EffectOutcome | None:
+        """The terminal outcome of ``effect_id``, if it has one."""
+        for outcome in self._outcomes.get(effect_id, ()):
+            if outcome.terminal:
+                return outcome
+        return None
 
     def resolution(self, effect_id: str) -> Resolution | None:
         """The resolution of ``effect_id``, if it has one."""

@@ -23,6 +23,7 @@ which say what kind, are in :mod:`ledger.errors`).
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import logging
 import os
@@ -36,13 +37,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from ledger import _calls, _paths, storage
-from ledger._calls import Seen, current_call, new_effect_id
+from ledger import _calls, _paths, _resume, storage
+from ledger._calls import Recording, Seen, current_call, new_effect_id
 from ledger._chain import GENESIS
 from ledger._combiner import Combiner, Entry, acquire_uninterrupted
 from ledger._index import RunIndex
 from ledger._owner import Writer
 from ledger._paths import effects_dir
+from ledger._recorded import MAX_RECORDED_BYTES, Redact
 from ledger.effects import (
     Assessment,
     Coverage,
@@ -70,6 +72,7 @@ from ledger.errors import (
     EffectPersistenceError,
     LogDegradedError,
     RunHeldError,
+    StillRunning,
     StoreTamperedError,
 )
 from ledger.storage import RUN_ID as _RUN_ID
@@ -173,6 +176,10 @@ class EffectLog:
         directory: str | os.PathLike[str] | None = None,
         *,
         writer_name: str | None = None,
+        record_args: bool = True,
+        record_result: bool = True,
+        redact: Redact | None = None,
+        max_recorded_bytes: int = MAX_RECORDED_BYTES,
     ) -> None:
         """Start a new run in the store at ``directory``: a directory, or ``postgresql://...``.
 
@@ -183,8 +190,14 @@ class EffectLog:
         :class:`EffectPersistenceError`; use :meth:`load` to continue a run.
         ``writer_name`` (an identifier) is recorded with this process as the run's
         writer, for people: ``ledger runs`` shows it.
+
+        ``record_args``, ``record_result``, ``redact`` and ``max_recorded_bytes`` are what
+        :meth:`effect` and :attr:`tool` record of a call unless they say otherwise: its
+        arguments and its result, through ``redact`` (dict -> dict), each stored as not
+        recorded when JSON cannot hold it exactly or it is larger than the bound.
         """
         check_identifier(writer_name, "writer_name", optional=True)
+        self._recording = Recording.of(record_args, record_result, redact, max_recorded_bytes)
         self._writer_name = writer_name
         self._run_id = _check_run_id(run_id)
         self._directory = _location(directory)
@@ -206,6 +219,9 @@ class EffectLog:
         # among them has a retry on its way, and is not to be retried again meanwhile.
         self._queued_keys: Counter[str] = Counter()
         self._index = RunIndex()
+        self._steps = _resume.StepIndex()
+        self._recovered: tuple[EffectOutcome, ...] = ()
+        self._entered: list[contextvars.Token[tuple[EffectLog, ...]]] = []
         self._claims: list[EffectClaim] = []
         self._claimed: dict[str, EffectClaim] = {}
         self._settled: set[str] = set()
@@ -253,6 +269,16 @@ class EffectLog:
         return storage.describe(self._directory)
 
     @property
+    def recovered(self) -> tuple[EffectOutcome, ...]:
+        """The outcomes :meth:`resume` recorded for the claims a dead writer left unsettled."""
+        return self._recovered
+
+    @property
+    def recording(self) -> Recording:
+        """What :meth:`effect` and :attr:`tool` record of a call by default."""
+        return self._recording
+
+    @property
     def degraded(self) -> bool:
         """True once an outcome or observation failed to persist; the log then writes nothing."""
         return self._degraded
@@ -266,6 +292,10 @@ class EffectLog:
         directory: str | os.PathLike[str] | None = None,
         *,
         writer_name: str | None = None,
+        record_args: bool = True,
+        record_result: bool = True,
+        redact: Redact | None = None,
+        max_recorded_bytes: int = MAX_RECORDED_BYTES,
     ) -> Self:
         """Reopen a run after a restart, from its durable rows only.
 
@@ -277,9 +307,17 @@ class EffectLog:
         The log holds the run (shared) until it is closed: no other process can
         recover it meanwhile, while any may read or write it (see
         :meth:`recover_interrupted`). ``writer_name`` is as for the constructor: recorded
-        with this process at its first write.
+        with this process at its first write; the recording options are the constructor's.
         """
-        self = cls(run_id, directory, writer_name=writer_name)
+        self = cls(
+            run_id,
+            directory,
+            writer_name=writer_name,
+            record_args=record_args,
+            record_result=record_result,
+            redact=redact,
+            max_recorded_bytes=max_recorded_bytes,
+        )
         self._continuing = True
         store = self._backend.acquire(self._directory)
         try:
@@ -299,6 +337,75 @@ class EffectLog:
             raise
         self._store = store
         return self
+
+    @classmethod
+    def resume(
+        cls,
+        run_id: str,
+        store: str | os.PathLike[str] | None = None,
+        *,
+        writer_name: str | None = None,
+        record_args: bool = True,
+        record_result: bool = True,
+        redact: Redact | None = None,
+        max_recorded_bytes: int = MAX_RECORDED_BYTES,
+    ) -> Self:
+        """Start or continue a run: the one line a worker begins with, first start or restart.
+
+        A run that does not exist is created (by its first claim); an existing one is
+        loaded. If it has records, no other live process may hold it
+        (:class:`~ledger.errors.RunHeldError`): its earlier writer is gone, so the claims
+        it left without an outcome are recovered (:meth:`recover_interrupted`;
+        :attr:`recovered` lists the outcomes written), and the file every postcondition of
+        an effect not ``DONE`` names is observed, so that :meth:`decide` can tell a write
+        that never touched its file (``RETRY``) from one that may have landed. Then the
+        worker runs its code again: each call finds its earlier attempt by its step (see
+        :meth:`effect`).
+        """
+        self = cls.load(
+            run_id,
+            store,
+            writer_name=writer_name,
+            record_args=record_args,
+            record_result=record_result,
+            redact=redact,
+            max_recorded_bytes=max_recorded_bytes,
+        )
+        try:
+            if self._claims:
+                self._take_over()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _take_over(self) -> None:
+        """Refuse a run a live process holds; recover and observe what its writer left."""
+        with self._cond:
+            if self._lease_missed:
+                raise RunHeldError(
+                    f"cannot resume run {self._run_id}: another process was recovering it"
+                )
+            exclusive = self._hold_exclusive(self._store_for_write(), force=False)
+            if exclusive is not None:
+                exclusive.release()
+        self._recovered = self._recover(force=False)
+        targets: dict[str, ResourceRef] = {}
+        with self._cond:
+            for claim in self._claims:
+                if claim.retry_of is not None or self._index.decide(claim).step is NextStep.DONE:
+                    continue
+                for condition in self._index.attempts(claim)[-1].obligations:
+                    if condition.target.kind == "fs":
+                        targets.setdefault(condition.target.locator, condition.target)
+        looked = _calls.look_at(targets.values(), f"run {self._run_id}", "as it was resumed")
+        if looked:
+            self._outcome_all(
+                (),
+                f"observations resuming run {self._run_id}",
+                seen=looked,
+                source_action_id="resume",
+            )
 
     def _keep(self, lease: Lease) -> None:
         self._lease = lease
@@ -365,6 +472,8 @@ class EffectLog:
                 )
 
     def __enter__(self) -> Self:
+        # ledger.tool calls in this thread or task run as effects of this log until exit.
+        self._entered.append(_calls.enter_log(self))
         return self
 
     def __exit__(
@@ -373,6 +482,8 @@ class EffectLog:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._entered:
+            _calls.leave_log(self._entered.pop())
         self.close()
 
     def __repr__(self) -> str:
@@ -396,6 +507,7 @@ class EffectLog:
             self._claims.append(record)
             self._claimed[record.effect_id] = record
             self._index.add_claim(record)
+            self._steps.add_claim(record)
         elif isinstance(record, EffectOutcome):
             self._outcomes.append(record)
             if record.terminal:
@@ -428,6 +540,8 @@ class EffectLog:
         self._queued_resolutions.difference_update(request.resolves)
         for record in request.records:
             if isinstance(record, EffectClaim):
+                if record.retry_of is None:
+                    self._steps.queued.discard(record.step)
                 key = record.idempotency_key
                 self._queued_keys[key] -= 1
                 if not self._queued_keys[key]:
@@ -630,6 +744,7 @@ class EffectLog:
                 self._check_retry(retrying)
             records: list[EffectClaim] = []
             batch_ids: set[str] = set()
+            batch_steps: set[str] = set()
             now = utc_now()
             seq = self._next_seq + self._queued  # the seq it gets unless the queue moves
             observed = self._observed_records(seen, batch[0].action_id, seq, now) if seen else []
@@ -659,6 +774,17 @@ class EffectLog:
                     raise ValueError(
                         f"effect {effect_id!r} is already claimed in run {self._run_id}"
                     )
+                if (
+                    record.step
+                    and record.retry_of is None
+                    and (self._steps.taken(record.step) or record.step in batch_steps)
+                ):
+                    raise ValueError(
+                        f"step {record.step!r} already has a first attempt in run "
+                        f"{self._run_id}: a step names one call (retry it instead)"
+                    )
+                if record.step and record.retry_of is None:
+                    batch_steps.add(record.step)
                 batch_ids.add(effect_id)
                 records.append(record)
             if self._degraded:
@@ -669,6 +795,7 @@ class EffectLog:
             self._queued_claims.update(batch_ids)
             self._queued_observations.update(pending.observation_ids)
             self._queued_keys.update(r.idempotency_key for r in records)
+            self._steps.queued.update(batch_steps)
             self._submit(pending)
             if pending.error is not None:
                 raise pending.error
@@ -872,13 +999,100 @@ class EffectLog:
             impact_scope=probe.impact_scope,
             obligations=probe.obligations,
             kind=probe.kind,
+            step=probe.step,
+            args=probe.args,
         )
         return self._claim_all((request,), f"claim {probe.effect_id!r}", seen=seen)[0]
+
+    def _begin_step(
+        self, probe: EffectClaim, seen: Sequence[Seen], step: str | None, *, tool: bool
+    ) -> _resume.Begin:
+        """Enter a call's step: replay it, or claim it (first attempt or retry) with its baseline.
+
+        ``step`` None is the automatic one. Decided and queued under the lock, so two
+        threads entering one step make one attempt (the other is refused). Raises what a
+        call that must not run raises (ledger._resume), before anything is written.
+        """
+        with self._cond:
+            self._check_open()
+            if step is None:
+                step = self._steps.next_auto(probe.operation.name, probe.operation.args_sha256)
+            first = self._steps.first(step)
+            decision = outcome = None
+            attempts: list[EffectClaim] = []
+            if first is not None:
+                attempts = self._index.attempts(first)
+                decision = self._index.decide(first)
+                outcome = self._index.terminal(attempts[-1].effect_id)
+                if self._queued_keys[first.idempotency_key]:
+                    decision = dataclasses.replace(
+                        decision, step=NextStep.WAIT, reason="A retry of it is being claimed."
+                    )
+            elif step in self._steps.queued:
+                raise StillRunning(
+                    f"step {step!r} is being claimed by another call of this log",
+                    run_id=self._run_id,
+                    effect_id=probe.effect_id,
+                    decision=None,
+                )
+            tries = 0 if first is None else self._steps.tries(first.idempotency_key)
+            plan = _resume.plan(
+                self._run_id, step, probe, first, attempts, decision, outcome, tries, tool=tool
+            )
+            if plan.replay is not None:
+                return _resume.Begin(plan.replay, plan.attempt, replayed=True, outcome=outcome)
+            if _resume.guarded(probe.kind):
+                self._guard(probe, first)
+        # Claimed with the lock released, as every claim is (the queue takes it once):
+        # _claim_all checks again that a retry is still due and a first attempt's step free.
+        request = ClaimRequest(
+            effect_id=probe.effect_id,
+            action_id=probe.action_id,
+            operation=probe.operation,
+            impact_scope=probe.impact_scope,
+            obligations=probe.obligations,
+            kind=probe.kind,
+            retry_of=plan.retry_of,
+            step=step,
+            args=probe.args,
+        )
+        claim = self._claim_all(
+            (request,),
+            f"claim {probe.effect_id!r}",
+            retrying=plan.retry_of if plan.checked else None,
+            seen=seen,
+        )[0]
+        return _resume.Begin(claim, plan.attempt)
+
+    def _guard(self, probe: EffectClaim, own: EffectClaim | None) -> None:
+        """Refuse a write into the scope of an effect whose decision is ESCALATE (lock held)."""
+        for candidate in self._index.doubtful():
+            root = self._root(candidate)
+            if own is not None and root.effect_id == own.effect_id:
+                continue  # its own step: decided above
+            if not _resume.overlapping(probe.impact_scope, candidate):
+                continue
+            decision = self._index.decide(root)
+            if decision.step is NextStep.ESCALATE:
+                newest = self._index.attempts(root)[-1]
+                raise _resume.needs_resolution(
+                    self._run_id,
+                    newest,
+                    decision,
+                    f"{probe.operation.name} would touch the scope of effect "
+                    f"{newest.effect_id!r}, which is in doubt:",
+                )
+
+    def _root(self, claim: EffectClaim) -> EffectClaim:
+        """The first attempt of the effect ``claim`` is an attempt of."""
+        while claim.retry_of is not None and claim.retry_of in self._claimed:
+            claim = self._claimed[claim.retry_of]
+        return claim
 
     def _settle_seen(
         self,
         effect_id: str,
-        settle: tuple[ExecutionOutcome, Impact] | None,
+        settle: _calls.Settle | None,
         seen: Sequence[Seen],
         source_action_id: str,
     ) -> None:
@@ -889,8 +1103,15 @@ class EffectLog:
         """
         requests: tuple[OutcomeRequest, ...] = ()
         if settle is not None:
-            execution, impact = settle
-            requests = (OutcomeRequest(effect_id=effect_id, execution=execution, impact=impact),)
+            requests = (
+                OutcomeRequest(
+                    effect_id=effect_id,
+                    execution=settle.execution,
+                    impact=settle.impact,
+                    result=settle.result,
+                    result_recorded=settle.recorded,
+                ),
+            )
         if requests or seen:
             self._outcome_all(
                 requests, f"outcome of {effect_id!r}", seen=seen, source_action_id=source_action_id
@@ -1132,6 +1353,10 @@ class EffectLog:
         action_id: str | None = None,
         backend: str = "",
         no_impact: _calls.ExceptionTypes = (),
+        step: str | None = None,
+        record_args: bool | None = None,
+        record_result: bool | None = None,
+        redact: Redact | None = None,
     ) -> _calls.EffectScope:
         """One tool call as one effect: ``with log.effect("op", args=...) as call:``.
 
@@ -1144,12 +1369,23 @@ class EffectLog:
         ``call.succeeded()`` or ``call.failed()`` is kept. Then those files are observed
         again, so a write that landed is ``VERIFIED``.
 
-        ``args`` (``None``: ``{}``) is digested with :func:`~ledger.effects.args_digest`;
-        ``impact_scope`` takes references or resources (``FilesystemResource``,
-        ``OwnedResource``, ``ExternalResource``); ``effect_id`` defaults to a fresh
-        unique id, ``action_id`` to the effect id. Every argument is checked here:
-        nothing is written for a bad one (``ValueError`` / ``TypeError``). In asyncio
-        code the writes run off the event loop; see docs/api.md for cancellation.
+        ``step`` names the call across restarts (a framework's tool-call id); without one,
+        the n-th call of this log with an operation and arguments digest is the n-th such
+        call of the run. Entering a step that has attempts acts on its decision and writes
+        nothing unless the body is to run: ``DONE`` replays (``call.replayed`` is true and
+        ``call.result`` the recorded result: the body checks ``call.replayed``), ``RETRY``
+        claims a retry with the same idempotency key, ``WAIT`` raises
+        :class:`~ledger.errors.StillRunning`, ``ESCALATE``
+        :class:`~ledger.errors.NeedsResolution`. A ``WRITE`` or ``IRREVERSIBLE`` call into
+        the scope of an effect in doubt raises ``NeedsResolution`` too.
+
+        ``args`` (``None``: ``{}``) is digested with :func:`~ledger.effects.args_digest`
+        and recorded (``record_args``, through ``redact``); ``impact_scope`` takes
+        references or resources (``FilesystemResource``, ``OwnedResource``,
+        ``ExternalResource``); ``effect_id`` defaults to a fresh unique id, ``action_id``
+        to the effect id. Every argument is checked here: nothing is written for a bad
+        one (``ValueError`` / ``TypeError``). In asyncio code the writes run off the event
+        loop; see docs/api.md for cancellation.
         """
         return _calls.EffectScope(
             self,
@@ -1162,6 +1398,8 @@ class EffectLog:
             action_id=action_id,
             backend=backend,
             no_impact=no_impact,
+            step=step,
+            recording=self._recording.given(record_args, record_result, redact),
         )
 
     @property
@@ -1169,10 +1407,13 @@ class EffectLog:
         """A decorator making each call of a function (sync or async) one :meth:`effect`.
 
         ``@log.tool`` or ``@log.tool(kind=..., operation=None, impact_scope=None,
-        obligations=None, backend="", no_impact=())``: the call's bound arguments
-        (defaults applied) are the effect's ``args``, the function's ``__name__`` its
-        operation unless one is given; ``impact_scope`` and ``obligations`` may be
-        callables taking the function's arguments. The wrapper keeps the function's
+        obligations=None, backend="", no_impact=(), step=None, record_args=None,
+        record_result=None, redact=None)``: the call's bound arguments (defaults applied)
+        are the effect's ``args``, the function's ``__name__`` its operation unless one is
+        given, its return value the recorded result; ``impact_scope``, ``obligations`` and
+        ``step`` may be callables taking the function's arguments. A call whose step is
+        done returns the recorded result, or raises :class:`~ledger.errors.AlreadyDone`
+        when none was recorded (a ``READ`` runs again). The wrapper keeps the function's
         name, docstring and signature.
         """
         return _calls.Tool(self)

@@ -708,7 +708,7 @@ class EffectOutcome:
     # What the call returned, as recorded: a JSON value. ``result_recorded`` tells a
     # recorded ``None`` (JSON null) from none recorded; by default, whether result is set.
     result: Any = dataclasses.field(default=None, hash=False)
-    result_recorded: bool = None  # type: ignore[assignment]  # made a bool below
+    result_recorded: bool | None = None  # None: whether result is set (a bool once built)
 
     record_type: ClassVar[str] = "outcome"
 

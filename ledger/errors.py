@@ -22,6 +22,14 @@ Two kinds of trouble, two roots::
     └── StoreSchemaOldError         a read met a store at a revision older than this
                                     library reads; its next write upgrades it
 
+A third kind is not trouble but an answer: a call of a step that already has attempts
+(``log.effect(..., step=...)``, a decorated tool, after a restart) that must not run::
+
+    StepNotRunError                 the call's step was not run now; nothing was written
+    ├── AlreadyDone                 it is done, and there is no recorded result to return
+    ├── StillRunning                its earlier attempt has no outcome: it may be running
+    └── NeedsResolution             it may have landed: a person must check (ledger resolve)
+
 Every SQLAlchemy, sqlite3, Alembic and OS error met while touching a store is
 translated into one of these at one boundary, chained with ``from`` so the cause stays
 visible. A few failures fit no leaf (an interrupted transaction, a broken install) and
@@ -32,11 +40,15 @@ catches every kind of storage trouble.
 from __future__ import annotations
 
 __all__ = [
+    "AlreadyDone",
     "EffectPersistenceError",
     "LogDegradedError",
+    "NeedsResolution",
     "RunExistsError",
     "RunHeldError",
     "SchemaTooNewError",
+    "StepNotRunError",
+    "StillRunning",
     "StoreCorruptError",
     "StoreFileRefusedError",
     "StoreSchemaOldError",
@@ -119,6 +131,41 @@ class StoreSchemaOldError(EffectPersistenceError):
     """A read met a store at a schema revision older than this library reads.
 
     The next write to it by this version upgrades it; nothing was changed.
+    """
+
+
+class StepNotRunError(Exception):
+    """A call of a step that has attempts was not run, as its decision says; nothing was written.
+
+    ``effect_id`` is the attempt the decision rests on (the one a person resolves),
+    ``decision`` the :class:`~ledger.effects.Decision` itself, ``run_id`` its run.
+    """
+
+    def __init__(self, message: str, *, run_id: str, effect_id: str, decision: object) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.effect_id = effect_id
+        self.decision = decision
+
+
+class AlreadyDone(StepNotRunError):  # noqa: N818 - the contract's name
+    """The step is done and no result of it was recorded: there is nothing true to return.
+
+    A decorated tool raises it instead of inventing a value; the worker goes on as if the
+    call had returned (its effect happened), or reads what it needs from the world.
+    """
+
+
+class StillRunning(StepNotRunError):  # noqa: N818 - the contract's name
+    """The step's newest attempt has no terminal outcome: a live process may be running it."""
+
+
+class NeedsResolution(StepNotRunError):  # noqa: N818 - the contract's name
+    """The step's call may have landed, or a call's scope overlaps one that may have.
+
+    Running it again could repeat it. A person checks the world and records what they
+    found with ``ledger resolve RUN EFFECT --applied|--not-applied --by NAME`` (the
+    message gives the command); the next run of the same code then acts on that.
     """
 
 
