@@ -471,8 +471,13 @@ class Proxy:
         result = message.get("result")
         if pending.claim is not None:
             claim = pending.claim
+            with self._lock:
+                stopping = self._gone
             execution, impact = outcome_of(
-                message, claim.kind, self._error_impacts.get(claim.operation.name)
+                message,
+                claim.kind,
+                self._error_impacts.get(claim.operation.name),
+                stopping=stopping,
             )
             recorded, answered = result_of(message)
             self._settle(claim, execution, impact, result=recorded, answered=answered)

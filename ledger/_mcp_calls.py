@@ -12,8 +12,10 @@ import dataclasses
 from typing import Any
 
 from mcp.types import (
+    CONNECTION_CLOSED,
     INVALID_PARAMS,
     INVALID_REQUEST,
+    REQUEST_TIMEOUT,
     CallToolRequestParams,
     JSONRPCRequest,
 )
@@ -112,20 +114,46 @@ def kinds_listed(result: dict[str, Any]) -> dict[str, EffectKind]:
     }
 
 
+# JSON-RPC errors that say a call was cut off, not refused: it may have run in part.
+# REQUEST_CANCELLED and REQUEST_TIMEOUT, and the MCP SDK's answer to each call still
+# running when its server shuts down (CONNECTION_CLOSED, "Connection closed"; the
+# code alone is JSON-RPC's first implementation-defined one, any server's to use).
+REQUEST_CANCELLED = -32800  # the SDK's HTTP servers' code; not among its types
+_CUT_OFF = frozenset({REQUEST_CANCELLED, REQUEST_TIMEOUT})
+_CLOSED = (CONNECTION_CLOSED, "Connection closed")
+
+
+def _cut_off(error: object) -> bool:
+    if not isinstance(error, dict):
+        return False
+    code, text = error.get("code"), error.get("message")
+    if isinstance(code, bool) or not isinstance(code, int):
+        return False
+    return code in _CUT_OFF or (code, text) == _CLOSED
+
+
 def outcome_of(
-    message: dict[str, Any], kind: EffectKind, error_impact: Impact | None = None
+    message: dict[str, Any],
+    kind: EffectKind,
+    error_impact: Impact | None = None,
+    *,
+    stopping: bool = False,
 ) -> tuple[ExecutionOutcome, Impact]:
     """What a server's answer to a ``tools/call`` says happened.
 
-    A JSON-RPC error is the server refusing the call: it failed and did nothing. A
-    result with ``isError`` is the server saying the tool failed: impact ``NONE``, unless
-    ``error_impact`` (the tool's ``--error-impact``) says otherwise, or the tool is
-    ``IRREVERSIBLE`` (a failure it reports may still have sent the mail): ``POSSIBLE``.
-    An answer that is neither an error nor a result object says nothing the proxy can
-    trust: failed, maybe done.
+    A JSON-RPC error is the server refusing the call: it failed and did nothing;
+    unless the error says the call was cut off (cancelled, timed out, the server
+    shutting down), or it came while the server was ``stopping`` (the proxy closed its
+    stdin: a server then answers the calls it abandons with an error): maybe done. A
+    result with ``isError`` is the server saying the tool failed: impact ``NONE``,
+    unless ``error_impact`` (the tool's ``--error-impact``) says otherwise, or the tool
+    is ``IRREVERSIBLE`` (a failure it reports may still have sent the mail):
+    ``POSSIBLE``. An answer that is neither an error nor a result object says nothing
+    the proxy can trust: failed, maybe done.
     """
     if "result" not in message and "error" in message:
-        return ExecutionOutcome.FAILED, Impact.NONE
+        cut_off = stopping or _cut_off(message["error"])
+        return ExecutionOutcome.FAILED, Impact.POSSIBLE if cut_off else Impact.NONE
     result = message.get("result")
     if not isinstance(result, dict) or "error" in message:
         return ExecutionOutcome.FAILED, Impact.POSSIBLE

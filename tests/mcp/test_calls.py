@@ -157,6 +157,28 @@ def test_an_answer_says_the_outcome(
 
 
 @pytest.mark.parametrize(
+    ("error", "stopping", "impact"),
+    [
+        ({"code": -32602, "message": "bad arguments"}, False, Impact.NONE),
+        ({"code": -32603, "message": "internal"}, False, Impact.NONE),
+        ({"code": -32000, "message": "server error"}, False, Impact.NONE),
+        ({"code": -32000, "message": "Connection closed"}, False, Impact.POSSIBLE),
+        ({"code": -32800, "message": "Request cancelled"}, False, Impact.POSSIBLE),
+        ({"code": -32001, "message": "timed out"}, False, Impact.POSSIBLE),
+        ({"code": -32602, "message": "bad arguments"}, True, Impact.POSSIBLE),
+        ("not an object", False, Impact.NONE),
+        ({"code": True, "message": "x"}, False, Impact.NONE),
+    ],
+)
+def test_an_error_that_cuts_a_call_off_leaves_it_maybe_done(
+    error: object, stopping: bool, impact: Impact
+) -> None:
+    """Cancelled, timed out, the SDK's shutdown answer, or any while the server stops."""
+    message = {"jsonrpc": "2.0", "id": 1, "error": error}
+    assert outcome_of(message, WRITE, None, stopping=stopping) == (FAILED, impact)
+
+
+@pytest.mark.parametrize(
     ("answer", "result"),
     [
         ({"result": {"content": [], "isError": True}}, ({"content": [], "isError": True}, True)),
