@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.types import SamplingMessage, TextContent, ToolAnnotations
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS, SamplingMessage, TextContent, ToolAnnotations
 
 STATE = Path(sys.argv[1])
 server = MCPServer(name="ledger-test-server", version="1.2.3")
@@ -107,6 +108,20 @@ def explode(reason: str, ctx: Context) -> str:
     """Raise: the SDK answers with a tool error."""
     record(ctx, "explode", reason=reason)
     raise RuntimeError(f"exploded: {reason}")
+
+
+@server.tool()
+def refuse(reason: str, ctx: Context) -> str:
+    """Answer with a JSON-RPC error (the SDK passes an MCPError through)."""
+    record(ctx, "refuse", reason=reason)
+    raise MCPError(code=INVALID_PARAMS, message=f"refused: {reason}")
+
+
+@server.tool()
+def big(size: int, ctx: Context) -> str:
+    """Return ``size`` characters."""
+    record(ctx, "big", size=size)
+    return "x" * size
 
 
 @server.tool()

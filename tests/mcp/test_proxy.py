@@ -42,7 +42,7 @@ def test_each_tool_is_claimed_with_its_kind_key_and_outcome(tmp_path: Path) -> N
             KIND.IRREVERSIBLE,
             (SUCCESS, CERTAIN),
         ),
-        ("explode", {"reason": "boom"}, KIND.WRITE, (FAILED, POSSIBLE)),
+        ("explode", {"reason": "boom"}, KIND.WRITE, (FAILED, NONE)),
     ]
 
     async def scenario() -> list[bool]:
@@ -71,6 +71,10 @@ def test_each_tool_is_claimed_with_its_kind_key_and_outcome(tmp_path: Path) -> N
         assert claim.action_id == f"mcp-proxy/ledger-test-server/{claim.effect_id}"
         assert got["key"] == claim.idempotency_key, tool
         assert outcome_of(history, claim.effect_id) == outcome, tool
+        assert claim.args == args, tool
+    for outcome, (tool, *_) in zip(history.outcomes, calls, strict=True):
+        assert outcome.result_recorded, tool
+        assert outcome.result["isError"] is (tool == "explode"), tool
     assert len({c.idempotency_key for c in history.claims}) == len(calls)
 
 
@@ -184,14 +188,25 @@ def test_a_cancelled_call_is_failed_with_possible_impact(tmp_path: Path) -> None
     assert outcome_of(history, second.effect_id) == (SUCCESS, NONE)
 
 
-def test_a_failed_write_is_guarded_in_its_own_run_until_resolved(tmp_path: Path) -> None:
-    """A write that failed maybe-done is refused again in the same run; resolved, it passes."""
+@pytest.mark.parametrize(
+    "options",
+    [("--kind", "explode=irreversible"), ("--error-impact", "explode=possible")],
+    ids=["irreversible", "error-impact"],
+)
+def test_a_tool_error_maybe_done_is_guarded_in_its_own_run_until_resolved(
+    tmp_path: Path, options: tuple[str, ...]
+) -> None:
+    """An irreversible tool's error, or one --error-impact says may have acted, is in doubt.
+
+    The identical call is refused in the same run; a different one passes; resolved, the
+    identical one passes (and fails again, in doubt again).
+    """
     setup = Setup.make(tmp_path)
     errlog = tmp_path / "proxy.err"
     answers: list[tuple[bool, str]] = []
 
     async def scenario() -> None:
-        async with session(setup, errlog=errlog) as client:
+        async with session(setup, *options, errlog=errlog) as client:
             await client.list_tools()
             for step in ("first", "refused", "other", "resolved", "after"):
                 if step == "resolved":
@@ -212,11 +227,40 @@ def test_a_failed_write_is_guarded_in_its_own_run_until_resolved(tmp_path: Path)
         assert "did not forward" not in text
     assert "did not forward" in refused
     assert "did not forward" in after  # the resolved one went through and failed again
-    assert [c["args"]["reason"] for c in setup.calls()] == ["boom", "other", "boom"]
     history = setup.history(run_id_in(errlog.read_text()))
+    assert history.claims[0].effect_id in refused
+    assert "ledger resolve" in refused
+    assert [c["args"]["reason"] for c in setup.calls()] == ["boom", "other", "boom"]
     assert len(history.claims) == 3
     assert len(history.resolutions) == 1
     assert {outcome_of(history, c.effect_id) for c in history.claims} == {(FAILED, POSSIBLE)}
+    expected = KIND.IRREVERSIBLE if "--kind" in options else KIND.WRITE
+    assert {c.kind for c in history.claims} == {expected}
+
+
+def test_a_writes_tool_error_did_nothing_and_is_not_guarded(tmp_path: Path) -> None:
+    """A write the server says failed (isError) is failed, impact none: repeating it passes.
+
+    Nothing is on the incident list, and each identical call reaches the server.
+    """
+    setup = Setup.make(tmp_path)
+    errlog = tmp_path / "proxy.err"
+
+    async def scenario() -> list[str]:
+        async with session(setup, errlog=errlog) as client:
+            await client.list_tools()
+            return [_text(await client.call_tool("explode", {"reason": "boom"})) for _ in "abc"]
+
+    texts = run_session(scenario)
+    assert not any("did not forward" in text for text in texts)
+    assert [c["args"] for c in setup.calls()] == [{"reason": "boom"}] * 3
+    run_id = run_id_in(errlog.read_text())
+    history = setup.history(run_id)
+    assert [c.kind for c in history.claims] == [KIND.WRITE] * 3
+    assert {outcome_of(history, c.effect_id) for c in history.claims} == {(FAILED, NONE)}
+    assert setup.status("--unresolved") == []
+    shown = json.loads(setup.ledger("show", run_id, "--json").stdout)
+    assert {d["step"] for d in shown["decisions"]} == {fx.NextStep.RETRY.value}
 
 
 def test_a_client_on_the_per_request_protocol_is_served_the_same(tmp_path: Path) -> None:
@@ -247,3 +291,88 @@ def test_a_client_on_the_per_request_protocol_is_served_the_same(tmp_path: Path)
     assert claim.action_id.startswith("mcp-proxy/ledger-test-server/")
     assert setup.calls()[0]["key"] == claim.idempotency_key
     assert outcome_of(history, claim.effect_id) == (SUCCESS, NONE)
+
+
+def _recorded(history: fx.History, effect_id: str) -> tuple[object, bool]:
+    [outcome] = [o for o in history.outcomes if o.effect_id == effect_id]
+    return outcome.result, outcome.result_recorded
+
+
+def test_arguments_and_results_are_recorded_as_the_server_sent_them(tmp_path: Path) -> None:
+    """The claim holds the call's arguments; the outcome the result object, isError too.
+
+    A JSON-RPC error records failed, impact none, and no result (it has none); a result
+    larger than 65,536 bytes is not recorded, and reaches the client whole.
+    """
+    from tests.mcp.driver import RawClient
+
+    setup = Setup.make(tmp_path)
+    errlog = tmp_path / "proxy.err"
+    client = RawClient(setup.argv("--kind", "send_email=irreversible"), errlog)
+    try:
+        client.start()
+        wrote = client.call(1, "write_file", path="a.txt", text="héllo")
+        exploded = client.call(2, "explode", reason="boom")
+        refused = client.call(3, "refuse", reason="no")
+        huge = client.call(4, "big", size=100_000)
+        sent = client.call(5, "send_email", to="a@example.org", body="hi")
+        failed_mail = client.call(6, "explode", reason="mail")  # a write: none
+        assert client.close() == 0
+    except BaseException:
+        client.kill()
+        raise
+    assert wrote["result"]["isError"] is False
+    assert exploded["result"]["isError"] is True
+    assert refused["error"]["message"] == "refused: no"
+    assert huge["result"]["content"] == [{"type": "text", "text": "x" * 100_000}]
+
+    history = setup.history(run_id_in(errlog.read_text()))
+    claims = history.claims
+    assert [c.args for c in claims] == [
+        {"path": "a.txt", "text": "héllo"},
+        {"reason": "boom"},
+        {"reason": "no"},
+        {"size": 100_000},
+        {"to": "a@example.org", "body": "hi"},
+        {"reason": "mail"},
+    ]
+    assert [outcome_of(history, c.effect_id) for c in claims] == [
+        (SUCCESS, CERTAIN),
+        (FAILED, NONE),
+        (FAILED, NONE),
+        (SUCCESS, CERTAIN),
+        (SUCCESS, CERTAIN),
+        (FAILED, NONE),
+    ]
+    assert [_recorded(history, c.effect_id) for c in claims] == [
+        (wrote["result"], True),
+        (exploded["result"], True),
+        (None, False),
+        (None, False),
+        (sent["result"], True),
+        (failed_mail["result"], True),
+    ]
+
+
+def test_no_record_stores_neither_arguments_nor_results(tmp_path: Path) -> None:
+    """--no-record: claims and outcomes as before, their digests, nothing of the values."""
+    setup = Setup.make(tmp_path)
+    errlog = tmp_path / "proxy.err"
+
+    async def scenario() -> None:
+        async with session(setup, "--no-record", errlog=errlog) as client:
+            await client.call_tool("write_file", {"path": "b.txt", "text": "secret"})
+            await client.call_tool("explode", {"reason": "boom"})
+
+    run_session(scenario)
+    assert (setup.state / "b.txt").read_text() == "secret"
+    history = setup.history(run_id_in(errlog.read_text()))
+    assert [c.args for c in history.claims] == [None, None]
+    assert history.claims[0].operation.args_sha256 == fx.args_digest(
+        {"path": "b.txt", "text": "secret"}
+    )
+    assert [(o.result, o.result_recorded) for o in history.outcomes] == [(None, False)] * 2
+    assert [outcome_of(history, c.effect_id) for c in history.claims] == [
+        (SUCCESS, CERTAIN),
+        (FAILED, NONE),
+    ]
