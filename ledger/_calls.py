@@ -378,7 +378,7 @@ def _exception_types(value: object) -> tuple[type[BaseException], ...]:
 _UNSET: Any = object()  # no result given
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class _Plan:
     """One effect's checked arguments, and the steps that record it (each blocking)."""
 
@@ -386,22 +386,20 @@ class _Plan:
     probe: EffectClaim  # the claim as it will be, checked; seq and time are the log's
     targets: tuple[ResourceRef, ...]  # the files its postconditions name, once each
     no_impact: tuple[type[BaseException], ...]
-    chosen_id: bool  # whether the caller chose the effect id (it may be taken)
     step: str | None  # None: the automatic one
     tool: bool  # a decorated function: a replay with no recorded result raises
     recording: Recording
+    claimed: str = ""  # the id it was claimed under (a retry's may not be the probe's)
 
     @property
     def effect_id(self) -> str:
-        return self.probe.effect_id
+        return self.claimed or self.probe.effect_id
 
     def begin(self) -> Begin:
         """Observe the targets (the baseline), then claim, or replay: durable when it returns."""
-        if self.chosen_id and self.targets:
-            self._refuse_taken()  # before any baseline is written for it
         probe = self.probe
         try:
-            return self.log._begin_step(probe, self.look("before"), self.step, tool=self.tool)  # noqa: SLF001 - its own log
+            begun = self.log._begin_step(probe, self.look("before"), self.step, tool=self.tool)  # noqa: SLF001 - its own log
         except BaseException as e:
             # A caller's mistake or the store's trouble: the claim exists nowhere. A signal
             # handler's exception (Ctrl-C) is held back until the log knows whether the
@@ -409,13 +407,9 @@ class _Plan:
             if not isinstance(e, Exception) and self.log.history().claim(probe.effect_id):
                 self.abandon()
             raise
-
-    def _refuse_taken(self) -> None:
-        try:
-            self.log.assess(self.effect_id)
-        except ValueError:
-            return
-        raise ValueError(f"effect {self.effect_id!r} is already claimed in this run")
+        if not begun.replayed:
+            self.claimed = begun.claim.effect_id
+        return begun
 
     def abandon(self) -> None:
         """Settle a claim whose body never ran: FAILED, impact NONE (never raises)."""
@@ -706,7 +700,6 @@ class EffectScope:
         recording = Recording() if recording is None else recording
         args = {} if args is None else args
         digest = args_digest(args)
-        chosen = effect_id is not None
         effect_id = new_effect_id() if effect_id is None else effect_id
         check_identifier(effect_id, "effect_id")
         # The record checks every other field as the claim will, before anything is written.
@@ -730,7 +723,6 @@ class EffectScope:
             probe,
             tuple(targets.values()),
             _exception_types(no_impact),
-            chosen,
             step,
             tool,
             recording,

@@ -1045,9 +1045,13 @@ class EffectLog:
                 self._guard(probe, first)
         # Claimed with the lock released, as every claim is (the queue takes it once):
         # _claim_all checks again that a retry is still due and a first attempt's step free.
+        effect_id = probe.effect_id
+        if plan.retry_of is not None and effect_id in self._claimed:
+            # The code gives its call an effect id: the step's first attempt has it.
+            effect_id = _fresh_effect_id()
         request = ClaimRequest(
-            effect_id=probe.effect_id,
-            action_id=probe.action_id,
+            effect_id=effect_id,
+            action_id=probe.action_id if probe.action_id != probe.effect_id else effect_id,
             operation=probe.operation,
             impact_scope=probe.impact_scope,
             obligations=probe.obligations,
@@ -1058,7 +1062,7 @@ class EffectLog:
         )
         claim = self._claim_all(
             (request,),
-            f"claim {probe.effect_id!r}",
+            f"claim {effect_id!r}",
             retrying=plan.retry_of if plan.checked else None,
             seen=seen,
         )[0]
