@@ -3,9 +3,10 @@
 ``tests/pure`` tests values and functions with no store at all; ``tests/contract`` tests
 the library through its public API on a store of each backend (``tests/backends.py``),
 so none of its modules may reach for one backend's driver; ``tests/sqlite``,
-``tests/postgresql``, ``tests/cli``, ``tests/reliability`` and ``tests/mcp`` test the SQLite
-and PostgreSQL backends, the ``ledger`` command, the long-running reliability scenarios and
-``ledger mcp-proxy``. docs/architecture.md describes it.
+``tests/postgresql``, ``tests/cli``, ``tests/reliability``, ``tests/mcp`` and ``tests/agent``
+test the SQLite and PostgreSQL backends, the ``ledger`` command, the long-running
+reliability scenarios, ``ledger mcp-proxy`` and workers built with agent frameworks.
+docs/architecture.md describes it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 from tests.builders import REPO
 
 TESTS = REPO / "tests"
-FOLDERS = ("pure", "contract", "sqlite", "postgresql", "cli", "reliability", "mcp")
+FOLDERS = ("pure", "contract", "sqlite", "postgresql", "cli", "reliability", "mcp", "agent")
 TOP_LEVEL = {"test_layout.py", "test_packaging.py", "test_readme.py"}
 
 # What a module that is not about one backend may not import, and what a pure one may not.
@@ -76,7 +77,7 @@ def _offending(paths: list[Path], forbidden: tuple[str, ...]) -> list[str]:
 
 
 def test_every_test_module_is_in_a_folder_that_says_what_it_tests() -> None:
-    """Test modules live in pure/, contract/, sqlite/, cli/, reliability/ or mcp/; a few stand alone."""
+    """Test modules live in the folders that say what they test; a few stand alone."""
     stray = {p.name for p in TESTS.glob("test_*.py")} - TOP_LEVEL
     assert stray == set()
     for folder in FOLDERS:

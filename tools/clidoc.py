@@ -455,6 +455,8 @@ _SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("kind", "string", "`read`, `idempotent`, `write` or `irreversible`"),
         ("idempotency_key", "string", "32 lowercase hex characters to hand downstream"),
         ("retry_of", "string or null", "the effect of the run this claim repeats"),
+        ("step", "string", "the call's identity across restarts; empty for a claim without one"),
+        ("args", "JSON value or null", "the call's arguments as recorded; `null`: not recorded"),
     ),
     "resolution": (
         ("effect_id", "string", "the claimed effect a person settled"),
@@ -478,6 +480,8 @@ _SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("execution_id", "string or null", "the tool's own id for the call, if it gave one"),
         ("replayed", "boolean", "whether recovery wrote it"),
         ("recorded_at", "string", "when it was written"),
+        ("result", "JSON value or null", "what the call returned, as recorded"),
+        ("result_recorded", "boolean", "whether `result` is recorded (`null` may be one)"),
     ),
     "observation": (
         ("observation_id", "string", "the observation, unique in its run"),
