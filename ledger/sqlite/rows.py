@@ -32,7 +32,6 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from ledger import _chain
 from ledger._owner import Writer
 from ledger.effects import (
-    recorded_json,
     Coverage,
     EffectClaim,
     EffectKind,
@@ -48,6 +47,7 @@ from ledger.effects import (
     Resolution,
     ResourceRef,
     check_history,
+    recorded_json,
 )
 from ledger.errors import RunExistsError, RunHeldError, StoreCorruptError, StoreSchemaOldError
 from ledger.sqlite.commit import Step, landed

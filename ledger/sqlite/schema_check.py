@@ -107,6 +107,37 @@ def _split_items(body: tuple[Token, ...]) -> list[tuple[Token, ...]]:
     return items
 
 
+_NOT_NULL = (("name", "not"), ("name", "null"))
+
+
+def _column(item: tuple[Token, ...]) -> tuple[Token, ...]:
+    """A column's definition with its NOT NULL moved to the end, a default unparenthesised.
+
+    ``ALTER TABLE ... ADD COLUMN`` (migration 0012) and ``CREATE TABLE`` may spell a column
+    ``TEXT DEFAULT '' NOT NULL`` or ``TEXT NOT NULL DEFAULT ''``, and a batch migration,
+    which rebuilds the table from what it reads of it, ``TEXT DEFAULT ('') NOT NULL``: one
+    meaning.
+    """
+    for i in range(len(item) - 3):
+        if (
+            item[i] == ("name", "default")
+            and item[i + 1] == ("op", "(")
+            and item[i + 2][0] in ("string", "number")
+            and item[i + 3] == ("op", ")")
+        ):
+            item = (*item[: i + 1], item[i + 2], *item[i + 4 :])
+            break
+    depth = 0
+    for i, token in enumerate(item):
+        if token == ("op", "("):
+            depth += 1
+        elif token == ("op", ")"):
+            depth -= 1
+        elif depth == 0 and item[i : i + 2] == _NOT_NULL:
+            return item[:i] + item[i + 2 :] + _NOT_NULL
+    return item
+
+
 def _table(toks: tuple[Token, ...]) -> Definition:
     try:
         open_at = toks.index(("op", "("))
@@ -123,7 +154,7 @@ def _table(toks: tuple[Token, ...]) -> Definition:
     else:
         return toks
     items = _split_items(toks[open_at + 1 : close_at])
-    columns = tuple(i for i in items if i and i[0][1] not in _CONSTRAINT_WORDS)
+    columns = tuple(_column(i) for i in items if i and i[0][1] not in _CONSTRAINT_WORDS)
     constraints = frozenset(i for i in items if i and i[0][1] in _CONSTRAINT_WORDS)
     return _Table(toks[:open_at], columns, constraints, toks[close_at + 1 :])
 

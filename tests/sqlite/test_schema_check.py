@@ -17,10 +17,13 @@ from ledger.sqlite import schema_check as _schema_check
 from ledger.sqlite.commit import GroupCommit, Job
 from ledger.sqlite.engine import _on_connect
 from ledger.sqlite.errors import translate
-from ledger.sqlite.rows import prepare
+from ledger.sqlite.rows import _TABLES, prepare
 from ledger.sqlite.schema import SQLITE_TRIGGERS, VIEWS
 from tests.builders import fs_ref, op
 from tests.sqlite.driver import execute, migrate
+
+# Where a record's hash is among its insert's parameters (the table's columns, in order).
+HASH_AT = {kind: [c.name for c in table.columns].index("hash") for kind, table in _TABLES.items()}
 
 DB = "ledger.sqlite3"
 
@@ -70,7 +73,30 @@ def test_a_table_s_constraints_compare_as_a_set_and_its_columns_in_order() -> No
     assert _schema_check.definition("table", one) != _schema_check.definition("table", swapped)
 
 
-@pytest.mark.parametrize("steps", [("head",), ("0001", "head"), ("0001", "0002", "0003", "head")])
+def test_a_columns_not_null_and_default_compare_in_any_order_and_parentheses() -> None:
+    """ADD COLUMN, CREATE TABLE and a batch rebuild spell one column three ways: one column.
+
+    Another default, or a column that lost NOT NULL, is another column.
+    """
+
+    def column(spec: str) -> object:
+        return _schema_check.definition("table", f"CREATE TABLE t (a TEXT, {spec}, b TEXT)")
+
+    same = [
+        "step TEXT DEFAULT '' NOT NULL",
+        "step TEXT NOT NULL DEFAULT ''",
+        "step TEXT DEFAULT ('') NOT NULL",
+        "step TEXT NOT NULL DEFAULT ('')",
+    ]
+    assert len({column(spec) for spec in same}) == 1  # type: ignore[arg-type]
+    for other in ("step TEXT DEFAULT 'x' NOT NULL", "step TEXT DEFAULT ''", "step TEXT NOT NULL"):
+        assert column(other) != column(same[0]), other
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [("head",), ("0001", "head"), ("0001", "0002", "0003", "head"), ("0011", "head")],
+)
 def test_a_store_at_head_matches_whatever_revisions_it_came_through(
     tmp_path: Path, steps: tuple[str, ...]
 ) -> None:
@@ -252,9 +278,11 @@ def test_the_guard_refuses_a_row_whose_hash_does_not_match_its_fields(store: Pat
         steps, _ = prepare(run_id, [forged], prev)
         (sql, rows), *_ = steps
         good, _ = prepare(run_id, [outcome], prev)
-        wrong = (*rows[0][:-1], good[0][1][0][-1])  # the hash of another outcome
+        at = HASH_AT["outcome"]
+        wrong = list(rows[0])
+        wrong[at] = good[0][1][0][at]  # the hash of another outcome
         with pytest.raises(sqlite3.IntegrityError, match="hash does not match its fields"):
-            conn.execute(sql, wrong)
+            conn.execute(sql, tuple(wrong))
         conn.execute(sql, rows[0])  # the right hash is accepted
     finally:
         conn.close()
@@ -285,7 +313,9 @@ def test_only_the_librarys_writers_skip_the_hash_guard_and_load_still_checks(
             "e1", 2, fx.ExecutionOutcome.FAILED, fx.Impact.NONE, recorded_at=fx.utc_now()
         )
         (sql, rows), *_ = prepare(run_id, [outcome], prev)[0]
-        conn.execute(sql, (*rows[0][:-1], "0" * 64))  # a hash no record has
+        wrong = list(rows[0])
+        wrong[HASH_AT["outcome"]] = "0" * 64  # a hash no record has
+        conn.execute(sql, tuple(wrong))
     finally:
         conn.close()
     with pytest.raises(EffectPersistenceError, match="hash does not match"):
