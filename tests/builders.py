@@ -313,10 +313,13 @@ def orphan_run(store: Path, run_id: str | None = None) -> str:
     return run_id
 
 
-def write_every_column(directory: Path, run_id: str) -> None:
+def write_every_column(directory: Path, run_id: str, *, recorded: bool = False) -> None:
     """Write run ``run_id`` so that every column of every record table is set in some row.
 
     A recovered outcome has ``replayed`` set; an observation has every optional field.
+    With ``recorded``, claims with a step and recorded arguments and outcomes with a
+    recorded result (chain version 3, migration 0012) follow, a recorded JSON null among
+    them; without, the run holds no record a store before 0012 could not.
     """
     a = fx.ResourceRef("fs", "/w/a", "target", revision="r1")
     b = fs_ref("/w/b")
@@ -374,6 +377,69 @@ def write_every_column(directory: Path, run_id: str) -> None:
             source_action_id="s1",
             exists=False,
         )
+        if recorded:
+            write_recorded_values(log, b)
+
+
+def write_recorded_values(log: EffectLog, ref: fx.ResourceRef) -> None:
+    """Claims and outcomes of chain version 3: steps, recorded arguments and results.
+
+    A step with arguments and a result (text outside ASCII: lengths count characters),
+    a step alone whose result is a recorded JSON null, arguments alone (no step) with no
+    result recorded, and a retry carrying its original's step.
+    """
+    log.claim(
+        effect_id="r1",
+        action_id="ar1",
+        operation=op("write_file", b"r1"),
+        impact_scope=[ref],
+        step="plan/1: write b",
+        args={"path": "/w/b", "text": "caf\u00e9 \u2603", "n": [1, 2.5, None, True]},
+    )
+    log.outcome(
+        effect_id="r1",
+        execution=fx.ExecutionOutcome.REPORTED_SUCCESS,
+        impact=fx.Impact.CERTAIN,
+        result={"written": 6, "note": "\u00e9t\u00e9"},
+    )
+    log.claim(
+        effect_id="r2",
+        action_id="ar2",
+        operation=op("read", b"r2"),
+        impact_scope=[],
+        kind=fx.EffectKind.READ,
+        step="plan/2",
+    )
+    log.outcome(
+        effect_id="r2",
+        execution=fx.ExecutionOutcome.REPORTED_SUCCESS,
+        impact=fx.Impact.NONE,
+        result=None,
+        result_recorded=True,
+    )
+    log.claim(
+        effect_id="r3",
+        action_id="ar3",
+        operation=op("remove", b"r3"),
+        impact_scope=[ref],
+        args=[],
+    )
+    log.outcome(effect_id="r3", execution=fx.ExecutionOutcome.FAILED, impact=fx.Impact.NONE)
+    log.claim(
+        effect_id="r4",
+        action_id="ar4",
+        operation=op("remove", b"r3"),
+        impact_scope=[ref],
+        retry_of="r3",
+        step="",
+        args=[],
+    )
+    log.outcome(
+        effect_id="r4",
+        execution=fx.ExecutionOutcome.REPORTED_SUCCESS,
+        impact=fx.Impact.CERTAIN,
+        result="done",
+    )
 
 
 def run_of_forty_claims(store: Path) -> str:

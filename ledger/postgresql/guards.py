@@ -31,6 +31,7 @@ from ledger.sqlite.schema import (
     VIEW_QUERIES,
     entries_message,
     entries_refused,
+    has_every_column,
 )
 
 _TRIGGER = re.compile(
@@ -253,6 +254,13 @@ def install_derived(connection: Connection) -> None:
     for name, ddl in TRIGGERS.items():
         if TRIGGER_TABLE[name] in tables:
             run(ddl)
-    if {"claims", "outcomes", "observations", "scope_index", "resolutions"} <= tables:
+    columns: dict[str, set[str]] = {}
+    for table, column in connection.exec_driver_sql(
+        "SELECT table_name, column_name FROM information_schema.columns"
+        " WHERE table_schema = current_schema()"
+    ):
+        columns.setdefault(table, set()).add(column)
+    # The views read every table, and columns a later revision adds (a claim's step).
+    if has_every_column(columns):
         for ddl in VIEWS.values():
             run(ddl)

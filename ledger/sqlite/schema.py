@@ -15,6 +15,7 @@ migrations can refer to them on every backend.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Mapping
 
 from sqlalchemy import (
     CheckConstraint,
@@ -730,7 +731,7 @@ _OWN_STEP = f"""CASE
 _VERDICTS = f"""
     SELECT c.run_id, c.seq, c.effect_id, c.action_id, c.operation, c.backend,
            c.recorded_at AS claimed_at, o.execution, o.impact,
-           c.kind, c.idempotency_key, c.retry_of, o.seq AS current_seq,
+           c.kind, c.idempotency_key, c.retry_of, c.step, o.seq AS current_seq,
            CASE
              WHEN o.execution IS NULL OR o.execution = 'running' THEN 'pending'
              WHEN o.execution = 'failed' AND o.impact = 'none' THEN 'failed'
@@ -792,7 +793,8 @@ SELECT t.run_id, t.seq, t.effect_id, t.action_id, t.operation, t.backend, t.clai
             THEN t.own_step
             ELSE (SELECT a.own_step FROM steps AS a
                    WHERE a.run_id = t.run_id AND a.effect_id = {_NEWEST_ATTEMPT})
-       END AS next_step
+       END AS next_step,
+       t.step
   FROM steps AS t
 """
 
@@ -879,7 +881,7 @@ def install_derived(connection: Connection) -> None:
         on = re.search(r" ON (\w+)\n", ddl).group(1)  # type: ignore[union-attr]
         if TRIGGER_TABLES[name] <= tables.keys() and TRIGGER_COLUMNS[name] <= tables[on]:
             connection.exec_driver_sql(ddl)
-    if tables.keys() >= set(metadata.tables):
+    if has_every_column(tables):
         for ddl in VIEWS.values():
             connection.exec_driver_sql(ddl)
     # Indexes belong to the migrations; one dropped by hand (the unique index that allows
@@ -888,6 +890,18 @@ def install_derived(connection: Connection) -> None:
         table = index.table.name  # type: ignore[union-attr]
         if tables.get(table, set()) >= {c.name for c in index.columns}:
             index.create(connection, checkfirst=True)
+
+
+def has_every_column(tables: Mapping[str, Collection[str]]) -> bool:
+    """Whether tables (name -> column names) hold every table and column of the schema.
+
+    The views read columns of every table (effect_status a claim's step, since 0012):
+    a store at an older revision, on its way to head, gets them once it has them all.
+    """
+    return all(
+        set(tables.get(table.name, ())) >= {c.name for c in table.columns}
+        for table in metadata.tables.values()
+    )
 
 
 def _indexes() -> dict[str, Index]:

@@ -2,7 +2,8 @@
 
 Independent of the ``sqlite3`` shell. One run is written in which every column of every
 record table is set in some row (a recovered outcome has ``replayed`` set, an
-observation has every optional field), and every field of every record type is shown
+observation has every optional field, claims and outcomes record steps, arguments and
+results, a JSON null among them), and every field of every record type is shown
 to land in some column. Then, one at a time on a copy of the store, each column of
 each row — chain columns included — is given another value of its type with Python's
 ``sqlite3`` (guards dropped and put back around the edit, constraints off):
@@ -38,6 +39,9 @@ TABLES = ("claims", "outcomes", "observations", "resolutions", "scope_index")
 # A claim's impact scope and obligations: JSON arrays, edited entry by entry and field by
 # field as well as whole.
 JSON_COLUMNS = ("impact_scope", "obligations")
+# Recorded values (migration 0012): canonical JSON text, edited into other canonical JSON
+# as well as into text that is not JSON.
+RECORDED_COLUMNS = ("args", "result")
 SCOPE_INDEX_KEY = ("run_id", "kind", "locator", "effect_id", "position")
 SEQ_TABLES = ("claims", "outcomes", "observations", "resolutions")
 BOOLEANS = ("replayed", "resource_exists", "applied")
@@ -56,8 +60,8 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Base:
         mp.setenv("LEDGER_DIR", str(tmp_path_factory.mktemp("default") / "ledger"))
         directory = tmp_path_factory.mktemp("fields") / "store"
         run_id, other = new_run_id(), new_run_id()
-        write_every_column(directory, run_id)
-        write_every_column(directory, other)
+        write_every_column(directory, run_id, recorded=True)
+        write_every_column(directory, other, recorded=True)
     return Base(directory, run_id, other)
 
 
@@ -139,6 +143,9 @@ def _edits(base: Base) -> Iterator[Edit]:
 def _other_values(value: object, column: str) -> Iterator[object]:
     """Other values for a column: the whole value, and each field of a JSON array's entries."""
     yield _other_value(value, column)
+    if column in RECORDED_COLUMNS:
+        yield from _other_recorded(json.loads(str(value)))
+        return
     if column not in JSON_COLUMNS:
         return
     entries = json.loads(str(value))
@@ -148,6 +155,28 @@ def _other_values(value: object, column: str) -> Iterator[object]:
                 changed = [dict(e) for e in entries]
                 changed[i][key] = _other_value(field, key)
                 yield json.dumps(changed, separators=(",", ":"))
+
+
+def _other_recorded(value: object) -> Iterator[str]:
+    """Recorded values as the library would have written others: valid, canonical JSON."""
+    yield fx.recorded_json(None if value is not None else {"forged": True})
+    if isinstance(value, dict):
+        for key, field in value.items():
+            yield fx.recorded_json({**value, key: _other_json(field)})
+    elif isinstance(value, list):
+        yield fx.recorded_json([*value, 0])
+    else:
+        yield fx.recorded_json(_other_json(value))
+
+
+def _other_json(value: object) -> object:
+    if isinstance(value, bool) or value is None:
+        return not value
+    if isinstance(value, int | float):
+        return value + 1
+    if isinstance(value, str):
+        return value + "x"
+    return None
 
 
 def test_every_column_is_set_in_some_row(base: Base) -> None:
