@@ -166,10 +166,17 @@ postconditions = (
 )
 # What a recorded argument or result may be: any value JSON holds exactly.
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(st.characters(exclude_categories=("Cs",)), max_size=10),
-    lambda inner: st.lists(inner, max_size=3)
-    | st.dictionaries(st.text(st.characters(exclude_categories=("Cs",)), max_size=5), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.text(st.characters(exclude_categories=("Cs",)), max_size=5), inner, max_size=3
+        )
+    ),
     max_leaves=8,
 )
 steps = st.just("") | identifiers

@@ -35,8 +35,7 @@ pytestmark = pytest.mark.program
 CHILD_TIMEOUT = 60
 NEEDS = 3  # the worker's exit status when a step needs a person
 
-WORKER = (
-    """
+WORKER = """
 import os, sys, time, urllib.request
 from pathlib import Path
 import ledger
@@ -110,11 +109,9 @@ try:
 except ledger.NeedsResolution as e:
     print("needs", e.effect_id, flush=True)
     print(e, file=sys.stderr)
-    sys.exit(%d)
+    sys.exit(NEEDS_STATUS)
 print("finished", flush=True)
-"""
-    % NEEDS
-)  # noqa: UP031 - the script's braces stay literal
+""".replace("NEEDS_STATUS", str(NEEDS))
 
 
 class Payments(http.server.BaseHTTPRequestHandler):
