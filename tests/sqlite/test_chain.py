@@ -25,7 +25,8 @@ from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite import rows
 from ledger.sqlite.engine import head_revision
 from ledger.sqlite.rows import chain_hash, rows_of
-from tests.builders import ledger, write_every_column, write_five_records
+from ledger.sqlite.schema import claims, outcomes
+from tests.builders import claim_bare, ledger, write_every_column, write_five_records
 from tests.sqlite.driver import at_revision
 
 
@@ -376,9 +377,19 @@ def test_the_sql_encoding_and_hash_equal_the_python_ones_for_every_record(
     that sets every column: a changed SQL builder breaks it at once.
     """
     run_id = new_run_id()
-    write_every_column(store_dir, run_id)  # every column is set somewhere
+    # Every column is set somewhere; claims and outcomes of chain version 3 among them.
+    write_every_column(store_dir, run_id, recorded=True)
     with EffectLog.load(run_id, store_dir) as log:
         records = {r.seq: r for r in log.history().records()}
+    tags = {
+        _chain.encode(r.record_type, run_id, rows_of(run_id, r)[0], *rows_of(run_id, r)[1:])[:9]
+        for r in records.values()
+    }
+    assert tags == {_chain.VERSION, _chain.VERSION_2, _chain.VERSION_3}
+    assert any(
+        isinstance(r, fx.EffectOutcome) and r.result_recorded and r.result is None
+        for r in records.values()
+    )  # a recorded JSON null: 'null', not NULL
     conn = sqlite3.connect(f"file:{store_dir / 'ledger.sqlite3'}?mode=ro", uri=True)
     conn.create_function("sha3", 2, _chain.sha3)
     try:
@@ -399,7 +410,7 @@ def test_the_sql_encoding_and_hash_equal_the_python_ones_for_every_record(
                 assert encoding == _chain.encode(kind, run_id, row | {"seq": seq}, scope, duties)
                 assert digest == stored == chain_hash(run_id, records[seq], prev)
                 seen += 1
-        assert seen == len(records) >= 7
+        assert seen == len(records) >= 15
     finally:
         conn.close()
 
@@ -416,3 +427,156 @@ def test_the_claims_json_is_what_json_dumps_writes(entries: list[dict[str, str |
     text = rows._json(entries)
     assert text == json.dumps(entries, ensure_ascii=False, separators=(",", ":"))
     assert json.loads(text) == entries
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    step=st.sampled_from(("", "s", "plan/1", "caf\u00e9 \u2603", "x" * 300)),
+    args=st.none() | _JSON,
+    result=st.none() | _JSON,
+    recorded=st.booleans(),
+    kind=st.sampled_from(tuple(fx.EffectKind)),
+)
+def test_the_sql_encoding_of_steps_arguments_and_results_is_the_pythons(
+    step: str, args: object, result: object, recorded: bool, kind: fx.EffectKind
+) -> None:
+    """Version 3 in SQL: a claim's step and arguments, an outcome's result (a JSON null too).
+
+    Each record's row, as the library stores it, is put in a table of the store's columns
+    in memory; the SQL encoding and hash the guards and recipe 9 run equal Python's.
+    """
+    run_id = "0123456789abcdef0123456789abcdef"
+    ref = fx.ResourceRef("fs", "/w/\u00e9", "target")
+    claim = fx.EffectClaim(
+        "e1",
+        1,
+        "a1",
+        fx.OperationRef("write_file", "test/1", "a" * 64),
+        (ref,),
+        (fx.Postcondition(ref, fx.Predicate.EXISTS),),
+        "2024-01-01T00:00:00.000000+00:00",
+        kind=kind,
+        idempotency_key=fx.idempotency_key(run_id, "e1"),
+        step=step,
+        args=args,
+    )
+    outcome = fx.EffectOutcome(
+        "e1",
+        2,
+        fx.ExecutionOutcome.REPORTED_SUCCESS,
+        fx.Impact.CERTAIN,
+        recorded_at="2024-01-01T00:00:01.000000+00:00",
+        result=result,
+        result_recorded=recorded or result is not None,
+    )
+    conn = sqlite3.connect(":memory:")
+    conn.create_function("sha3", 2, _chain.sha3)
+    try:
+        prev = _chain.GENESIS
+        for record, table in ((claim, claims), (outcome, outcomes)):
+            row = rows_of(run_id, record)[0] | {"prev_hash": prev}
+            names = [c.name for c in table.columns if c.name in row]
+            conn.execute(f"CREATE TABLE t ({', '.join(names)})")
+            conn.execute(
+                f"INSERT INTO t VALUES ({', '.join('?' * len(names))})", [row[n] for n in names]
+            )
+            kind_name = record.record_type
+            encoding, digest = conn.execute(
+                f"SELECT {_chain.sql_encoding(kind_name, 't')}, {_chain.sql_hash(kind_name, 't')}"
+                " FROM t"
+            ).fetchone()
+            scope, duties = rows_of(run_id, record)[1:]
+            assert encoding == _chain.encode(kind_name, run_id, row, scope, duties)
+            assert digest == chain_hash(run_id, record, prev)
+            version_3 = (
+                bool(step) or args is not None
+                if kind_name == "claim"
+                else (outcome.result_recorded)
+            )
+            assert encoding.startswith(_chain.VERSION_3) == version_3
+            prev = digest
+            conn.execute("DROP TABLE t")
+    finally:
+        conn.close()
+
+
+def test_the_shells_hash_guard_refuses_a_hash_that_leaves_out_step_args_or_result(
+    store_dir: Path, run_id: str
+) -> None:
+    """A record inserted by hand whose hash does not cover its step, arguments or result.
+
+    The hash of the record as it would be without them (version 1) is refused by the
+    store's guard for every other connection than the library's writers (here, as the
+    stock shell, with sha3 registered); the hash covering them is accepted.
+    """
+    with EffectLog(run_id, store_dir) as log:
+        first = claim_bare(log, "e0")
+    conn = sqlite3.connect(store_dir / "ledger.sqlite3", isolation_level=None)
+    conn.create_function("sha3", 2, _chain.sha3)
+    try:
+        head = conn.execute("SELECT hash FROM claims WHERE run_id = ?", (run_id,)).fetchone()[0]
+        plain = fx.EffectClaim(
+            "e1",
+            2,
+            "a1",
+            first.operation,
+            (),
+            (),
+            "2024-01-01T00:00:00.000000+00:00",
+            idempotency_key=fx.idempotency_key(run_id, "e1"),
+        )
+        (_, (wrong,)), *_ = rows.prepare(run_id, [plain], head)[0]
+        at = [c.name for c in claims.columns].index("hash")
+        cases = [
+            dataclasses.replace(plain, step="plan/1"),
+            dataclasses.replace(plain, args={"path": "/w/a"}),
+            dataclasses.replace(plain, args=[]),
+            dataclasses.replace(plain, step="plan/1", args=None),
+        ]
+        for claim in cases:
+            (sql, params), *_ = rows.prepare(run_id, [claim], head)[0]
+            forged = list(params[0])
+            forged[at] = wrong[at]  # the hash of the claim without its step and arguments
+            with pytest.raises(sqlite3.IntegrityError, match="hash does not match its fields"):
+                conn.execute(sql, tuple(forged))
+        claim = cases[0]
+        (sql, params), *_ = rows.prepare(run_id, [claim], head)[0]
+        conn.execute(sql, params[0])  # the right hash is accepted
+        head = conn.execute(
+            "SELECT hash FROM claims WHERE run_id = ? AND seq = 2", (run_id,)
+        ).fetchone()[0]
+        outcome = fx.EffectOutcome(
+            "e1",
+            3,
+            fx.ExecutionOutcome.REPORTED_SUCCESS,
+            fx.Impact.CERTAIN,
+            recorded_at="2024-01-01T00:00:01.000000+00:00",
+        )
+        at = [c.name for c in outcomes.columns].index("hash")
+        (_, (wrong,)), *_ = rows.prepare(run_id, [outcome], head)[0]
+        for result in ({"ok": True}, None):
+            recorded = dataclasses.replace(outcome, result=result, result_recorded=True)
+            (sql, params), *_ = rows.prepare(run_id, [recorded], head)[0]
+            forged = list(params[0])
+            forged[at] = wrong[at]  # the hash of the outcome with no result recorded
+            with pytest.raises(sqlite3.IntegrityError, match="hash does not match its fields"):
+                conn.execute(sql, tuple(forged))
+        conn.execute(sql, params[0])  # 'null' with its own hash is accepted
+        assert conn.execute(
+            "SELECT result FROM outcomes WHERE run_id = ? AND seq = 3", (run_id,)
+        ).fetchone() == ("null",)
+    finally:
+        conn.close()
+    with EffectLog.load(run_id, store_dir) as log:
+        loaded = log.history()
+    assert loaded.claims[-1].step == "plan/1"
+    assert (loaded.outcomes[-1].result, loaded.outcomes[-1].result_recorded) == (None, True)
