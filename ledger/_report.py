@@ -38,6 +38,7 @@ from ledger.effects import (
     Observation,
     Record,
     Resolution,
+    recorded_json,
 )
 from ledger.errors import EffectPersistenceError
 
@@ -558,6 +559,10 @@ def _fields(record: Record) -> list[tuple[str, str]]:
         fields += [("kind", record.kind.value), ("idempotency key", record.idempotency_key)]
         if record.retry_of:
             fields.append(("retry of", record.retry_of))
+        if record.step:
+            fields.append(("step", record.step))
+        if record.args is not None:
+            fields.append(("args", recorded_json(record.args)))
         return [*fields, ("recorded at", record.recorded_at)]
     if isinstance(record, Resolution):
         return [
@@ -574,6 +579,7 @@ def _fields(record: Record) -> list[tuple[str, str]]:
             ("impact", record.impact.value),
             ("execution id", record.execution_id or "-"),
             ("written by", "recovery" if record.replayed else "the worker"),
+            ("result", recorded_json(record.result) if record.result_recorded else "not recorded"),
             ("recorded at", record.recorded_at or "-"),
         ]
     exists = {True: "yes", False: "no", None: "unknown"}[record.exists]

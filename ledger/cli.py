@@ -26,7 +26,15 @@ from ledger import _inspect, _jsonl, _report, storage
 from ledger._paths import DB_NAME, default_store
 from ledger._text import UNPRINTABLE, printable
 from ledger.effect_log import EffectPersistenceError
-from ledger.effects import EffectClaim, EffectKind, EffectOutcome, Impact, Record, Resolution
+from ledger.effects import (
+    EffectClaim,
+    EffectKind,
+    EffectOutcome,
+    Impact,
+    Record,
+    Resolution,
+    recorded_json,
+)
 from ledger.storage import ShellMissingError
 
 __all__ = ["main"]
@@ -213,6 +221,17 @@ def _runs_table(summaries: list[_inspect.RunSummary]) -> None:
     )
 
 
+# A recorded value in a terminal line: its JSON, cut short (--json prints it whole).
+_RECORDED_WIDTH = 120
+
+
+def _recorded_text(value: object) -> str:
+    text = recorded_json(value)
+    if len(text) > _RECORDED_WIDTH:
+        return text[: _RECORDED_WIDTH - 1] + "…"
+    return text
+
+
 def _describe(record: Record) -> tuple[str, str]:
     if isinstance(record, Resolution):
         word = "applied" if record.applied else "not applied"
@@ -231,11 +250,17 @@ def _describe(record: Record) -> tuple[str, str]:
             record.effect_id,
             f"{record.operation.name} ({record.kind.value}{retry}) on {scope}"
             + (f"; expects {duties}" if duties else "")
-            + f"; key {record.idempotency_key}",
+            + f"; key {record.idempotency_key}"
+            + (f"; step {record.step}" if record.step else "")
+            + ("" if record.args is None else f"; args {_recorded_text(record.args)}"),
         )
     if isinstance(record, EffectOutcome):
         replayed = " (recovery)" if record.replayed else ""
-        return record.effect_id, f"{record.execution.value}, impact {record.impact.value}{replayed}"
+        result = f"; result {_recorded_text(record.result)}" if record.result_recorded else ""
+        return (
+            record.effect_id,
+            f"{record.execution.value}, impact {record.impact.value}{replayed}{result}",
+        )
     seen = {True: "exists", False: "absent", None: "existence unknown"}[record.exists]
     extra = "".join(
         f", {name} {value[:12]}"
