@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from ledger import effects as fx
 from ledger.effect_log import EffectLog, new_run_id
 from tests.builders import ledger
 
