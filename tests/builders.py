@@ -1020,12 +1020,32 @@ def draw_observation(
     )
 
 
+# Recorded values a generated record may hold: JSON of every type, text outside ASCII.
+RECORDED_VALUES: tuple[object, ...] = (
+    None,
+    {"path": "/w/a", "n": 1},
+    [],
+    "caf\u00e9",
+    0,
+    2.5,
+    True,
+    {"nested": [None, {"k": "\u2603"}]},
+)
+STEP_NAMES = ("", "step-1", "plan/2: write", "\u00e9tape 3")
+
+
 def draw_claim(
-    draw: st.DrawFn, seq: int, pool: Pool, earlier: list[fx.EffectClaim]
+    draw: st.DrawFn,
+    seq: int,
+    pool: Pool,
+    earlier: list[fx.EffectClaim],
+    *,
+    recorded: bool = False,
 ) -> fx.EffectClaim:
     """A claim at ``seq`` with up to two obligations and a scope that often covers their targets.
 
     Of any kind; now and then a retry of an earlier claim (same key, its own fields).
+    With ``recorded``, a step (a retry's is its original's) and recorded arguments.
     """
     obligations = tuple(draw_postcondition(draw, pool) for _ in range(draw(st.integers(0, 2))))
     own = [p.target for p in obligations] if draw(st.booleans()) else []
@@ -1044,12 +1064,20 @@ def draw_claim(
         if retried is None
         else retried.idempotency_key,
         retry_of=None if retried is None else retried.effect_id,
+        step="" if not recorded else (pick(draw, STEP_NAMES) if retried is None else retried.step),
+        args=pick(draw, RECORDED_VALUES) if recorded else None,
     )
 
 
-def draw_outcome(draw: st.DrawFn, seq: int, effect_id: str) -> fx.EffectOutcome:
-    """An outcome of any allowed shape; only an INTERRUPTED one may be replayed."""
+def draw_outcome(
+    draw: st.DrawFn, seq: int, effect_id: str, *, recorded: bool = False
+) -> fx.EffectOutcome:
+    """An outcome of any allowed shape; only an INTERRUPTED one may be replayed.
+
+    With ``recorded``, a result may be recorded (JSON null included).
+    """
     execution, impact = pick(draw, OUTCOME_SHAPES)
+    result = pick(draw, RECORDED_VALUES) if recorded else None
     return fx.EffectOutcome(
         effect_id=effect_id,
         seq=seq,
@@ -1058,12 +1086,17 @@ def draw_outcome(draw: st.DrawFn, seq: int, effect_id: str) -> fx.EffectOutcome:
         execution_id=pick(draw, (None, f"x{seq}")),
         replayed=execution is fx.ExecutionOutcome.INTERRUPTED and draw(st.booleans()),
         recorded_at=HISTORY_NOW,
+        result=result,
+        result_recorded=result is not None or (recorded and draw(st.booleans())),
     )
 
 
 @st.composite
-def histories(draw: st.DrawFn) -> fx.History:
+def histories(draw: st.DrawFn, *, recorded: bool = False) -> fx.History:
     """A valid one-run history with seq 1..n, built step by step so it is valid by construction.
+
+    With ``recorded``, claims may have a step and recorded arguments and outcomes a
+    recorded result (a JSON null among them); a retry carries its original's step.
 
     Each step is a claim, an outcome of a claim with no terminal outcome yet (so
     outcomes come as none, RUNNING, RUNNING…, RUNNING… then terminal, or terminal
@@ -1089,13 +1122,13 @@ def histories(draw: st.DrawFn) -> fx.History:
         if step == "resolve" and not unresolved:
             step = "claim"
         if step == "claim":
-            claims.append(draw_claim(draw, seq, pool, claims))
+            claims.append(draw_claim(draw, seq, pool, claims, recorded=recorded))
         elif step == "resolve":
             resolutions.append(
                 fx.Resolution(pick(draw, unresolved), seq, draw(st.booleans()), "ops", HISTORY_NOW)
             )
         elif step == "outcome":
-            outcomes.append(draw_outcome(draw, seq, pick(draw, unsettled)))
+            outcomes.append(draw_outcome(draw, seq, pick(draw, unsettled), recorded=recorded))
             if outcomes[-1].terminal:
                 settled.add(outcomes[-1].effect_id)
         else:

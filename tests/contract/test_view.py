@@ -90,6 +90,7 @@ def expected_rows(history: fx.History) -> dict[str, tuple[Any, ...]]:
             claim.retry_of,
             a.resolution,
             fx.decide(claim, history).step.value,
+            claim.step,
         )
     return rows
 
@@ -102,7 +103,7 @@ def checked_views(store: Store, histories: list[fx.History]) -> list[dict[str, t
     ids = ", ".join("?" * len(run_ids))
     status = store.query(
         "SELECT run_id, effect_id, operation, execution, impact, verdict, unresolved_impact,"
-        " kind, idempotency_key, retry_of, resolution, next_step"
+        " kind, idempotency_key, retry_of, resolution, next_step, step"
         f" FROM effect_status WHERE run_id IN ({ids}) ORDER BY seq",
         run_ids,
     )
@@ -110,8 +111,25 @@ def checked_views(store: Store, histories: list[fx.History]) -> list[dict[str, t
         f"SELECT run_id, effect_id FROM unsettled_claims WHERE run_id IN ({ids}) ORDER BY seq",
         run_ids,
     )
+    stored_claims = store.query(
+        f"SELECT run_id, effect_id, step, args FROM claims WHERE run_id IN ({ids}) ORDER BY seq",
+        run_ids,
+    )
+    stored_outcomes = store.query(
+        f"SELECT run_id, seq, result FROM outcomes WHERE run_id IN ({ids}) ORDER BY seq", run_ids
+    )
     results = []
     for run_id, history in zip(run_ids, histories, strict=True):
+        # A claim's step and arguments, an outcome's result: canonical JSON text, or NULL
+        # for none recorded (a recorded JSON null is the text 'null').
+        assert [row[1:] for row in stored_claims if row[0] == run_id] == [
+            (c.effect_id, c.step, None if c.args is None else fx.recorded_json(c.args))
+            for c in history.claims
+        ]
+        assert [row[1:] for row in stored_outcomes if row[0] == run_id] == [
+            (o.seq, fx.recorded_json(o.result) if o.result_recorded else None)
+            for o in history.outcomes
+        ]
         rows = [row[1:] for row in status if row[0] == run_id]
         # Exactly one row per claim, with what assess says of it.
         assert [row[0] for row in rows] == [c.effect_id for c in history.claims]
@@ -138,12 +156,14 @@ def view_rows(store: Store, history: fx.History) -> dict[str, tuple[Any, ...]]:
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(history=histories())
+@given(history=histories(recorded=True))
 def test_effect_status_agrees_with_assess(store: Store, history: fx.History) -> None:
     """For every valid generated history, effect_status and unsettled_claims agree with assess.
 
     Verdict, resolution and unresolved impact as assess says; next_step as decide says,
-    over histories with every kind, retries (and retries of retries) and resolutions.
+    over histories with every kind, retries (and retries of retries) and resolutions,
+    steps (a retry's its original's), recorded arguments and results (JSON null too);
+    the step column is the claim's step.
     """
     view_rows(store, history)
 
