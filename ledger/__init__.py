@@ -22,7 +22,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ledger._calls import tool
+    from ledger._calls import current_call, tool
     from ledger.effect_log import EffectLog, new_run_id
     from ledger.effects import EffectKind
     from ledger.errors import (
@@ -45,12 +45,14 @@ __all__ = [
     "RunHeldError",
     "StepNotRunError",
     "StillRunning",
+    "current_call",
     "new_run_id",
     "tool",
 ]
 
 _WHERE = {
     "tool": "ledger._calls",
+    "current_call": "ledger._calls",
     "EffectLog": "ledger.effect_log",
     "new_run_id": "ledger.effect_log",
     "EffectKind": "ledger.effects",

@@ -392,8 +392,16 @@ class EffectLog:
         self._recovered = self._recover(force=False)
         targets: dict[str, ResourceRef] = {}
         with self._cond:
-            for claim in self._claims:
-                if claim.retry_of is not None or self._index.decide(claim).step is NextStep.DONE:
+            # An effect whose newest attempt reported success is DONE (or, contradicted,
+            # was observed already): only those that ended otherwise are decided, so a
+            # long run resumes at the cost of its failures, not of its length.
+            ended_otherwise: dict[str, EffectClaim] = {}
+            for outcome in self._outcomes:
+                if outcome.terminal and outcome.execution is not ExecutionOutcome.REPORTED_SUCCESS:
+                    root = self._root(self._claimed[outcome.effect_id])
+                    ended_otherwise[root.effect_id] = root
+            for claim in ended_otherwise.values():
+                if self._index.decide(claim).step is NextStep.DONE:
                     continue
                 for condition in self._index.attempts(claim)[-1].obligations:
                     if condition.target.kind == "fs":
