@@ -28,7 +28,7 @@ import pytest
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.resources import FilesystemRoot, OwnedResource
-from tests.builders import REPO, file_ref, op, require_tool, sha
+from tests.builders import REPO, file_ref, op, require_tool, sha, write_every_column
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -599,6 +599,47 @@ def test_chain_recipe_names_the_first_tampered_record(tmp_path: Path) -> None:
         conn.close()
     rows = shell(str(s.db), substitute(recipe.sql, s))
     assert rows == [{"seq": seq, "kind": "outcome", "problem": "hash does not match the fields"}]
+
+
+@pytest.mark.parametrize(
+    ("table", "column", "value"),
+    [
+        ("claims", "step", "'plan/1: write c'"),
+        ("claims", "args", """'{"n":[1,2.5,null,true],"path":"/w/c","text":"caf\u00e9 \u2603"}'"""),
+        ("outcomes", "result", "'true'"),  # r2's recorded JSON null, made true
+    ],
+)
+def test_chain_recipe_verifies_steps_arguments_and_results(
+    tmp_path: Path, table: str, column: str, value: str
+) -> None:
+    """Recipe 9 verifies records of chain version 3 and names one whose recorded value changed."""
+    store, run_id = tmp_path / "store", new_run_id()
+    write_every_column(store, run_id, recorded=True)
+    (recipe,) = [r for r in RECIPES if r.number == 9]
+    sql = recipe.sql.replace(RUN_PLACEHOLDER, f"'{run_id}'")
+    db = store / "ledger.sqlite3"
+    assert shell(str(db), sql) == []
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        conn.execute(f"DROP TRIGGER {table}_no_update")
+        seq = conn.execute(
+            f"SELECT min(seq) FROM {table} WHERE run_id = ? AND {column} IS NOT NULL"
+            f" AND {column} <> ''",
+            (run_id,),
+        ).fetchone()[0]
+        if column == "result":
+            seq = conn.execute(
+                "SELECT seq FROM outcomes WHERE run_id = ? AND result = 'null'", (run_id,)
+            ).fetchone()[0]
+        conn.execute(
+            f"UPDATE {table} SET {column} = {value} WHERE run_id = ? AND seq = ?", (run_id, seq)
+        )
+    finally:
+        conn.close()
+    kind = {"claims": "claim", "outcomes": "outcome"}[table]
+    assert shell(str(db), sql) == [
+        {"seq": seq, "kind": kind, "problem": "hash does not match the fields"}
+    ]
 
 
 CHECKS: dict[int, Callable[[Scenario, list[dict[str, Any]]], None]] = {
