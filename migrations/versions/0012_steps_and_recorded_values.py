@@ -51,8 +51,9 @@ def downgrade() -> None:
                 "SELECT viewname FROM pg_views WHERE schemaname = current_schema()"
             ).scalars()
         ]
+    cascade = "" if bind.dialect.name == "sqlite" else " CASCADE"  # views read views there
     for kind, name in derived:
-        op.execute(f'DROP {kind.upper()} IF EXISTS "{name}"')
+        op.execute(f'DROP {kind.upper()} IF EXISTS "{name}"{cascade}')
     op.drop_column("outcomes", "result")
     op.drop_column("claims", "args")
     op.drop_column("claims", "step")

@@ -18,7 +18,14 @@ from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.postgresql.engine import parse
 from ledger.sqlite.engine import alembic_config, head_revision
 from ledger.sqlite.rows import chain_hash
-from tests.builders import claim_bare, ledger, run_python, write_every_column, write_five_records
+from tests.builders import (
+    claim_bare,
+    ledger,
+    run_python,
+    write_every_column,
+    write_five_records,
+    write_recorded_values,
+)
 from tests.postgresql import driver
 from tests.postgresql.server import SUPERUSER, server
 from tests.sqlite.test_chain import rows_before_0009
@@ -275,5 +282,63 @@ def test_a_store_with_scope_and_obligation_tables_moves_them_into_its_claims(
         url,
         "SELECT count(*) FROM pg_tables WHERE tablename IN ('impact_scope', 'obligations')",
     ) == [(0,)]
+    result = ledger("verify", "--store", url)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_store_at_0011_gains_steps_and_recorded_values_on_its_next_write(url: str) -> None:
+    """Migration 0012 on PostgreSQL: a store at 0011 with records keeps their hashes.
+
+    The next write upgrades it; new claims and outcomes hold a step, arguments and a
+    result (a JSON null too), load back as written and show in the store's columns and
+    in effect_status; ``ledger verify`` passes.
+    """
+    run_id = new_run_id()
+    write_every_column(url, run_id)  # type: ignore[arg-type]  # a URL names the store
+    links = "SELECT seq, hash FROM claims WHERE run_id = ? UNION ALL SELECT seq, hash FROM outcomes WHERE run_id = ? ORDER BY 1"
+    before = driver.POSTGRESQL.query(url, links, (run_id, run_id))
+    engine = create_engine(parse(url))
+    try:
+        with engine.begin() as conn:
+            command.downgrade(alembic_config(conn), "0011")
+    finally:
+        engine.dispose()
+    assert driver.POSTGRESQL.query(
+        url,
+        "SELECT count(*) FROM information_schema.columns"
+        " WHERE table_schema = current_schema() AND column_name IN ('step', 'args', 'result')",
+    ) == [(0,)]
+    with EffectLog.load(run_id, url) as log:
+        old = log.history().records()
+        write_recorded_values(log, fx.ResourceRef("fs", "/w/b", "target"))
+        records = log.history().records()
+    assert driver.POSTGRESQL.query(url, "SELECT version_num FROM alembic_version") == [
+        (head_revision(),)
+    ]
+    assert driver.POSTGRESQL.query(url, links, (run_id, run_id))[: len(before)] == before
+    assert driver.POSTGRESQL.query(
+        url,
+        "SELECT c.effect_id, c.step, c.args, o.result FROM claims AS c"
+        " JOIN outcomes AS o ON o.run_id = c.run_id AND o.effect_id = c.effect_id"
+        " WHERE c.run_id = ? AND c.seq > ? ORDER BY c.seq",
+        (run_id, old[-1].seq),
+    ) == [
+        (
+            "r1",
+            "plan/1: write b",
+            '{"n":[1,2.5,null,true],"path":"/w/b","text":"caf\u00e9 \u2603"}',
+            '{"note":"\u00e9t\u00e9","written":6}',
+        ),
+        ("r2", "plan/2", None, "null"),
+        ("r3", "", "[]", None),
+        ("r4", "", "[]", '"done"'),
+    ]
+    assert driver.POSTGRESQL.query(
+        url,
+        "SELECT effect_id, step FROM effect_status WHERE run_id = ? AND seq > ? ORDER BY seq",
+        (run_id, old[-1].seq),
+    ) == [("r1", "plan/1: write b"), ("r2", "plan/2"), ("r3", ""), ("r4", "")]
+    with EffectLog.load(run_id, url) as log:
+        assert log.history().records() == records
     result = ledger("verify", "--store", url)
     assert result.returncode == 0, result.stdout + result.stderr
