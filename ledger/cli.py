@@ -24,7 +24,7 @@ import click
 
 from ledger import _inspect, _jsonl, _report, storage
 from ledger._paths import DB_NAME, default_store
-from ledger._text import UNPRINTABLE, printable
+from ledger._text import UNPRINTABLE, compact_json, printable, shortened
 from ledger.effect_log import EffectPersistenceError
 from ledger.effects import (
     EffectClaim,
@@ -33,7 +33,6 @@ from ledger.effects import (
     Impact,
     Record,
     Resolution,
-    recorded_json,
 )
 from ledger.storage import ShellMissingError
 
@@ -221,15 +220,10 @@ def _runs_table(summaries: list[_inspect.RunSummary]) -> None:
     )
 
 
-# A recorded value in a terminal line: its JSON, cut short (--json prints it whole).
-_RECORDED_WIDTH = 120
-
-
-def _recorded_text(value: object) -> str:
-    text = recorded_json(value)
-    if len(text) > _RECORDED_WIDTH:
-        return text[: _RECORDED_WIDTH - 1] + "…"
-    return text
+# How much of a claim's step and of a recorded value (arguments, result) a line of
+# `ledger show` holds; `ledger show --json` and `ledger export` hold them whole.
+_STEP_SHOWN = 60
+_VALUE_SHOWN = 100
 
 
 def _describe(record: Record) -> tuple[str, str]:
@@ -246,17 +240,25 @@ def _describe(record: Record) -> tuple[str, str]:
             for p in record.obligations
         )
         retry = f", retry of {record.retry_of}" if record.retry_of else ""
+        step = f"; step {shortened(compact_json(record.step), _STEP_SHOWN)}" if record.step else ""
+        args = (
+            ""
+            if record.args is None
+            else f"; args {shortened(compact_json(record.args), _VALUE_SHOWN)}"
+        )
         return (
             record.effect_id,
             f"{record.operation.name} ({record.kind.value}{retry}) on {scope}"
             + (f"; expects {duties}" if duties else "")
-            + f"; key {record.idempotency_key}"
-            + (f"; step {record.step}" if record.step else "")
-            + ("" if record.args is None else f"; args {_recorded_text(record.args)}"),
+            + f"; key {record.idempotency_key}{step}{args}",
         )
     if isinstance(record, EffectOutcome):
         replayed = " (recovery)" if record.replayed else ""
-        result = f"; result {_recorded_text(record.result)}" if record.result_recorded else ""
+        result = (
+            f"; result {shortened(compact_json(record.result), _VALUE_SHOWN)}"
+            if record.result_recorded
+            else ""
+        )
         return (
             record.effect_id,
             f"{record.execution.value}, impact {record.impact.value}{replayed}{result}",

@@ -91,6 +91,8 @@ OUTCOME_KEYS = {
     "execution_id",
     "replayed",
     "recorded_at",
+    "result",
+    "result_recorded",
 }
 
 VERDICTS = ("pending", "unverified", "contradicted", "verified", "failed")

@@ -36,7 +36,7 @@ def test_show_prints_a_calls_step_arguments_and_result_with_control_characters_e
     store, run_id = run
     shown = ledger("show", run_id, "--store", str(store))
     assert shown.returncode == 0, shown.stderr
-    assert "step call-7" in shown.stdout
+    assert 'step "call-7"' in shown.stdout
     assert 'args {"to":"<script>alert(1)</script>\\u001b[31m"}' in shown.stdout
     assert '; result {"id":"m-1"' in shown.stdout
     assert "\x1b" not in shown.stdout
@@ -64,4 +64,4 @@ def test_the_report_shows_them_escaped(run: tuple[Path, str], tmp_path: Path) ->
     assert "call-7" in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "<script>alert(1)</script>" not in html
-    assert "not recorded" in html
+    assert "not recorded" not in html  # a value not recorded shows nothing, as in show
