@@ -38,7 +38,6 @@ from ledger.effects import (
     Observation,
     Record,
     Resolution,
-    recorded_json,
 )
 from ledger.errors import EffectPersistenceError
 
@@ -46,6 +45,10 @@ LANE_LIMIT = 200
 TABLE_LIMIT = 1000
 RUN_LIMIT = 20
 OBSERVATION_MARKS = 40  # per lane: a file observed every second would bury its lane
+# How much of a recorded value (a claim's arguments, an outcome's result) the page shows:
+# in a record's table row, and in a mark's tooltip. `ledger show --json` has it whole.
+VALUE_LIMIT = 2000
+TITLE_VALUE_LIMIT = 200
 GAP_S = 10.0  # a pause between two records at least this long is marked on the timeline
 
 # SVG geometry, in user units (the drawing scales to the page's width).
@@ -521,22 +524,38 @@ def _lane_title(claim: EffectClaim, a: Assessment) -> str:
         else "no outcome"
     )
     unresolved = "; impact unresolved" if a.unresolved_impact else ""
-    return f"{claim.effect_id}: {claim.operation.name}, {state}, {a.verdict.value}{unresolved}"
+    step = f" (step {_text.shortened(claim.step, TITLE_VALUE_LIMIT)})" if claim.step else ""
+    return (
+        f"{claim.effect_id}: {claim.operation.name}{step}, {state}, {a.verdict.value}{unresolved}"
+    )
 
 
 def _title(record: Record) -> str:
     """A record's fields, one per line, for the mark's tooltip."""
     return "\n".join(
         f"{k}: {v}"
-        for k, v in [("seq", str(record.seq)), ("kind", record.record_type), *_fields(record)]
+        for k, v in [
+            ("seq", str(record.seq)),
+            ("kind", record.record_type),
+            *_fields(record, TITLE_VALUE_LIMIT),
+        ]
     )
 
 
 # --------------------------------------------------------------------------- the table
 
 
-def _fields(record: Record) -> list[tuple[str, str]]:
-    """Every field of a record, as label and text (what ``ledger show --json`` holds)."""
+def _recorded(value: object, limit: int) -> str:
+    """A recorded value as one line of compact JSON, printable, at most about ``limit`` long."""
+    return _text.shortened(_text.compact_json(value), limit)
+
+
+def _fields(record: Record, limit: int = VALUE_LIMIT) -> list[tuple[str, str]]:
+    """Every field of a record, as label and text (what ``ledger show --json`` holds).
+
+    A step is shown when the claim has one, arguments and a result when they were
+    recorded, cut to ``limit`` characters.
+    """
     if isinstance(record, EffectClaim):
         fields = [
             ("effect", record.effect_id),
@@ -560,9 +579,9 @@ def _fields(record: Record) -> list[tuple[str, str]]:
         if record.retry_of:
             fields.append(("retry of", record.retry_of))
         if record.step:
-            fields.append(("step", record.step))
+            fields.append(("step", _text.shortened(record.step, limit)))
         if record.args is not None:
-            fields.append(("args", recorded_json(record.args)))
+            fields.append(("args", _recorded(record.args, limit)))
         return [*fields, ("recorded at", record.recorded_at)]
     if isinstance(record, Resolution):
         return [
@@ -579,7 +598,7 @@ def _fields(record: Record) -> list[tuple[str, str]]:
             ("impact", record.impact.value),
             ("execution id", record.execution_id or "-"),
             ("written by", "recovery" if record.replayed else "the worker"),
-            ("result", recorded_json(record.result) if record.result_recorded else "not recorded"),
+            *([("result", _recorded(record.result, limit))] if record.result_recorded else []),
             ("recorded at", record.recorded_at or "-"),
         ]
     exists = {True: "yes", False: "no", None: "unknown"}[record.exists]

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger import _report
+from ledger import _report, _text
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, new_run_id
 from tests.builders import fingerprint, fs_ref, ledger, op, require_tool, sha
@@ -38,6 +38,9 @@ ATTR_BREAK = 'x" onmouseover="document.body.dataset.pwned=\'4\'" data-x="'
 IFRAME = "<iframe id=pwned-frame src=\"javascript:parent.document.title='PWNED'\"></iframe>"
 BIDI = "invoice\u202etxt.exe"
 HOSTILE = (SCRIPT_ID, ONERROR_OP, SVG_BREAK, JS_URL, ATTR_BREAK, IFRAME)
+# A claim's recorded arguments and an outcome's recorded result, shown as compact JSON.
+HOSTILE_ARGS = {"html": ONERROR_OP, "frame": IFRAME, "bidi": BIDI}
+HOSTILE_RESULT = [SVG_BREAK, ATTR_BREAK]
 
 
 def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess[bytes]:
@@ -253,12 +256,15 @@ def _write_store(store: Path) -> tuple[str, str]:
             operation=fx.OperationRef(ONERROR_OP, ONERROR_OP, sha(b"h")),
             impact_scope=[svg, url, fx.ResourceRef("owned", BIDI, "target")],
             obligations=[fx.Postcondition(svg, fx.Predicate.EXISTS)],
+            step=SCRIPT_ID,
+            args=HOSTILE_ARGS,
         )
         log.outcome(
             effect_id=SCRIPT_ID,
             execution=fx.ExecutionOutcome.REPORTED_SUCCESS,
             impact=fx.Impact.CERTAIN,
             execution_id=ATTR_BREAK,
+            result=HOSTILE_RESULT,
         )
         log.observe(
             observation_id=ATTR_BREAK,
@@ -433,6 +439,9 @@ def test_hostile_text_shows_as_text_and_runs_nothing(page: Page) -> None:
     assert (
         any(SVG_BREAK in t for t in dom.lane_titles[page.hostile]) or dom.lanes[page.hostile] == 1
     )
+    # Recorded values are compact JSON, as text.
+    for value in (HOSTILE_ARGS, HOSTILE_RESULT):
+        assert _text.compact_json(value).replace("\u202e", "\\u202e") in text
     # A bidi override is spelled out, as the command line prints it.
     assert "invoice\\u202etxt.exe" in text
     assert "\u202e" not in page.html
