@@ -11,6 +11,12 @@ records' own checks in two ways, since a file may have been written by anything:
 every ``recorded_at`` must be exactly in :func:`~ledger.effects.utc_now`'s form,
 and no outcome may be recorded before its claim. A claim written before idempotency
 keys existed gets the key its run and effect id derive.
+
+Fields added to the records since keep the format at version 1: a claim carries its
+``step`` and recorded ``args``, an outcome its recorded ``result`` and
+``result_recorded``, and a line written before they existed reads as a claim without a
+step or recorded arguments, an outcome without a recorded result. Imported, a run is
+chained afresh by the store (:mod:`ledger._chain`), covering those values.
 """
 
 from __future__ import annotations
@@ -126,6 +132,8 @@ def _record(line: bytes, number: int, path: Path) -> Record:
         record = kind.from_dict(entry["record"])
     except ValueError as e:
         raise ImportRefusedError(f"{where}: invalid {entry['type']}: {e}") from None
+    except RecursionError:  # a recorded value nested as deeply as json.loads allows
+        raise ImportRefusedError(f"{where}: JSON nested too deeply") from None
     if record.recorded_at is None:
         raise ImportRefusedError(f"{where}: invalid {entry['type']}: recorded_at is missing")
     if not _written_by_utc_now(record.recorded_at):

@@ -43,6 +43,7 @@ from ledger.effects import (
     Predicate,
     Resolution,
     ResourceRef,
+    args_digest,
     assess,
     decide,
     idempotency_key,
@@ -74,15 +75,18 @@ def _example_run_a() -> tuple[History, str, str]:
     """A verified effect: claim, outcome and observation, as the README's example writes."""
     hello = ResourceRef("fs", f"{_SANDBOX}/hello.txt", "target")
     digest = _sha(b"hello, world\n")
+    args = {"content": "hello, world\n", "path": "hello.txt"}
     claim = EffectClaim(
         effect_id="write-hello",
         seq=1,
         action_id="step-1",
-        operation=OperationRef("write_file", "fs/1", _sha(b'{"path":"hello.txt"}')),
+        operation=OperationRef("write_file", "fs/1", args_digest(args)),
         impact_scope=(hello,),
         obligations=(Postcondition(hello, Predicate.SHA256, digest),),
         recorded_at="2026-03-01T09:15:02.118734+00:00",
         idempotency_key=idempotency_key(_RUN_A, "write-hello"),
+        step="call_7f3a",
+        args=args,
     )
     outcome = EffectOutcome(
         effect_id="write-hello",
@@ -90,6 +94,7 @@ def _example_run_a() -> tuple[History, str, str]:
         execution=ExecutionOutcome.REPORTED_SUCCESS,
         impact=Impact.CERTAIN,
         recorded_at="2026-03-01T09:15:02.164021+00:00",
+        result={"bytes_written": 13},
     )
     observation = Observation(
         observation_id="check-1",
@@ -314,9 +319,10 @@ not go as scripted. `sql` becomes the `sqlite3` shell, so its exit code is the s
 """
 
 # The JSON shapes: for each object, its keys in the order they are printed, each with
-# its type and meaning. A type is `string`, `integer`, `boolean`, `null`, `array of T`,
-# the name of another shape, or alternatives joined by " or ". tests/cli/test_cli_docs.py
-# reads these tables back from docs/cli.md and checks real output against them.
+# its type and meaning. A type is `string`, `integer`, `boolean`, `null`, `JSON value`
+# (any JSON value, `null` included), `array of T`, the name of another shape, or
+# alternatives joined by " or ". tests/cli/test_cli_docs.py reads these tables back from
+# docs/cli.md and checks real output against them.
 _SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
     # ledger runs
     "run": (
@@ -455,8 +461,19 @@ _SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("kind", "string", "`read`, `idempotent`, `write` or `irreversible`"),
         ("idempotency_key", "string", "32 lowercase hex characters to hand downstream"),
         ("retry_of", "string or null", "the effect of the run this claim repeats"),
-        ("step", "string", "the call's identity across restarts; empty for a claim without one"),
-        ("args", "JSON value or null", "the call's arguments as recorded; `null`: not recorded"),
+        (
+            "step",
+            "string",
+            (
+                "the call's identity across restarts (`log.effect(step=...)`, or one the log "
+                "derives); empty for a claim made without one; a retry carries its original's"
+            ),
+        ),
+        (
+            "args",
+            "JSON value or null",
+            "the call's arguments as recorded (redacted, if asked); `null` when not recorded",
+        ),
     ),
     "resolution": (
         ("effect_id", "string", "the claimed effect a person settled"),
@@ -480,8 +497,15 @@ _SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("execution_id", "string or null", "the tool's own id for the call, if it gave one"),
         ("replayed", "boolean", "whether recovery wrote it"),
         ("recorded_at", "string", "when it was written"),
-        ("result", "JSON value or null", "what the call returned, as recorded"),
-        ("result_recorded", "boolean", "whether `result` is recorded (`null` may be one)"),
+        (
+            "result",
+            "JSON value or null",
+            (
+                "what the call returned, as recorded; `null` when not recorded, or a recorded "
+                "`null`: `result_recorded` tells them apart"
+            ),
+        ),
+        ("result_recorded", "boolean", "whether `result` was recorded"),
     ),
     "observation": (
         ("observation_id", "string", "the observation, unique in its run"),
@@ -567,7 +591,9 @@ _RECORDS = f"""\
 The records of a run and the assessment of an effect, as `ledger show --json`,
 `ledger recover --json` and `ledger export` print them: each is the `to_dict()` of its
 class in [`ledger.effects`](api.md), and `X.from_dict()` reads it back. What the fields
-mean is in [concepts.md](concepts.md).
+mean is in [concepts.md](concepts.md). A `JSON value` is any JSON value (`null`
+included), printed whole: a claim's recorded arguments and an outcome's recorded result,
+as the store holds them.
 
 {_shape("claim", "Written before the tool is invoked.")}
 {_shape("outcome", "How the call of a claimed effect ended, or that it is still running.")}
@@ -602,6 +628,12 @@ timeline (every claim, outcome and observation in `seq` order), then one row per
 effect: its operation, the execution and impact of its current outcome, its verdict,
 whether its impact is unresolved, and the observations that are evidence for it or
 stale.
+
+In the timeline a claim shows its step, when it has one, and its recorded arguments;
+an outcome shows its recorded result (`result null` for a recorded `null`). Nothing is
+shown of a value that was not recorded. Each is compact JSON on one line, cut after 100
+characters (60 for a step) with the whole length said, `... (2417 chars)`;
+`--json` and `ledger export` hold them whole.
 
 `--json` prints one [run report](#run-report) object.
 
@@ -646,7 +678,9 @@ and allows only its own style and script, by hash).
   ? unverified, ! contradicted); an interrupted outcome is a red cross labelled
   `interrupted (recovery)` or `interrupted (worker)`; triangles are observations of the
   effect's targets, filled when the verdict rests on them. Hovering a lane or a mark
-  shows its fields; below the drawing, a table gives every field of every record drawn.
+  shows its fields; below the drawing, a table gives every field of every record drawn,
+  with a claim's step and recorded arguments and an outcome's recorded result as compact
+  JSON (cut after 2,000 characters, 200 in a tooltip; nothing for a value not recorded).
 
 Without RUN, every run of the store; RUN (an id or a unique prefix, several allowed)
 chooses runs, as `show` takes them. `--unresolved` keeps the runs holding an effect
@@ -723,7 +757,9 @@ record per line in `seq` order, each line ending with a newline. `-o FILE` write
 instead of standard output (created with mode 0600, or truncated); a FILE that is a
 symlink is refused.
 
-It prints one [exported line](#exported-line) object per line.
+It prints one [exported line](#exported-line) object per line. A claim carries its
+`step` and recorded `args`, an outcome its recorded `result` and `result_recorded`,
+whole; `import` reads them back, and a run exported then imported verifies.
 
 {_shape("exported line")}""",
     "import": f"""\
@@ -741,7 +777,10 @@ holds is refused. A final line cut short by a crash mid-append (not JSON) is ign
 and reported. Any other malformed or forged line refuses the file, naming the line
 (exit 1), and nothing of that file is written; the files before it stay imported.
 Symlinks, files with more than one hard link and files that are not regular files are
-refused too.
+refused too. Lines exported before claims had a step and recorded arguments, and
+outcomes a recorded result, still import: their claims have no step and no recorded
+arguments, their outcomes no recorded result. The store chains the imported records
+afresh, recorded values included.
 
 `--json` prints an array of [imported file](#imported-file) objects, one per file, in
 the order given.

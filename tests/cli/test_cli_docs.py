@@ -209,8 +209,10 @@ def _key_paths(value: Any, prefix: str = "") -> set[str]:
 def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """What each --json command (and export) prints for a small store built with the library.
 
-    One run has a verified effect (a claim, an outcome and an observation); the other a
-    claim whose worker died, which `recover` then marks interrupted.
+    One run has a verified effect (a claim with a step and recorded arguments, an outcome
+    with a recorded result, and an observation); the other a claim whose worker died,
+    which `recover` then marks interrupted. The recorded values have the keys of the
+    examples': the examples' key paths go down into them.
     """
     tmp = tmp_path_factory.mktemp("cli-docs")
     store, other_store = tmp / "store", tmp / "imported"
@@ -225,11 +227,14 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             operation=op(),
             impact_scope=[hello],
             obligations=[fx.Postcondition(hello, fx.Predicate.SHA256, sha(b"hello\n"))],
+            step="call_1",
+            args={"content": "hello\n", "path": "hello.txt"},
         )
         log.outcome(
             effect_id="write-hello",
             execution=fx.ExecutionOutcome.REPORTED_SUCCESS,
             impact=fx.Impact.CERTAIN,
+            result={"bytes_written": 6},
         )
         log.observe(
             observation_id="check-1",
