@@ -63,6 +63,7 @@ MUT_STAMP := $(MUT_VENV)/.installed
 # What is mutated: the verdict and decision rules, the hash chain, the file checks, recovery.
 MUT_NAMES := 'ledger.effects.x_current*' 'ledger.effects.x_settled_clean*' \
 	'ledger.effects.x_decide*' 'ledger.effects.x_in_flight*' 'ledger.effects.x_is_stale*' \
+	'ledger.effects.x__in_flight_until*' 'ledger.effects.x__stale_until*' 'ledger.effects.x__terminals*' \
 	'ledger.effects.x_assess*' 'ledger.effects.x__evidence*' 'ledger.effects.x_newest_attempt*' \
 	'ledger.effects.x__same_state*' 'ledger.effects.x__before*' 'ledger.effects.x__unchanged*' \
 	'ledger.effects.x__step*' 'ledger._chain.*' 'ledger.sqlite.trust.*' \

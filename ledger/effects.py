@@ -1145,26 +1145,49 @@ def _decide(condition: Postcondition, obs: Observation) -> bool | None:
     return observed == condition.expected
 
 
-def _in_flight(other: EffectClaim, obs: Observation, outcomes: tuple[EffectOutcome, ...]) -> bool:
-    """Whether ``other``'s effect may land after ``obs`` was made."""
-    if other.seq > obs.seq:
-        return True
-    return not any(
-        o.effect_id == other.effect_id and o.terminal and o.seq < obs.seq for o in outcomes
-    )
+def _terminals(outcomes: tuple[EffectOutcome, ...]) -> dict[str, EffectOutcome]:
+    """Each effect's terminal outcome (its first, were there more), found in one pass."""
+    found: dict[str, EffectOutcome] = {}
+    for outcome in outcomes:
+        if outcome.terminal:
+            found.setdefault(outcome.effect_id, outcome)
+    return found
 
 
-def _is_stale(claim: EffectClaim, target: ResourceRef, obs: Observation, history: History) -> bool:
+def _in_flight_until(other: EffectClaim, terminals: Mapping[str, EffectOutcome]) -> float:
+    """The seq before which ``other``'s effect may still land (``inf``: not settled yet).
+
+    An observation made before it, or before ``other`` is claimed, may miss the effect.
+    """
+    terminal = terminals.get(other.effect_id)
+    return math.inf if terminal is None else max(other.seq, terminal.seq)
+
+
+def _stale_until(
+    claim: EffectClaim,
+    target: ResourceRef,
+    history: History,
+    terminals: Mapping[str, EffectOutcome],
+) -> float:
+    """The seq before which an observation of ``target`` is stale for ``claim``.
+
+    An observation is stale when another claim whose scope overlaps the target was in
+    flight as it was made (claimed after it, or not terminally settled before it) and is
+    not settled clean: when its seq is below the latest end of such a claim's flight.
+    """
+    until = -math.inf
     for other in history.claims:
         if other.effect_id == claim.effect_id:
             continue
         if not any(overlaps(ref, target) for ref in other.impact_scope):
             continue
-        if _in_flight(other, obs, history.outcomes) and not _settled_clean(
-            _current(other.effect_id, history.outcomes)
-        ):
-            return True
-    return False
+        if not _settled_clean(terminals.get(other.effect_id)):
+            until = max(until, _in_flight_until(other, terminals))
+    return until
+
+
+def _is_stale(obs: Observation, stale_until: float) -> bool:
+    return obs.seq < stale_until
 
 
 def _evidence(
@@ -1176,6 +1199,7 @@ def _evidence(
 ) -> tuple[Observation, bool] | None:
     """The fresh evidence for one obligation and whether it satisfies it; notes stale ones."""
     best: tuple[Observation, bool] | None = None
+    stale_until = _stale_until(claim, condition.target, history, _terminals(history.outcomes))
     for obs in history.observations:
         if (
             obs.seq <= current.seq
@@ -1183,7 +1207,7 @@ def _evidence(
             or not obs.resource.same_target(condition.target)
         ):
             continue
-        if _is_stale(claim, condition.target, obs, history):
+        if _is_stale(obs, stale_until):
             stale[obs.seq] = obs.observation_id
             continue
         decision = _decide(condition, obs)
