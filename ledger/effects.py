@@ -273,38 +273,53 @@ def _derived_key(run_id: str, effect_id: str) -> str:
     return hashlib.sha3_256(seed.encode("utf-8")).hexdigest()[:32]
 
 
-def _check_json(value: object, where: str) -> None:
+# Deeper values are refused: JSON's encoders and decoders recurse once per level, and a
+# value written from a shallow stack must read back from a deep one.
+MAX_JSON_DEPTH = 200
+
+
+def _check_json(value: object, where: str, name: str = "args", depth: int = 0) -> None:
     # Only what JSON holds exactly: subclasses (an IntEnum, a str subclass) are refused
     # too, since they would come back as something else.
     kind = type(value)
     if value is None or kind in (bool, int, str):
         return
+    if depth >= MAX_JSON_DEPTH:
+        raise ValueError(f"{name} nest deeper than {MAX_JSON_DEPTH} levels")
     if isinstance(value, float) and kind is float:
         if not math.isfinite(value):
-            raise ValueError(f"args{where} is {value!r}: JSON has no NaN or infinity")
+            raise ValueError(f"{name}{where} is {value!r}: JSON has no NaN or infinity")
         return
     if isinstance(value, (list, tuple)) and kind in (list, tuple):
         for i, item in enumerate(value):
-            _check_json(item, f"{where}[{i}]")
+            _check_json(item, f"{where}[{i}]", name, depth + 1)
         return
     if isinstance(value, dict) and kind is dict:
         for key, item in value.items():
             if type(key) is not str:
-                raise ValueError(f"args{where} has a key {key!r:.40} that is not a str")
-            _check_json(item, f"{where}[{key!r:.40}]")
+                raise ValueError(f"{name}{where} has a key {key!r:.40} that is not a str")
+            _check_json(item, f"{where}[{key!r:.40}]", name, depth + 1)
         return
-    raise ValueError(f"args{where} is a {kind.__name__}, which JSON cannot hold exactly")
+    raise ValueError(f"{name}{where} is a {kind.__name__}, which JSON cannot hold exactly")
+
+
+def _json_text(value: object, name: str) -> str:
+    _check_json(value, "", name)
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except UnicodeEncodeError:
+        raise ValueError(f"{name} hold a string that is not valid Unicode") from None
 
 
 def canonical_args(args: object) -> bytes:
     """The one JSON text of ``args``: sorted keys, no spaces, UTF-8.
 
     ``ValueError`` for anything JSON cannot hold exactly (NaN, infinities, keys that
-    are not strings, sets, bytes, other objects). Tuples are written as arrays.
+    are not strings, sets, bytes, other objects, nesting deeper than 200 levels).
+    Tuples are written as arrays.
     """
-    _check_json(args, "")
+    text = _json_text(args, "args")
     try:
-        text = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return text.encode("utf-8")
     except UnicodeEncodeError:
         raise ValueError("args hold a string that is not valid Unicode") from None
@@ -315,24 +330,26 @@ def args_digest(args: object) -> str:
     return hashlib.sha256(canonical_args(args)).hexdigest()
 
 
-def recorded_json(value: object) -> str:
+def recorded_json(value: object, name: str = "value") -> str:
     """The text a recorded value (a claim's ``args``, an outcome's ``result``) is stored as.
 
     :func:`canonical_args` as text: the same value always gives the same text, which the
     hash chain encodes and the store's ``args`` and ``result`` columns hold.
-    ``ValueError`` for anything JSON cannot hold exactly.
+    ``ValueError`` (naming the value ``name``) for anything JSON cannot hold exactly.
     """
-    return canonical_args(value).decode("utf-8")
+    text = _json_text(value, name)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{name} holds a string that is not valid Unicode") from None
+    return text
 
 
 def _recorded(value: object, field: str) -> object:
     """``value`` as it reads back from the store (tuples become lists), or a ValueError."""
     if value is None:
         return None
-    try:
-        return json.loads(recorded_json(value))
-    except ValueError as e:
-        raise ValueError(f"{field}: {e}") from None
+    return json.loads(recorded_json(value, field))
 
 
 def check_step(value: object, field: str = "step") -> None:

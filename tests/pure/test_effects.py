@@ -1094,3 +1094,17 @@ def test_a_bad_step_is_refused(step: object) -> None:
     """A step is printable text of at most 1000 characters."""
     with pytest.raises((TypeError, ValueError)):
         _claim(step=step)
+
+
+def test_a_value_nested_deeper_than_the_bound_is_refused_as_a_value_error() -> None:
+    """Never a RecursionError: a value must read back from any stack that wrote it."""
+    deep: list[object] = []
+    for _ in range(fx.MAX_JSON_DEPTH + 1):
+        deep = [deep]
+    with pytest.raises(ValueError, match="deeper"):
+        fx.canonical_args(deep)
+    with pytest.raises(ValueError, match="deeper"):
+        _claim(args={"x": deep})
+    data = _claim().to_dict() | {"args": {"x": deep}}
+    with pytest.raises(ValueError, match="deeper"):
+        fx.EffectClaim.from_dict(data)
