@@ -218,10 +218,15 @@ def test_anchor_detects_a_truncated_run(store_dir: Path, run_id: str) -> None:
 def rows_before_0009(run_id: str, record: fx.Record, head: str) -> list[tuple[str, dict]]:
     """The rows of ``record`` as the library wrote them before migration 0009, chained after ``head``.
 
-    A claim's impact scope and obligations were rows of two tables of their own.
+    A claim's impact scope and obligations were rows of two tables of their own, and no
+    record had a step, recorded arguments or a result (migration 0012).
     """
     row, scope, duties = rows_of(run_id, record)
-    row = {k: v for k, v in row.items() if k not in ("impact_scope", "obligations")}
+    assert not row.get("step")
+    assert row.get("args") is None
+    assert row.get("result") is None
+    later = ("impact_scope", "obligations", "step", "args", "result")
+    row = {k: v for k, v in row.items() if k not in later}
     row["prev_hash"], row["hash"] = head, chain_hash(run_id, record, head)
     table = {
         "claim": "claims",
