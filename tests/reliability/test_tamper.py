@@ -2,7 +2,8 @@
 
 One store is built with the library. Its run shape — claims with impact scope and
 obligations, outcomes RUNNING then terminal and one recovered after a crash,
-observations (one made before the first claim), resolutions — is written once per case,
+observations (one made before the first claim), resolutions, steps, recorded arguments
+and results (a JSON null among them) — is written once per case,
 plus one more such run no case touches and a second run of another shape. Each case
 edits its own run, on a copy of the store, with the real ``sqlite3`` shell: every
 trigger dropped, ``PRAGMA ignore_check_constraints = ON`` and ``foreign_keys = OFF``,
@@ -98,8 +99,15 @@ ROW_CASES = (
 # The columns each table's rows contribute to the chain's encoding (ledger._chain).
 ENCODED = {
     # (a claim's arrays: each field of each entry, read from the JSON)
-    "claims": {*_chain.CLAIM_COLUMNS, *_chain.CLAIM_COLUMNS_2, *ARRAYS, "prev_hash", "hash"},
-    "outcomes": {*_chain.OUTCOME_COLUMNS, "prev_hash", "hash"},
+    "claims": {
+        *_chain.CLAIM_COLUMNS,
+        *_chain.CLAIM_COLUMNS_2,
+        *_chain.CLAIM_COLUMNS_3,
+        *ARRAYS,
+        "prev_hash",
+        "hash",
+    },
+    "outcomes": {*_chain.OUTCOME_COLUMNS, *_chain.OUTCOME_COLUMNS_3, "prev_hash", "hash"},
     "observations": {*_chain.OBSERVATION_COLUMNS, "prev_hash", "hash"},
     "resolutions": {*_chain.RESOLUTION_COLUMNS, "prev_hash", "hash"},
     # Not in the chain: its edits are caught by the scope_index check, not by recipe 9.
@@ -118,6 +126,8 @@ WORDS: dict[str, tuple[str, ...]] = {
     "coverage": tuple(m.value for m in fx.Coverage),
 }
 BOOLEANS = ("replayed", "resource_exists", "applied")
+# Recorded values (migration 0012): canonical JSON text, forged into other canonical JSON.
+RECORDED = ("args", "result")
 # The id a crafted copy of a row must change to be insertable next to the original.
 NEW_ID = {"claims": "effect_id", "observations": "observation_id", "resolutions": "effect_id"}
 HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -190,6 +200,8 @@ def _write_run(directory: Path, run_id: str) -> int:
             effect_id="c1",
             action_id="a1",
             operation=op("write_file", b"1"),
+            step="plan/1: write a",
+            args={"path": "/w/a", "text": "caf\u00e9"},
             impact_scope=[a, user],
             obligations=[
                 fx.Postcondition(a, fx.Predicate.SHA256, sha(b"a")),
@@ -206,6 +218,7 @@ def _write_run(directory: Path, run_id: str) -> int:
             effect_id="c2",
             action_id="a2",
             operation=op("touch", b"2"),
+            step="plan/2",
             impact_scope=[b],
             obligations=[fx.Postcondition(b, fx.Predicate.EXISTS)],
         )
@@ -214,6 +227,7 @@ def _write_run(directory: Path, run_id: str) -> int:
             execution=fx.ExecutionOutcome.REPORTED_SUCCESS,
             impact=fx.Impact.CERTAIN,
             execution_id="x-1",
+            result={"written": 1},
         )
         log.observe(
             observation_id="o1",
@@ -231,7 +245,13 @@ def _write_run(directory: Path, run_id: str) -> int:
             impact_scope=[c],
             obligations=[fx.Postcondition(c, fx.Predicate.ABSENT)],
         )
-        log.outcome(effect_id="c2", execution=fx.ExecutionOutcome.FAILED, impact=fx.Impact.NONE)
+        log.outcome(  # a recorded JSON null: the text 'null'
+            effect_id="c2",
+            execution=fx.ExecutionOutcome.FAILED,
+            impact=fx.Impact.NONE,
+            result=None,
+            result_recorded=True,
+        )
         log.observe(
             observation_id="o2",
             resource=user,
@@ -498,6 +518,8 @@ def _forged_values(base: Base, table: str, column: str, declared: str, old: obje
         return [w for w in words if w != old]
     if column in BOOLEANS:
         return [1] if old is None else [1 - int(str(old))]
+    if table in SEQ_TABLES and column in RECORDED:
+        return [_forged_json(old)]
     if declared.upper() == "INTEGER":
         return [0 if old is None else int(str(old)) + 1]
     if column == "recorded_at":
@@ -508,6 +530,17 @@ def _forged_values(base: Base, table: str, column: str, declared: str, old: obje
     if old is None:
         return [sha(b"forged") if "sha" in column else "forged"]
     return [f"{old}-forged"]
+
+
+def _forged_json(old: object) -> str:
+    """A recorded value as the library would write another: canonical JSON, or one recorded."""
+    if old is None:
+        return fx.recorded_json({"forged": True})
+    value = json.loads(str(old))
+    if isinstance(value, dict) and value:
+        key = min(value)
+        return fx.recorded_json({**value, key: f"{value[key]}-forged"})
+    return fx.recorded_json([value, "forged"])
 
 
 def _forged_array(base: Base, array: str, old: str) -> list[object]:
