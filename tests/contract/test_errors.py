@@ -27,12 +27,31 @@ def test_public_name_is_the_same_class() -> None:
     assert EffectPersistenceError.__module__ == "ledger.effect_log"
 
 
+STEP_ERRORS = ("AlreadyDone", "StillRunning", "NeedsResolution")
+
+
 def test_the_tree_is_importable_from_ledger_errors_and_its_old_homes() -> None:
-    """ledger.errors exports the whole tree; ledger.effect_log still exports the root."""
+    """ledger.errors exports both trees; ledger.effect_log still exports the root."""
     assert sorted(ledger.errors.__all__) == sorted(
-        ["EffectPersistenceError", *(leaf.__name__ for leaf in ERROR_LEAVES)]
+        [
+            "EffectPersistenceError",
+            *(leaf.__name__ for leaf in ERROR_LEAVES),
+            "StepNotRunError",
+            *STEP_ERRORS,
+        ]
     )
     assert PublicError is ledger.errors.EffectPersistenceError
+
+
+def test_a_call_that_is_not_run_is_no_storage_trouble() -> None:
+    """The step errors are answers, not failures: outside EffectPersistenceError, at the top."""
+    import ledger as top
+
+    for name in STEP_ERRORS:
+        error = getattr(ledger.errors, name)
+        assert issubclass(error, ledger.errors.StepNotRunError)
+        assert not issubclass(error, EffectPersistenceError)
+        assert getattr(top, name) is error
 
 
 def test_a_run_created_twice_raises_run_exists(store_dir: Path, run_id: str) -> None:

@@ -322,7 +322,11 @@ CLASS = st.sampled_from(CLASSES)
 # Fields added after the first format, and what a dict without them stands for: the
 # dicts are told apart by fields only they have.
 LATER_DEFAULTS: tuple[tuple[set[str], dict[str, Any]], ...] = (
-    ({"action_id", "operation"}, {"kind": "write", "idempotency_key": "", "retry_of": None}),
+    (
+        {"action_id", "operation"},
+        {"kind": "write", "idempotency_key": "", "retry_of": None, "step": "", "args": None},
+    ),
+    ({"execution", "replayed"}, {"result": None, "result_recorded": False}),
     ({"claims", "outcomes", "observations"}, {"resolutions": []}),
     ({"verdict", "evidence"}, {"resolution": None}),
 )
