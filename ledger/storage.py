@@ -234,6 +234,7 @@ class EffectRow:
     resolution: str | None  # a person's word: "applied", "not_applied", or none yet
     next_step: str  # what the worker should do next: done, wait, retry or escalate
     run_problem: str | None = None  # why its run does not validate: the verdict is not believed
+    step: str = ""  # the call's step, its identity across restarts ("" for a claim without)
 
     def to_dict(self) -> dict[str, Any]:
         """The documented JSON shape of ``ledger status --json``."""

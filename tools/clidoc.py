@@ -171,6 +171,7 @@ def _examples() -> dict[str, object]:
             idempotency_key=claim.idempotency_key,
             resolution=a.resolution,
             next_step=decide(claim, history).step.value,
+            step=claim.step,
         )
         for run_id, history, a in (
             (_RUN_A, history_a, effects_a[0]),
@@ -398,6 +399,11 @@ _SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
                 "why its run does not validate (rows or hash chain), then its verdict is not "
                 "to be believed and the command exits 1; `null` when the run validates"
             ),
+        ),
+        (
+            "step",
+            "string",
+            "the call's step, its identity across restarts; empty for a claim made without",
         ),
     ),
     # ledger recover

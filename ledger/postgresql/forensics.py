@@ -174,7 +174,7 @@ class Reader:
                     with_views(
                         "SELECT run_id, seq, effect_id, operation, execution, impact, verdict,"
                         " unresolved_impact, claimed_at, kind, idempotency_key, resolution,"
-                        f" next_step FROM effect_status {clause}"
+                        f" next_step, step FROM effect_status {clause}"
                         " ORDER BY claimed_at, run_id, seq"
                     )
                 ),
@@ -196,6 +196,7 @@ class Reader:
                     idempotency_key=row[10],
                     resolution=row[11],
                     next_step=row[12],
+                    step=row[13],
                     run_problem=problems[row[0]],
                 )
                 for row in found

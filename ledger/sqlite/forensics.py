@@ -168,8 +168,8 @@ class Reader:
             found = conn.exec_driver_sql(
                 with_views(
                     "SELECT run_id, seq, effect_id, operation, execution, impact, verdict,"
-                    f" unresolved_impact, claimed_at, kind, idempotency_key, resolution, next_step"
-                    f" FROM effect_status {clause}"
+                    f" unresolved_impact, claimed_at, kind, idempotency_key, resolution, next_step,"
+                    f" step FROM effect_status {clause}"
                     " ORDER BY claimed_at, run_id, seq"
                 ),
                 tuple(params),
@@ -191,6 +191,7 @@ class Reader:
                     resolution=row[11],
                     next_step=row[12],
                     run_problem=problems[row[0]],
+                    step=row[13],
                 )
                 for row in found
             ]

@@ -72,6 +72,7 @@ STATUS_KEYS = {
     "resolution",
     "next_step",
     "run_problem",
+    "step",
 }
 ASSESSMENT_KEYS = {
     "effect_id",
@@ -199,6 +200,7 @@ class Built:
                         "resolution": a.resolution,
                         "next_step": decision.step.value,
                         "run_problem": None,
+                        "step": claim.step,
                     }
                 )
         return sorted(rows, key=lambda r: (r["claimed_at"], r["run_id"], r["seq"]))
