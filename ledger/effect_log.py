@@ -1161,7 +1161,7 @@ class EffectLog:
             return self._index.decide(self._claim_of(effect_id))
 
     def retry(self, effect_id: str, *, new_effect_id: str | None = None) -> EffectClaim:
-        """Claim ``effect_id`` again: same operation, kind, scope, postconditions and key.
+        """Claim ``effect_id`` again: same operation, kind, scope, postconditions, key and step.
 
         Only when :meth:`decide` says ``RETRY``; otherwise a ``ValueError`` names the
         decision and nothing is written. The new claim has ``retry_of`` set to
@@ -1179,6 +1179,8 @@ class EffectLog:
             obligations=claim.obligations,
             kind=claim.kind,
             retry_of=effect_id,
+            step=claim.step,
+            args=claim.args,
         )
         return self._claim_all((request,), f"claim {new_id!r}", retrying=effect_id)[0]
 

@@ -244,6 +244,28 @@ def test_a_retry_carries_its_originals_step_and_key_and_attempts_count_from_1(
     assert steps == ["s1", "s1", "s1"]
 
 
+def test_log_retry_carries_the_step_and_the_recorded_arguments(
+    logs: Callable[..., EffectLog],
+) -> None:
+    """A retry made by hand is the same call as one made by entering the step again."""
+    log = logs()
+    with log.effect("charge", args={"n": 1}, kind=IDEMPOTENT, step="s1") as call:
+        first = call.claim
+        call.failed(impact=fx.Impact.NONE)
+    retry = log.retry(first.effect_id)
+    assert (retry.step, retry.args, retry.idempotency_key) == (
+        "s1",
+        {"n": 1},
+        first.idempotency_key,
+    )
+    log.outcome(
+        effect_id=retry.effect_id, execution=fx.ExecutionOutcome.FAILED, impact=fx.Impact.NONE
+    )
+    with log.effect("charge", args={"n": 1}, kind=IDEMPOTENT, step="s1") as call:
+        assert call.attempt == 3
+        assert call.claim.retry_of == first.effect_id
+
+
 def test_a_step_names_one_call(logs: Callable[..., EffectLog], backend: Backend) -> None:
     """A step given again with other arguments is a mistake: refused, nothing written."""
     log = logs()
