@@ -10,6 +10,7 @@ Fixtures live in the ``conftest.py`` files; what only SQLite's tests share is in
 from __future__ import annotations
 
 import hashlib
+import http.server
 import json
 import os
 import select
@@ -1138,3 +1139,30 @@ def histories(draw: st.DrawFn, *, recorded: bool = False) -> fx.History:
             looked_at = done if done and draw(st.integers(0, 3)) > 0 else duties
             observations.append(draw_observation(draw, seq, pool, looked_at))
     return fx.History(tuple(claims), tuple(outcomes), tuple(observations), tuple(resolutions))
+
+
+class Payments(http.server.BaseHTTPRequestHandler):
+    """A payment API on 127.0.0.1 that performs once per Idempotency-Key.
+
+    A repeat with a key it has seen gets the first answer and charges nothing: what a
+    deduplicating system does with the key a claim hands downstream. ``seen`` lists every
+    request's key, ``performed`` the payments made (see the ``payments`` fixture).
+    """
+
+    seen: list[str]
+    performed: dict[str, str]
+
+    def do_POST(self) -> None:
+        key = self.headers.get("Idempotency-Key", "")
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.seen.append(key)
+        if key not in self.performed:
+            self.performed[key] = f"payment-{len(self.performed) + 1}"
+        body = json.dumps({"id": self.performed[key]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the stdlib's name
+        pass

@@ -5,7 +5,9 @@ The builders test modules import by name are in ``tests/builders.py``.
 
 from __future__ import annotations
 
+import http.server
 import os
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,15 @@ from hypothesis import settings
 
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.resources import FilesystemRoot
-from tests.builders import CHILD_TIMEOUT, TIMEOUT, Call, Child, missing, require_tool
+from tests.builders import (
+    CHILD_TIMEOUT,
+    TIMEOUT,
+    Call,
+    Child,
+    Payments,
+    missing,
+    require_tool,
+)
 
 # `make mutants` runs the property tests once per mutant: the same examples each time
 # (derandomized, no example database, 25 where a test sets no number), so a mutant's
@@ -108,3 +118,17 @@ def spawn() -> Iterator[type[Child]]:
         for stream in (child.proc.stdin, child.proc.stdout):
             if stream is not None:
                 stream.close()
+
+
+@pytest.fixture
+def payments() -> Iterator[tuple[str, type[Payments]]]:
+    """A deduplicating payment server on 127.0.0.1 (``Payments``): its URL and its handler."""
+    handler = type("Handler", (Payments,), {"seen": [], "performed": {}})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/payments", handler
+    finally:
+        server.shutdown()
+        server.server_close()

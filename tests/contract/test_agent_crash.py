@@ -8,21 +8,18 @@ their ``Idempotency-Key`` header.
 
 from __future__ import annotations
 
-import http.server
 import json
 import signal
 import subprocess
 import sys
 import textwrap
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, new_run_id
-from tests.builders import REPO, sha, subprocess_env
+from tests.builders import REPO, Payments, sha, subprocess_env
 
 CHILD_TIMEOUT = 60
 
@@ -162,41 +159,6 @@ def test_a_person_who_finds_the_effect_did_not_land_makes_it_retryable(tmp_path:
         assert log.assess("e1").resolution == "not_applied"
         assert not log.assess("e1").unresolved_impact
         assert log.retry("e1").idempotency_key == log.history().claim("e1").idempotency_key
-
-
-class Payments(http.server.BaseHTTPRequestHandler):
-    """Performs a payment once per Idempotency-Key; a repeat gets the first answer."""
-
-    seen: list[str]
-    performed: dict[str, str]
-
-    def do_POST(self) -> None:
-        key = self.headers.get("Idempotency-Key", "")
-        self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        self.seen.append(key)
-        if key not in self.performed:
-            self.performed[key] = f"payment-{len(self.performed) + 1}"
-        body = json.dumps({"id": self.performed[key]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the stdlib's name
-        pass
-
-
-@pytest.fixture
-def payments() -> Iterator[tuple[str, type[Payments]]]:
-    handler = type("Handler", (Payments,), {"seen": [], "performed": {}})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/payments", handler
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_a_retry_after_a_crash_carries_the_key_and_the_server_performs_once(
