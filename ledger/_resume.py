@@ -166,8 +166,10 @@ def plan(  # noqa: PLR0917 - the state of one step, all of it consulted
         return Next(step, first, retry_of=first.effect_id, attempt=count + 1)
     if decision.step is NextStep.WAIT:
         raise StillRunning(
-            f"step {step!r} may still be running: effect {newest.effect_id!r} has no outcome "
-            f"({decision.reason}) Wait for it, or recover the run once its process is gone",
+            f"step {step!r} may still be running: effect {newest.effect_id!r} has no terminal "
+            f"outcome ({decision.reason}) Wait for its outcome; if nothing runs it any more, a "
+            f"person who checked the world records what they found: ledger resolve {run_id} "
+            f"{newest.effect_id} --applied|--not-applied --by NAME",
             run_id=run_id,
             effect_id=newest.effect_id,
             decision=decision,
