@@ -777,7 +777,8 @@ class EffectScope:
         error = begun.exception()
         if error is not None:
             raise cancelled from error  # nothing was claimed
-        await _wait(_off_loop(self._plan.abandon))  # claimed, and the body will never run
+        if not begun.result().replayed:
+            await _wait(_off_loop(self._plan.abandon))  # claimed, and the body will never run
         raise cancelled
 
     async def __aexit__(
