@@ -357,7 +357,8 @@ class EffectLog:
         (:class:`~ledger.errors.RunHeldError`): its earlier writer is gone, so the claims
         it left without an outcome are recovered (:meth:`recover_interrupted`;
         :attr:`recovered` lists the outcomes written), and the file every postcondition of
-        an effect not ``DONE`` names is observed, so that :meth:`decide` can tell a write
+        an effect not ``DONE`` names (whose call did not report success) is observed, so
+        that :meth:`decide` can tell a write
         that never touched its file (``RETRY``) from one that may have landed. Then the
         worker runs its code again: each call finds its earlier attempt by its step (see
         :meth:`effect`).
