@@ -74,9 +74,9 @@ from ledger.effects import (
     OperationRef,
     Postcondition,
     ResourceRef,
-    args_digest,
     check_identifier,
     check_step,
+    recorded_json,
     resource_ref,
     utc_now,
 )
@@ -161,6 +161,8 @@ class Recording:
 
     def given(self, args: object, result: object, redact: object) -> Recording:
         """These options, with those a call gives (``None``: the log's) in their place."""
+        if args is None and result is None and redact is None:
+            return self
         return Recording.of(
             self.args if args is None else args,
             self.result if result is None else result,
@@ -168,11 +170,19 @@ class Recording:
             self.max_bytes,
         )
 
-    def stored_args(self, args: object, what: str) -> object:
-        """What a claim records of ``args``; a caller's error if ``redact`` fails on them."""
+    def stored_args(self, args: object, text: str, what: str) -> object:
+        """What a claim records of ``args`` (``text``: their canonical JSON, checked).
+
+        A caller's error if ``redact`` fails on them, before anything is written.
+        """
         if not self.args:
             return None
-        return recordable(redacted_args(args, self.redact), self.max_bytes, what=what)[0]
+        if self.redact is not None:
+            return recordable(redacted_args(args, self.redact), self.max_bytes, what=what)[0]
+        if len(text) > self.max_bytes and len(text.encode("utf-8")) > self.max_bytes:
+            log.info("%s not recorded: more than %d bytes", what, self.max_bytes)
+            return None
+        return args
 
     def stored_result(self, value: object, what: str) -> tuple[object, bool]:
         """What an outcome records of a result: ``(value, recorded)``; never an error."""
@@ -699,7 +709,8 @@ class EffectScope:
                 raise ValueError("step must be a non-empty string (or None for the automatic one)")
         recording = Recording() if recording is None else recording
         args = {} if args is None else args
-        digest = args_digest(args)
+        text = recorded_json(args, "args")  # checked once: digested, and recorded
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
         effect_id = new_effect_id() if effect_id is None else effect_id
         check_identifier(effect_id, "effect_id")
         # The record checks every other field as the claim will, before anything is written.
@@ -712,7 +723,7 @@ class EffectScope:
             obligations=obligations,  # type: ignore[arg-type]  # checked and made a tuple
             recorded_at=utc_now(),
             kind=kind,
-            args=recording.stored_args(args, f"the arguments of {operation}"),
+            args=recording.stored_args(args, text, f"the arguments of {operation}"),
         )
         targets: dict[str, ResourceRef] = {}
         for condition in probe.obligations:

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ledger
-from ledger import _inspect
+from ledger import _inspect, _paths
 from ledger import effects as fx
 from ledger._resume import auto_step
 from ledger.effect_log import EffectLog, new_run_id
@@ -52,6 +52,16 @@ ELSEWHERE = ExternalResource("https://calendar.example/events")
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+@pytest.fixture(autouse=True)
+def _store_verifies(store_dir: Path | str) -> Iterator[None]:
+    """Every store these tests leave passes ``ledger verify``'s checks, chains and all."""
+    yield
+    if isinstance(store_dir, Path) and not (store_dir / _paths.DB_NAME).exists():
+        return  # nothing was ever written
+    report = _inspect.verify(store_dir)
+    assert report.ok, report
 
 
 @pytest.fixture
