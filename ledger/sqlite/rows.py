@@ -23,9 +23,9 @@ from sqlalchemy import (
     literal_column,
     select,
 )
+from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
@@ -76,10 +76,11 @@ def check_readable(conn: Connection, name: object) -> None:
     A store's writers upgrade it; until one of this version writes to it, it is read by
     the version that wrote it. A store with no schema yet reads as empty elsewhere.
     """
-    try:
-        revision = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
-    except SQLAlchemyError:
+    # Asked first, not tried: on PostgreSQL a failed statement aborts the read's whole
+    # transaction, and the reads that follow would fail with it.
+    if not sa_inspect(conn).has_table("alembic_version"):
         return
+    revision = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
     if revision is not None and revision.isdigit() and revision < READABLE_FROM:
         store = f"the store {name}" if name else "the store"
         raise StoreSchemaOldError(

@@ -342,3 +342,16 @@ def test_a_store_at_0011_gains_steps_and_recorded_values_on_its_next_write(url: 
         assert log.history().records() == records
     result = ledger("verify", "--store", url)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.program
+def test_every_read_command_answers_on_a_database_with_no_schema_yet(url: str) -> None:
+    """An empty database holds no run: the reads say so, none fails on the schema it lacks.
+
+    (A failed statement aborts a PostgreSQL transaction: the read must ask whether the
+    schema is there, not try it and go on in a transaction that refuses everything after.)
+    """
+    for argv in (("runs",), ("status",), ("verify",), ("runs", "--json")):
+        done = ledger(*argv, "--store", url)
+        assert done.returncode == 0, (argv, done.stdout, done.stderr)
+        assert "Traceback" not in done.stderr
