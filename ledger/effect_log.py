@@ -35,7 +35,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Self, TypedDict, Unpack
 
 from ledger import _calls, _paths, _resume, storage
 from ledger._calls import Recording, Seen, current_call, new_effect_id
@@ -83,6 +83,7 @@ __all__ = [
     "EffectLog",
     "EffectPersistenceError",
     "OutcomeRequest",
+    "RecordingOptions",
     "current_call",
     "effects_dir",
     "new_effect_id",
@@ -132,6 +133,19 @@ def _check_resource(value: object, field: str) -> ResourceRef:
             f"{field} must be a ResourceRef (see effects.resource_ref), not {type(value).__name__}"
         )
     return value
+
+
+class RecordingOptions(TypedDict, total=False):
+    """What :class:`EffectLog`, :meth:`EffectLog.load` and :meth:`EffectLog.resume` record.
+
+    The constructor's keywords: ``record_args``, ``record_result`` (default ``True``),
+    ``redact`` (``None``) and ``max_recorded_bytes`` (65,536).
+    """
+
+    record_args: bool
+    record_result: bool
+    redact: Redact | None
+    max_recorded_bytes: int
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -292,10 +306,7 @@ class EffectLog:
         directory: str | os.PathLike[str] | None = None,
         *,
         writer_name: str | None = None,
-        record_args: bool = True,
-        record_result: bool = True,
-        redact: Redact | None = None,
-        max_recorded_bytes: int = MAX_RECORDED_BYTES,
+        **recording: Unpack[RecordingOptions],
     ) -> Self:
         """Reopen a run after a restart, from its durable rows only.
 
@@ -309,15 +320,7 @@ class EffectLog:
         :meth:`recover_interrupted`). ``writer_name`` is as for the constructor: recorded
         with this process at its first write; the recording options are the constructor's.
         """
-        self = cls(
-            run_id,
-            directory,
-            writer_name=writer_name,
-            record_args=record_args,
-            record_result=record_result,
-            redact=redact,
-            max_recorded_bytes=max_recorded_bytes,
-        )
+        self = cls(run_id, directory, writer_name=writer_name, **recording)
         self._continuing = True
         store = self._backend.acquire(self._directory)
         try:
@@ -345,10 +348,7 @@ class EffectLog:
         store: str | os.PathLike[str] | None = None,
         *,
         writer_name: str | None = None,
-        record_args: bool = True,
-        record_result: bool = True,
-        redact: Redact | None = None,
-        max_recorded_bytes: int = MAX_RECORDED_BYTES,
+        **recording: Unpack[RecordingOptions],
     ) -> Self:
         """Start or continue a run: the one line a worker begins with, first start or restart.
 
@@ -358,20 +358,13 @@ class EffectLog:
         it left without an outcome are recovered (:meth:`recover_interrupted`;
         :attr:`recovered` lists the outcomes written), and the file every postcondition of
         an effect not ``DONE`` names (whose call did not report success) is observed, so
-        that :meth:`decide` can tell a write
-        that never touched its file (``RETRY``) from one that may have landed. Then the
-        worker runs its code again: each call finds its earlier attempt by its step (see
-        :meth:`effect`).
+        that :meth:`decide` can tell a write that never touched its file (``RETRY``) from
+        one that may have landed. Then the worker runs its code again: each call finds its
+        earlier attempt by its step (see :meth:`effect`). The recording options
+        (``record_args``, ``record_result``, ``redact``, ``max_recorded_bytes``) are the
+        constructor's.
         """
-        self = cls.load(
-            run_id,
-            store,
-            writer_name=writer_name,
-            record_args=record_args,
-            record_result=record_result,
-            redact=redact,
-            max_recorded_bytes=max_recorded_bytes,
-        )
+        self = cls.load(run_id, store, writer_name=writer_name, **recording)
         try:
             if self._claims:
                 self._take_over()
