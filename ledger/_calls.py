@@ -52,9 +52,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeAlias, TypeVar, cast, overload
 
 from ledger._recorded import (
+    MAX_RECORDED_BYTES,
     Redact,
     check_max_bytes,
     check_redact,
+    fits,
     recordable,
     redacted_args,
     redacted_result,
@@ -74,9 +76,9 @@ from ledger.effects import (
     OperationRef,
     Postcondition,
     ResourceRef,
+    canonical_args,
     check_identifier,
     check_step,
-    recorded_json,
     resource_ref,
     utc_now,
 )
@@ -144,7 +146,7 @@ class Recording:
     args: bool = True
     result: bool = True
     redact: Redact | None = None
-    max_bytes: int = 65_536
+    max_bytes: int = MAX_RECORDED_BYTES
 
     @classmethod
     def of(cls, args: object, result: object, redact: object, max_bytes: object) -> Recording:
@@ -170,8 +172,8 @@ class Recording:
             self.max_bytes,
         )
 
-    def stored_args(self, args: object, text: str, what: str) -> object:
-        """What a claim records of ``args`` (``text``: their canonical JSON, checked).
+    def stored_args(self, args: object, size: int, what: str) -> object:
+        """What a claim records of ``args`` (``size``: their canonical JSON's bytes, checked).
 
         A caller's error if ``redact`` fails on them, before anything is written.
         """
@@ -179,10 +181,7 @@ class Recording:
             return None
         if self.redact is not None:
             return recordable(redacted_args(args, self.redact), self.max_bytes, what=what)[0]
-        if len(text) > self.max_bytes and len(text.encode("utf-8")) > self.max_bytes:
-            log.info("%s not recorded: more than %d bytes", what, self.max_bytes)
-            return None
-        return args
+        return args if fits(size, self.max_bytes, what=what) else None
 
     def stored_result(self, value: object, what: str) -> tuple[object, bool]:
         """What an outcome records of a result: ``(value, recorded)``; never an error."""
@@ -513,13 +512,10 @@ class _Call:
         """Whether the call's step was done already: the body must not run its call again."""
         self.attempt = begun.attempt
         """Which attempt of the step this is (or was, replayed): 1 for the first."""
-        outcome = begun.outcome
-        replayed_outcome = outcome if begun.replayed else None
-        self.result: Any = None if replayed_outcome is None else replayed_outcome.result
+        replayed = begun.outcome if begun.replayed else None
+        self.result: Any = None if replayed is None else replayed.result
         """The recorded result of a replayed call (``None`` when none was recorded)."""
-        self._result_recorded = replayed_outcome is not None and bool(
-            replayed_outcome.result_recorded
-        )
+        self._result_recorded = replayed is not None and replayed.result_recorded is True
         self.returned: Any = _UNSET  # what a decorated function returned, recorded at exit
 
     @property
@@ -709,8 +705,8 @@ class EffectScope:
                 raise ValueError("step must be a non-empty string (or None for the automatic one)")
         recording = Recording() if recording is None else recording
         args = {} if args is None else args
-        text = recorded_json(args, "args")  # checked once: digested, and recorded
-        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        canonical = canonical_args(args)  # checked once: digested, and recorded
+        digest = hashlib.sha256(canonical).hexdigest()
         effect_id = new_effect_id() if effect_id is None else effect_id
         check_identifier(effect_id, "effect_id")
         # The record checks every other field as the claim will, before anything is written.
@@ -723,7 +719,7 @@ class EffectScope:
             obligations=obligations,  # type: ignore[arg-type]  # checked and made a tuple
             recorded_at=utc_now(),
             kind=kind,
-            args=recording.stored_args(args, text, f"the arguments of {operation}"),
+            args=recording.stored_args(args, len(canonical), f"the arguments of {operation}"),
         )
         targets: dict[str, ResourceRef] = {}
         for condition in probe.obligations:

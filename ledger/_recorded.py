@@ -20,6 +20,7 @@ __all__ = [
     "Redact",
     "check_max_bytes",
     "check_redact",
+    "fits",
     "recordable",
     "redacted_args",
     "redacted_result",
@@ -64,6 +65,14 @@ def redacted_args(args: object, redact: Redact | None) -> object:
     return out
 
 
+def fits(size: int, max_bytes: int, *, what: str) -> bool:
+    """Whether a value whose canonical JSON is ``size`` bytes may be recorded (else logged)."""
+    if size > max_bytes:
+        log.info("%s not recorded: %d bytes, more than %d", what, size, max_bytes)
+        return False
+    return True
+
+
 def recordable(value: object, max_bytes: int, *, what: str) -> tuple[object, bool]:
     """``(value, True)`` if it can be recorded as it is, else ``(None, False)`` (logged)."""
     try:
@@ -71,9 +80,7 @@ def recordable(value: object, max_bytes: int, *, what: str) -> tuple[object, boo
     except ValueError as e:
         log.info("%s not recorded: %s", what, e)
         return None, False
-    size = len(text.encode("utf-8"))
-    if size > max_bytes:
-        log.info("%s not recorded: %d bytes, more than %d", what, size, max_bytes)
+    if not fits(len(text.encode("utf-8")), max_bytes, what=what):
         return None, False
     return value, True
 

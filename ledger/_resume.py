@@ -19,7 +19,7 @@ run's length. An effect whose *reported success* later evidence contradicts is n
 of them: in the ordinary course that is a later effect of the run rewriting the same
 target, and ``decide`` still escalates the effect itself when its own step comes again.
 
-Pure of storage: the log calls :class:`StepPlan` under its lock.
+Pure of storage: the log calls :func:`plan` and the guard's helpers under its lock.
 """
 
 from __future__ import annotations
@@ -39,7 +39,16 @@ from ledger.effects import (
 )
 from ledger.errors import AlreadyDone, NeedsResolution, StillRunning
 
-__all__ = ["Begin", "StepIndex", "auto_step", "needs_resolution"]
+__all__ = [
+    "Begin",
+    "Next",
+    "StepIndex",
+    "auto_step",
+    "guarded",
+    "needs_resolution",
+    "overlapping",
+    "plan",
+]
 
 _GUARDED = frozenset({EffectKind.WRITE, EffectKind.IRREVERSIBLE})
 
@@ -63,8 +72,6 @@ class Begin:
 class Next:
     """What the log is to do for a step: claim (``retry_of`` set for a retry), or replay."""
 
-    step: str
-    first: EffectClaim | None  # the step's first attempt, if it has one
     replay: EffectClaim | None = None  # the attempt to replay instead of claiming
     retry_of: str | None = None
     attempt: int = 1
@@ -124,7 +131,7 @@ def plan(  # noqa: PLR0917 - the state of one step, all of it consulted
     step: str,
     probe: EffectClaim,
     first: EffectClaim | None,
-    attempts: list[EffectClaim],
+    newest: EffectClaim | None,
     decision: Decision | None,
     outcome: EffectOutcome | None,
     tries: int,
@@ -133,12 +140,12 @@ def plan(  # noqa: PLR0917 - the state of one step, all of it consulted
 ) -> Next:
     """What entering ``step`` does, from its attempts and decision (checked by the caller).
 
-    ``attempts`` are the step's first attempt and its retries decide follows, ``outcome``
-    the newest attempt's terminal outcome, ``tries`` how many attempts it has. Raises the
-    error of a call that must not run.
+    ``first`` is the step's first attempt (``None``: the step is new), ``newest`` the
+    attempt decide follows, ``outcome`` its terminal outcome, ``tries`` how many attempts
+    the step has. Raises the error of a call that must not run.
     """
-    if first is None or decision is None:
-        return Next(step, None)
+    if first is None or newest is None or decision is None:
+        return Next()
     if first.operation.name != probe.operation.name or (
         probe.retry_of is None and first.operation.args_sha256 != probe.operation.args_sha256
     ):
@@ -146,13 +153,11 @@ def plan(  # noqa: PLR0917 - the state of one step, all of it consulted
             f"step {step!r} was first called as {first.operation.name} with other arguments "
             f"(effect {first.effect_id!r}): a step names one call"
         )
-    newest = attempts[-1]
-    count = tries
     if decision.step is NextStep.DONE:
         recorded = outcome is not None and outcome.result_recorded
         if probe.kind is EffectKind.READ and not recorded:
             # Nothing to replay, and reading again changes nothing.
-            return Next(step, first, retry_of=first.effect_id, attempt=count + 1, checked=False)
+            return Next(retry_of=first.effect_id, attempt=tries + 1, checked=False)
         if tool and not recorded:
             raise AlreadyDone(
                 f"step {step!r} is done (effect {newest.effect_id!r}: {decision.reason}) and no "
@@ -161,9 +166,9 @@ def plan(  # noqa: PLR0917 - the state of one step, all of it consulted
                 effect_id=newest.effect_id,
                 decision=decision,
             )
-        return Next(step, first, replay=newest, attempt=count)
+        return Next(replay=newest, attempt=tries)
     if decision.step is NextStep.RETRY:
-        return Next(step, first, retry_of=first.effect_id, attempt=count + 1)
+        return Next(retry_of=first.effect_id, attempt=tries + 1)
     if decision.step is NextStep.WAIT:
         raise StillRunning(
             f"step {step!r} may still be running: effect {newest.effect_id!r} has no terminal "

@@ -987,25 +987,6 @@ class EffectLog:
             records.append(record)
         return records
 
-    def _claim_seen(self, probe: EffectClaim, seen: Sequence[Seen]) -> EffectClaim:
-        """Claim ``probe`` and the baseline of its targets in one transaction.
-
-        ``probe`` gives the fields (seq and time are the log's); ``seen`` is what was read
-        of its targets just before. ``log.effect``'s baseline and claim cost one commit,
-        and neither is recorded if the claim cannot be.
-        """
-        request = ClaimRequest(
-            effect_id=probe.effect_id,
-            action_id=probe.action_id,
-            operation=probe.operation,
-            impact_scope=probe.impact_scope,
-            obligations=probe.obligations,
-            kind=probe.kind,
-            step=probe.step,
-            args=probe.args,
-        )
-        return self._claim_all((request,), f"claim {probe.effect_id!r}", seen=seen)[0]
-
     def _begin_step(
         self, probe: EffectClaim, seen: Sequence[Seen], step: str | None, *, tool: bool
     ) -> _resume.Begin:
@@ -1020,12 +1001,11 @@ class EffectLog:
             if step is None:
                 step = self._steps.next_auto(probe.operation.name, probe.operation.args_sha256)
             first = self._steps.first(step)
-            decision = outcome = None
-            attempts: list[EffectClaim] = []
+            decision = outcome = newest = None
             if first is not None:
-                attempts = self._index.attempts(first)
+                newest = self._index.attempts(first)[-1]
                 decision = self._index.decide(first)
-                outcome = self._index.terminal(attempts[-1].effect_id)
+                outcome = self._index.terminal(newest.effect_id)
                 if self._queued_keys[first.idempotency_key]:
                     decision = dataclasses.replace(
                         decision, step=NextStep.WAIT, reason="A retry of it is being claimed."
@@ -1039,7 +1019,7 @@ class EffectLog:
                 )
             tries = 0 if first is None else self._steps.tries(first.idempotency_key)
             plan = _resume.plan(
-                self._run_id, step, probe, first, attempts, decision, outcome, tries, tool=tool
+                self._run_id, step, probe, first, newest, decision, outcome, tries, tool=tool
             )
             if plan.replay is not None:
                 return _resume.Begin(plan.replay, plan.attempt, replayed=True, outcome=outcome)

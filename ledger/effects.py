@@ -304,11 +304,9 @@ def _check_json(value: object, where: str, name: str = "args", depth: int = 0) -
 
 
 def _json_text(value: object, name: str) -> str:
+    """The canonical JSON text of ``value`` (not yet known to encode: a lone surrogate)."""
     _check_json(value, "", name)
-    try:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    except UnicodeEncodeError:
-        raise ValueError(f"{name} hold a string that is not valid Unicode") from None
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def canonical_args(args: object) -> bytes:
