@@ -535,19 +535,31 @@ def test_an_escalated_call_raises_needs_resolution_naming_the_effect_and_the_com
     assert "--by" in message
 
 
-def test_a_decorated_tool_raises_needs_resolution_without_calling_the_function(
-    backend: Backend, logs: Callable[..., EffectLog]
-) -> None:
+def crashed_send(
+    logs: Callable[..., EffectLog], operation: str
+) -> tuple[EffectLog, fx.EffectClaim, str, Callable[[str], str], list[str]]:
+    """An irreversible ``operation(to="a")`` interrupted, then the run restarted.
+
+    The restarted log, the crashed claim, its automatic step, and a function named
+    ``operation`` that sends (and the list of what it sent), to decorate as a tool.
+    """
     calls: list[str] = []
 
     def send(to: str) -> str:
         calls.append(to)
         return "sent"
 
+    send.__name__ = operation
     log = logs()
-    step = auto_step("send", fx.args_digest({"to": "a"}), 1)
-    crashed = interrupted(log, "send", {"to": "a"}, step=step, kind=IRREVERSIBLE)
-    log = restart(log)
+    step = auto_step(operation, fx.args_digest({"to": "a"}), 1)
+    crashed = interrupted(log, operation, {"to": "a"}, step=step, kind=IRREVERSIBLE)
+    return restart(log), crashed, step, send, calls
+
+
+def test_a_decorated_tool_raises_needs_resolution_without_calling_the_function(
+    backend: Backend, logs: Callable[..., EffectLog]
+) -> None:
+    log, crashed, _, send, calls = crashed_send(logs, "send")
     with writes_nothing(backend, log.directory, log), pytest.raises(NeedsResolution) as refused:
         log.tool(kind=IRREVERSIBLE)(send)("a")
     assert refused.value.effect_id == crashed.effect_id
@@ -574,16 +586,7 @@ def test_after_a_resolution_not_applied_the_step_retries(logs: Callable[..., Eff
 def test_after_a_resolution_applied_the_step_replays(
     backend: Backend, logs: Callable[..., EffectLog]
 ) -> None:
-    calls: list[str] = []
-
-    def send_email(to: str) -> str:
-        calls.append(to)
-        return "sent"
-
-    log = logs()
-    step = auto_step("send_email", fx.args_digest({"to": "a"}), 1)
-    crashed = interrupted(log, "send_email", {"to": "a"}, step=step, kind=IRREVERSIBLE)
-    log = restart(log)
+    log, crashed, step, send_email, calls = crashed_send(logs, "send_email")
     log.resolve(crashed.effect_id, applied=True, by="alice")
     with writes_nothing(backend, log.directory, log):
         with pytest.raises(AlreadyDone) as done:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import pytest
 
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, new_run_id
-from tests.builders import REPO, Payments, ledger, sha, subprocess_env
+from tests.builders import Payments, ledger, sha, start_child
 
 pytestmark = pytest.mark.program
 
@@ -122,24 +121,15 @@ class Worker:
         (self.work / "out.txt").write_bytes(b"the old content")
 
     def _start(self, crash_at: str, touch: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                textwrap.dedent(WORKER),
-                str(self.store),
-                self.run_id,
-                self.url,
-                str(self.work),
-                crash_at,
-                touch,
-                sha(b"the new content"),
-            ],
-            env=subprocess_env(),
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        return start_child(
+            textwrap.dedent(WORKER),
+            self.store,
+            self.run_id,
+            self.url,
+            self.work,
+            crash_at,
+            touch,
+            sha(b"the new content"),
         )
 
     def crash(self, step: str, touch: str = "after") -> None:
