@@ -692,9 +692,14 @@ def test_resume_recovers_the_claims_a_dead_writer_left(logs: Callable[..., Effec
     assert log.recovered == ()
 
 
-def test_a_write_interrupted_before_touching_its_file_retries_with_no_person(
-    tmp_path: Path, logs: Callable[..., EffectLog]
-) -> None:
+def crashed_write(
+    logs: Callable[..., EffectLog], tmp_path: Path
+) -> tuple[EffectLog, fx.EffectClaim, Path, Callable[[EffectLog], Any]]:
+    """A write of ``out.txt`` (postcondition: its digest is that of ``hello``) interrupted.
+
+    The log, the crashed claim, the file, and the call that writes it again (step ``w``),
+    to enter once the run is restarted.
+    """
     target = tmp_path / "out.txt"
     ref = file_target(target)
     want = fx.Postcondition(ref, fx.Predicate.SHA256, sha(b"hello"))
@@ -702,15 +707,26 @@ def test_a_write_interrupted_before_touching_its_file_retries_with_no_person(
     crashed = interrupted(
         log, "write_file", {"path": str(target)}, step="w", scope=(ref,), obligations=(want,)
     )
+
+    def write(log: EffectLog) -> Any:
+        return log.effect(
+            "write_file",
+            args={"path": str(target)},
+            step="w",
+            impact_scope=[ref],
+            obligations=[want],
+        )
+
+    return log, crashed, target, write
+
+
+def test_a_write_interrupted_before_touching_its_file_retries_with_no_person(
+    tmp_path: Path, logs: Callable[..., EffectLog]
+) -> None:
+    log, crashed, target, write = crashed_write(logs, tmp_path)
     log = restart(log)  # the file was never written
     assert log.decide(crashed.effect_id).step is RETRY
-    with log.effect(
-        "write_file",
-        args={"path": str(target)},
-        step="w",
-        impact_scope=[ref],
-        obligations=[want],
-    ) as call:
+    with write(log) as call:
         assert not call.replayed
         assert call.attempt == 2
         assert call.idempotency_key == crashed.idempotency_key
@@ -723,26 +739,14 @@ def test_a_write_interrupted_before_touching_its_file_retries_with_no_person(
 def test_a_write_interrupted_after_changing_its_file_needs_a_person(
     backend: Backend, tmp_path: Path, logs: Callable[..., EffectLog], content: bytes
 ) -> None:
-    target = tmp_path / "out.txt"
-    ref = file_target(target)
-    want = fx.Postcondition(ref, fx.Predicate.SHA256, sha(b"hello"))
-    log = logs()
-    crashed = interrupted(
-        log, "write_file", {"path": str(target)}, step="w", scope=(ref,), obligations=(want,)
-    )
+    log, crashed, target, write = crashed_write(logs, tmp_path)
     target.write_bytes(content)  # torn, or overwritten: not what it was, not what it should be
     log = restart(log)
     assert log.decide(crashed.effect_id).step is ESCALATE
     with (
         writes_nothing(backend, log.directory, log),
         pytest.raises(NeedsResolution) as refused,
-        log.effect(
-            "write_file",
-            args={"path": str(target)},
-            step="w",
-            impact_scope=[ref],
-            obligations=[want],
-        ),
+        write(log),
     ):
         pytest.fail("the body ran")
     assert refused.value.effect_id == crashed.effect_id
@@ -751,19 +755,11 @@ def test_a_write_interrupted_after_changing_its_file_needs_a_person(
 def test_a_write_interrupted_after_it_landed_replays(
     tmp_path: Path, logs: Callable[..., EffectLog]
 ) -> None:
-    target = tmp_path / "out.txt"
-    ref = file_target(target)
-    want = fx.Postcondition(ref, fx.Predicate.SHA256, sha(b"hello"))
-    log = logs()
-    crashed = interrupted(
-        log, "write_file", {"path": str(target)}, step="w", scope=(ref,), obligations=(want,)
-    )
+    log, crashed, target, write = crashed_write(logs, tmp_path)
     target.write_bytes(b"hello")
     log = restart(log)
     assert log.decide(crashed.effect_id).step is DONE
-    with log.effect(
-        "write_file", args={"path": str(target)}, step="w", impact_scope=[ref], obligations=[want]
-    ) as call:
+    with write(log) as call:
         assert call.replayed
         assert call.effect_id == crashed.effect_id
 
