@@ -92,11 +92,24 @@ def elsewhere(backend: Backend) -> Iterator[Callable[[Path | str, str], Holder]]
         holder.close()
 
 
+# The logs restart() opens, closed after each test (_close_restarted): a log left open
+# holds its store's watch until the garbage collector finds it, and a process has few.
+_RESTARTED: list[EffectLog] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_restarted() -> Iterator[None]:
+    yield
+    while _RESTARTED:
+        _RESTARTED.pop().close()
+
+
 def restart(log: EffectLog, **options: Any) -> EffectLog:
     """Close ``log`` (the worker is gone) and take its run up again, as a restarted worker does."""
     run_id, store = log.run_id, log.directory
     log.close()
-    return EffectLog.resume(run_id, store, **options)
+    _RESTARTED.append(EffectLog.resume(run_id, store, **options))
+    return _RESTARTED[-1]
 
 
 def count(log: EffectLog) -> int:
