@@ -8,11 +8,14 @@ the definition of every object in ``sqlite_master`` is compared, after normalisi
 SQL, with the definition the library's schema gives it (``ledger.sqlite.schema``): anything
 missing, changed or not the library's is a :class:`Problem`.
 
-Normalising makes the comparison about meaning rather than spelling: comments and
-white space go, keywords and identifiers are folded to lower case, identifier quotes
-are dropped, and a table's constraints are compared as a set (a table rebuilt by a
-migration lists them in another order). String literals are kept exactly: they hold
-the words CHECK constraints allow and the messages guards raise.
+Normalising makes the comparison about what SQLite reads rather than spelling: comments
+and white space go, keywords and identifiers are folded to lower case (ASCII only, as
+SQLite folds), quotes are dropped around the library's own names only, and a table's
+constraints are compared as a set (a table rebuilt by a migration lists them in
+another order). Anything else quoted keeps its quotes: ``"NULL"`` is a string or a
+column to SQLite, never the keyword. Literals are kept exactly: they hold the words
+CHECK constraints allow and the messages guards raise. When in doubt, a difference in
+spelling is reported as a difference.
 """
 
 from __future__ import annotations
@@ -38,13 +41,39 @@ What = Literal["missing", "changed", "foreign"]
 # Tables SQLite makes itself: statistics from ANALYZE (plans only) and AUTOINCREMENT's.
 _SQLITE_OWN = re.compile(r"sqlite_(stat\d|sequence)")
 
+# SQLite's keywords (https://sqlite.org/lang_keywords.html): bare, each is read as the
+# keyword where the grammar has one; quoted, never.
+_KEYWORD_LIST = """
+    abort action add after all alter always analyze and as asc attach autoincrement
+    before begin between by cascade case cast check collate column commit conflict
+    constraint create cross current current_date current_time current_timestamp
+    database default deferrable deferred delete desc detach distinct do drop each else
+    end escape except exclude exclusive exists explain fail filter first following for
+    foreign from full generated glob group groups having if ignore immediate in index
+    indexed initially inner insert instead intersect into is isnull join key last left
+    like limit match materialized natural no not nothing notnull null nulls of offset on
+    or order others outer over partition plan pragma preceding primary query raise range
+    recursive references regexp reindex release rename replace restrict returning right
+    rollback row rows savepoint select set table temp temporary then ties to transaction
+    trigger unbounded union unique update using vacuum values view virtual when where
+    window with without
+"""
+KEYWORDS = frozenset(_KEYWORD_LIST.split())
+
+# Characters SQLite takes into an identifier: ASCII letters, digits, "_", "$" (not
+# first) and every character beyond ASCII.
+_ID_START = r"A-Za-z_\u0080-\U0010ffff"
+_ID = _ID_START + r"0-9$"
+
 _TOKEN = re.compile(
-    r"""
+    rf"""
       (?P<space>\s+|--[^\n]*|/\*.*?(?:\*/|\Z))
     | (?P<string>'(?:[^']|'')*')
+    | (?P<blob>[xX]'[^']*')
     | (?P<quoted>"(?:[^"]|"")*"|`(?:[^`]|``)*`|\[[^\]]*\])
-    | (?P<word>[A-Za-z_][A-Za-z0-9_$]*)
-    | (?P<number>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)
+    | (?P<word>[{_ID_START}][{_ID}]*)
+    | (?P<number>0[xX][0-9A-Fa-f_]+
+        |(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)(?:[eE][+-]?\d[\d_]*)?)
     | (?P<op>\|\||<<|>>|<=|>=|==|!=|<>|->>|->|\S)
     """,
     re.VERBOSE | re.DOTALL,
@@ -52,28 +81,67 @@ _TOKEN = re.compile(
 
 Token = tuple[str, str]
 
+# SQLite folds the case of ASCII letters only: "É" and "é" are two identifiers.
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _fold(text: str) -> str:
+    return text.translate(_ASCII_LOWER)
+
 
 def tokens(sql: str) -> tuple[Token, ...]:
-    """The SQL's tokens, spelling aside: ``(kind, text)`` with identifiers unquoted and folded."""
+    """The SQL's tokens as SQLite reads them: ``(kind, text)``, spelling aside.
+
+    A bare word is a ``name`` (a keyword or an identifier, as the grammar places it),
+    case folded. A quoted word is the same ``name`` only when it is one of the
+    library's own tables, columns, indexes, constraints, triggers or views: one that
+    resolves, quoted or not, to the same object. Any other quoted word keeps its
+    quotes and its case (``quoted``): a double-quoted word that names no column is a
+    string to SQLite (``"NULL"`` is the text NULL, ``"TRUE"`` the text TRUE, neither
+    the keyword), and one in brackets or backquotes an identifier that may not exist.
+    String, blob and number literals keep their exact spelling.
+    """
+    names = _library_names()
     out: list[Token] = []
     for match in _TOKEN.finditer(sql):
         kind = match.lastgroup
         text = match.group()
         if kind == "space":
             continue
-        if kind == "quoted":
-            # "x", `x` and [x] are all the identifier x; SQLite folds identifiers' case.
+        if kind == "word":
+            out.append(("name", _fold(text)))
+        elif kind == "quoted":
             inner = text[1:-1]
             if text[0] != "[":
                 inner = inner.replace(text[0] * 2, text[0])
-            out.append(("name", inner.lower()))
-        elif kind == "word":
-            out.append(("name", text.lower()))
-        elif kind == "string":
-            out.append(("string", text))
+            if _fold(inner) in names:
+                out.append(("name", _fold(inner)))
+            else:
+                out.append(("quoted", text))
+        elif kind == "number":
+            out.append(("number", text.replace("_", "")))
         else:
             out.append((kind or "op", text))
     return tuple(out)
+
+
+@cache
+def _library_names() -> frozenset[str]:
+    """The identifiers whose quoting changes nothing: the library's own objects' names.
+
+    A keyword among them would be read as the keyword bare and as the name quoted,
+    and ``true``/``false`` are the booleans only bare: neither is ever folded.
+    """
+    found: set[str] = {"alembic_version", "version_num", "alembic_version_pkc"}
+    for table in metadata.tables.values():
+        found.add(table.name)
+        found.update(column.name for column in table.columns)
+        found.update(str(index.name) for index in table.indexes)
+        found.update(str(c.name) for c in table.constraints if c.name)
+    found.update(SQLITE_TRIGGERS)
+    found.update(VIEWS)
+    folded = {_fold(name) for name in found}
+    return frozenset(folded - KEYWORDS - {"true", "false"})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -9,7 +9,8 @@ unsettled. Each case copies it and, with the real ``sqlite3`` shell, does one of
 - replaces a view with a same-named one of the same columns that lies (no rows; every
   verdict ``verified``);
 - rewrites, with ``PRAGMA writable_schema``, one of the library's guard triggers to
-  ``WHEN 0`` or one CHECK constraint to ``CHECK (1)``;
+  ``WHEN 0`` or one CHECK constraint to ``CHECK (1)``, or a guard's ``NULL``, ``TRUE`` or
+  ``FALSE`` to the double-quoted word (to SQLite a text, not the keyword);
 - appends a row whose hash is wrong (refused by the guards), or one whose hash is
   right (accepted: the stock shell has ``sha3()``), or a wrong one with every trigger
   dropped for the time of the insert.
@@ -551,6 +552,33 @@ def test_a_check_rewritten_to_check_1_is_named_and_refused(
     if outcome.check(_verify_names(directory, table, cli=cli), "verify"):
         FIGURES["verify_named"] += 1
     _refused(base, directory, "observations", table, outcome)
+    _done(outcome)
+
+
+# A guard rewritten to compare with "NULL" or "TRUE": to SQLite the texts, not the
+# keywords. The retry guard then refuses every claim (NULL IS NOT 'NULL'); the scope
+# guard no longer refuses malformed scope ('TRUE' is false).
+QUOTED_CASES = [
+    ("claims_guard_retry", "IS NOT NULL", 'IS NOT "NULL"', "claims"),
+    ("claims_guard_impact_scope", "ELSE TRUE END", 'ELSE "TRUE" END', "observations"),
+    ("claims_guard_obligations", "ELSE FALSE END", 'ELSE "FALSE" END', "claims"),
+]
+
+
+@pytest.mark.parametrize("case", QUOTED_CASES, ids=[c[0] for c in QUOTED_CASES])
+def test_a_guard_rewritten_with_a_double_quoted_keyword_is_named_and_refused(
+    base: Base, tmp_path: Path, case: tuple[str, str, str, str]
+) -> None:
+    trigger, word, quoted, table = case
+    directory = _copy(base, tmp_path / "store")
+    sql = base.master[("trigger", trigger)]
+    assert word in sql, (trigger, word)
+    _plant(directory, _rewrite_script("trigger", trigger, sql.replace(word, quoted, 1)))
+    outcome = Outcome(f"guard {trigger}: {word} rewritten to {quoted}")
+    cli = trigger == "claims_guard_retry"
+    if outcome.check(_verify_names(directory, trigger, cli=cli), "verify"):
+        FIGURES["verify_named"] += 1
+    _refused(base, directory, table, trigger, outcome)
     _done(outcome)
 
 

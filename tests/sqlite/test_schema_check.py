@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+import random
+import re
 import sqlite3
 import subprocess
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ledger import _chain
 from ledger import effects as fx
@@ -54,14 +60,73 @@ def store(store_dir: Path) -> Path:
 
 
 def test_spelling_does_not_matter_but_literals_do() -> None:
-    """Case, quotes, white space and comments are not meaning; string literals are."""
-    a = _schema_check.definition("view", "CREATE VIEW v AS SELECT x FROM t WHERE y = 'A'")
-    b = _schema_check.definition(
-        "view", "create  view \"V\" as\n  select [x] -- why\n from `T` where Y = 'A'"
+    """Case, quotes around the library's names, white space and comments are not meaning."""
+    a = _schema_check.definition(
+        "view", "CREATE VIEW unsettled_claims AS SELECT run_id FROM claims WHERE kind = 'A'"
     )
-    c = _schema_check.definition("view", "CREATE VIEW v AS SELECT x FROM t WHERE y = 'a'")
+    b = _schema_check.definition(
+        "view",
+        'create  view "UNSETTLED_CLAIMS" as\n  select [run_id] -- why\n'
+        " from `Claims` where KIND = 'A'",
+    )
+    c = _schema_check.definition(
+        "view", "CREATE VIEW unsettled_claims AS SELECT run_id FROM claims WHERE kind = 'a'"
+    )
     assert a == b
     assert a != c
+
+
+@pytest.mark.parametrize(
+    ("bare", "quoted"),
+    [
+        ("NULL", '"NULL"'),
+        ("TRUE", '"TRUE"'),
+        ("FALSE", '"FALSE"'),
+        ("NULL", "[NULL]"),
+        ("TRUE", "`TRUE`"),
+        ("x", '"x"'),  # not a name of the library's: a string where no column x exists
+        ("'kind'", '"kind"'),  # a string literal and a column
+        ("'x'", '"x"'),
+    ],
+)
+def test_a_quoted_word_is_not_the_keyword_nor_the_literal(bare: str, quoted: str) -> None:
+    """SQLite reads a double-quoted word as a column or a string, never as a keyword.
+
+    So a guard comparing with ``"NULL"`` compares with the text NULL: it is not the
+    library's guard, and the check says so.
+    """
+    sql = "CREATE TRIGGER claims_guard_retry BEFORE INSERT ON claims WHEN NEW.retry_of IS NOT {}"
+    assert _schema_check.definition("trigger", sql.format(bare)) != _schema_check.definition(
+        "trigger", sql.format(quoted)
+    )
+
+
+def test_sqlite_reads_double_quoted_null_and_true_as_text() -> None:
+    """What the check must follow: to SQLite, "NULL" and "TRUE" are the texts, and false."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        row = conn.execute(
+            'SELECT "NULL", NULL IS "NULL", "TRUE", CASE WHEN "TRUE" THEN 1 ELSE 0 END'
+        ).fetchone()
+    finally:
+        conn.close()
+    assert row == ("NULL", 0, "TRUE", 0)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("x'00'", "x '00'"),  # a blob; the column x aliased '00'
+        ("0x10", "0 x10"),  # sixteen; zero aliased x10
+        ('"\u00c9"', '"\u00e9"'),  # SQLite folds the case of ASCII letters only
+        ("1.5", "1.50"),
+    ],
+)
+def test_tokens_are_read_as_sqlite_reads_them(a: str, b: str) -> None:
+    sql = "CREATE VIEW unsettled_claims AS SELECT {} FROM claims"
+    assert _schema_check.definition("view", sql.format(a)) != _schema_check.definition(
+        "view", sql.format(b)
+    )
 
 
 def test_a_table_s_constraints_compare_as_a_set_and_its_columns_in_order() -> None:
@@ -320,3 +385,165 @@ def test_only_the_librarys_writers_skip_the_hash_guard_and_load_still_checks(
         conn.close()
     with pytest.raises(EffectPersistenceError, match="hash does not match"):
         EffectLog.load(run_id, store_dir)
+
+
+# --------------------------------------------------------------------------- rewrites, fuzzed
+
+# The test's own reading of SQL, to find where to rewrite: literals, quoted words, bare
+# words, numbers, and the rest; white space and comments between them.
+_PIECE = re.compile(
+    r"""(?P<gap>\s+|--[^\n]*\n|/\*.*?\*/)
+      | (?P<string>'(?:[^']|'')*')
+      | (?P<quoted>"[^"]*"|`[^`]*`|\[[^\]]*\])
+      | (?P<word>[A-Za-z_][A-Za-z0-9_$]*)
+      | (?P<number>\d+(?:\.\d+)?)
+      | (?P<op>\|\||<=|>=|<>|!=|==|\S)""",
+    re.VERBOSE | re.DOTALL,
+)
+_SWAPPED_OPS = {"=": "<>", "<>": "=", "<": "<=", "<=": "<", ">": ">=", ">=": ">", "||": "+"}
+_SWAPPED_WORDS = {"and": "OR", "or": "AND", "not": "", "exists": "", "is": "IS NOT"}
+_KEYWORDS = sorted(_schema_check.KEYWORDS | {"true", "false"})
+
+
+@dataclasses.dataclass(frozen=True)
+class _Piece:
+    kind: str
+    text: str
+
+
+def _pieces(sql: str) -> list[_Piece]:
+    found = [_Piece(m.lastgroup or "op", m.group()) for m in _PIECE.finditer(sql)]
+    assert "".join(p.text for p in found) == sql
+    return found
+
+
+def _join(pieces: list[_Piece]) -> str:
+    return "".join(p.text for p in pieces)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[str, str, str | None]]:
+    """``sqlite_master`` of a store the library made, as it installed it."""
+    path = tmp_path_factory.mktemp("installed") / DB
+    migrate(path, "head")
+    return _master(path)
+
+
+def _objects(installed: list[tuple[str, str, str | None]]) -> list[int]:
+    return [i for i, (_, _, sql) in enumerate(installed) if sql]
+
+
+def _changed(rows: list[tuple[str, str, str | None]], at: int, sql: str) -> list[Any]:
+    kind, name, _ = rows[at]
+    return _schema_check.compare([*rows[:at], (kind, name, sql), *rows[at + 1 :]])
+
+
+def _parses(rows: list[tuple[str, str, str | None]], at: int, sql: str) -> None:
+    """SQLite accepts the rewritten object in place of the library's, beside all the others."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        for i, (_, _, original) in enumerate(rows):
+            if original:
+                conn.execute(sql if i == at else original)
+    finally:
+        conn.close()
+
+
+def _meaning_kept(rng: random.Random, sql: str) -> str:
+    """``sql`` respelt: white space, comments, the case of words, quotes around the library's names."""
+    out: list[_Piece] = []
+    for piece in _pieces(sql):
+        text = piece.text
+        if piece.kind == "gap":
+            text = rng.choice([" ", "\n", "\t ", " /* c */ ", " --c\n"])
+        elif piece.kind == "word":
+            text = "".join(rng.choice([c.lower(), c.upper()]) for c in text)
+            if piece.text.lower() in _schema_check._library_names() and rng.random() < 0.5:
+                text = rng.choice(['"{}"', "[{}]", "`{}`"]).format(text)
+        elif piece.kind == "op" and text in "(),":
+            text = rng.choice(["", " ", "/**/"]).join(["", text, ""])
+        out.append(_Piece(piece.kind, text))
+    return _join(out)
+
+
+@st.composite
+def _meaning_changed(draw: st.DrawFn, sql: str) -> tuple[str, str]:
+    """``sql`` with one token rewritten, and what: SQLite reads another program, or may.
+
+    A string literal double-quoted or a number quoted may still mean the same where no
+    column of that name exists or the column's affinity converts it back: the check
+    does not follow such reasoning, and reports them (when in doubt, a difference).
+    """
+    pieces = _pieces(sql)
+    places = [i for i, p in enumerate(pieces) if p.kind != "gap"]
+    while True:
+        i = draw(st.sampled_from(places))
+        piece = pieces[i]
+        word = piece.text.lower()
+        if piece.kind == "word" and word in _KEYWORDS:
+            quote = draw(st.sampled_from(['"{}"', "[{}]", "`{}`"]))
+            options = [quote.format(piece.text)]
+            if word in _SWAPPED_WORDS:
+                options.append(_SWAPPED_WORDS[word])
+        elif piece.kind == "word":
+            other = draw(st.sampled_from(sorted(_schema_check._library_names())))
+            options = [piece.text + "x", other] if other != word else [piece.text + "x"]
+        elif piece.kind == "string":
+            inner = piece.text[1:-1]
+            options = [f"'{inner}x'", f'"{inner}"', "''" if inner else "' '"]
+            if inner.lower() != inner.upper():
+                options.append(f"'{inner.swapcase()}'")
+        elif piece.kind == "number":
+            options = [str(int(float(piece.text)) + 1), f"'{piece.text}'", f'"{piece.text}"']
+        elif piece.text in _SWAPPED_OPS:
+            options = [_SWAPPED_OPS[piece.text]]
+        else:
+            continue
+        text = draw(st.sampled_from(options))
+        rewritten = [*pieces[:i], _Piece("new", f" {text} "), *pieces[i + 1 :]]
+        return _join(rewritten), f"{piece.text!r} -> {text!r}"
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_rewrite_that_keeps_the_meaning_is_not_reported(
+    installed: list[tuple[str, str, str | None]], data: st.DataObject
+) -> None:
+    """Spelling SQLite ignores — white space, comments, case, quotes on a name — is no change."""
+    at = data.draw(st.sampled_from(_objects(installed)))
+    sql = _meaning_kept(data.draw(st.randoms(use_true_random=False)), str(installed[at][2]))
+    _parses(installed, at, sql)
+    assert _changed(installed, at, sql) == []
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_rewrite_that_changes_the_meaning_is_reported(
+    installed: list[tuple[str, str, str | None]], data: st.DataObject
+) -> None:
+    """A quoted keyword, another literal, number, operator or name: the object is named.
+
+    (``"NULL"`` and ``"TRUE"`` among them went unseen: the check read them as keywords.)
+    """
+    at = data.draw(st.sampled_from(_objects(installed)))
+    kind, name, original = installed[at]
+    sql, what = data.draw(_meaning_changed(str(original)))
+    problems = _changed(installed, at, sql)
+    assert [(p.kind, p.name, p.what) for p in problems] == [(kind, name, "changed")], what
+
+
+def test_the_installed_guards_quoted_null_and_true_are_reported(
+    installed: list[tuple[str, str, str | None]],
+) -> None:
+    """Every NULL and TRUE of every installed object, double-quoted one at a time, is seen."""
+    cases = 0
+    for at in _objects(installed):
+        _, name, sql = installed[at]
+        pieces = _pieces(str(sql))
+        for i, piece in enumerate(pieces):
+            if piece.kind == "word" and piece.text.lower() in ("null", "true", "false"):
+                quoted = _join([*pieces[:i], _Piece("new", f'"{piece.text}"'), *pieces[i + 1 :]])
+                problems = _changed(installed, at, quoted)
+                assert [(p.name, p.what) for p in problems] == [(name, "changed")], (name, i)
+                cases += 1
+    assert cases > 100
