@@ -24,6 +24,11 @@ What the proxy answers itself instead of passing on, never crashing:
 - a ``tools/call`` the guard refuses: a tool error naming the earlier effect;
 - a client message longer than the limit: an error (it cannot be read, so it cannot
   be claimed); a server's is passed on in pieces;
+- a client line that is not one strict JSON value (:func:`ledger._mcp_wire.parse`):
+  a parse error. Any tool call in it could not be claimed, since the server's parser
+  may read it otherwise than the proxy's; a line of whitespace only is passed on;
+- a server's answer to a tool call that is not strict JSON either: the call failed,
+  maybe done, and the client gets an error in its place;
 - requests left unanswered when the server exits: an error each.
 """
 
@@ -45,6 +50,7 @@ from mcp.types import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
+    PARSE_ERROR,
     SERVER_INFO_META_KEY,
     CancelledNotificationParams,
     Implementation,
@@ -55,7 +61,17 @@ from pydantic import ValidationError
 from ledger import storage
 from ledger._mcp_calls import Call, brief, kinds_listed, outcome_of, read_call, result_of
 from ledger._mcp_runs import MAX_NAME, ProxyRun, check_name
-from ledger._mcp_wire import IdKey, Lines, error_line, id_key, parse, tool_error_line
+from ledger._mcp_wire import (
+    IdKey,
+    Lines,
+    UnreadableError,
+    answer_id,
+    blank,
+    error_line,
+    id_key,
+    parse,
+    tool_error_line,
+)
 from ledger._text import printable
 from ledger.effects import EffectClaim, EffectKind, ExecutionOutcome, Impact
 from ledger.errors import EffectPersistenceError
@@ -260,7 +276,10 @@ class Proxy:
                 self._from_client_line(data)
             except Exception as e:  # a bug of the proxy's own must not end the session
                 self._say(f"a client message could not be handled: {brief(e)}")
-                request = parse(data)
+                try:
+                    request = parse(data)
+                except UnreadableError:
+                    continue
                 if isinstance(request, dict) and "method" in request and "id" in request:
                     self._to_client(
                         error_line(request["id"], INTERNAL_ERROR, "ledger mcp-proxy failed")
@@ -268,7 +287,16 @@ class Proxy:
         self._client_gone()
 
     def _from_client_line(self, data: bytes) -> None:
-        message = parse(data)
+        if blank(data):  # no message in any parser's reading: passed on, as ever
+            self._to_server(data)
+            return
+        try:
+            message = parse(data)
+        except UnreadableError as e:
+            # The server's parser may read a tool call in it the proxy cannot see: never sent.
+            self._say(f"a client line that is not JSON was refused: {brief(e)}")
+            self._to_client(error_line(None, PARSE_ERROR, f"Parse error: {brief(e)}"))
+            return
         if isinstance(message, list):
             if any(isinstance(m, dict) and m.get("method") == "tools/call" for m in message):
                 # A batch cannot be split, and a tool call in it cannot pass unclaimed.
@@ -454,7 +482,11 @@ class Proxy:
         self._to_client(error_line(pending.request_id, INTERNAL_ERROR, why))
 
     def _from_server_line(self, data: bytes) -> None:
-        message = parse(data)
+        try:
+            message = parse(data, constants=True)
+        except UnreadableError as e:
+            self._unreadable(data, e)
+            return
         if isinstance(message, dict) and "method" not in message:
             key = id_key(message.get("id"))
             with self._lock:
@@ -465,6 +497,35 @@ class Proxy:
                 except Exception as e:  # the answer still goes on to the client
                     self._say(f"a server message could not be read: {brief(e)}")
         self._to_client(data)
+
+    def _unreadable(self, data: bytes, why: UnreadableError) -> None:
+        """A server line the proxy cannot read strictly: it settles no call as done.
+
+        An answer to a tool call (its id found by a lenient reading) settles the call as
+        failed, maybe done, and the client gets an error instead: a parser that reads the
+        line otherwise could show it a success the ledger does not hold. Anything else is
+        passed on, as every line the proxy does not interpret; a tool call whose answer
+        is past finding stays in doubt until the server exits.
+        """
+        key = None if blank(data) else id_key(answer_id(data))
+        with self._lock:
+            pending = None if key is None else self._pending.pop(key, None)
+        if pending is None or pending.claim is None:
+            self._to_client(data)
+            return
+        self._settle(pending.claim, ExecutionOutcome.FAILED, Impact.POSSIBLE)
+        run = self._run
+        assert run is not None  # noqa: S101 - the claim was made through it
+        self._say(f"the answer to effect {pending.claim.effect_id} is not JSON: {brief(why)}")
+        self._to_client(
+            error_line(
+                pending.request_id,
+                INTERNAL_ERROR,
+                f"the MCP server's answer could not be read ({brief(why)}); the call may have "
+                f"happened: effect {pending.claim.effect_id} of run {run.run_id} is recorded "
+                f"as failed, impact possible (ledger show {run.run_id})",
+            )
+        )
 
     def _answered(self, pending: _Pending, message: dict[str, Any]) -> None:
         """Read what the proxy needs from an answer, before the client gets it."""

@@ -6,11 +6,18 @@ as it came; :class:`Lines` hands over a line longer than the limit in pieces, so
 one huge message costs bounded memory. The answers the proxy gives itself (an error,
 a refused call) are made here with the SDK's types, so they are what any MCP peer
 expects.
+
+A line is read strictly (:func:`parse`): only what every JSON parser reads the same
+way. What Python's ``json`` would take but another parser reads otherwise (a key
+twice, a lone surrogate, ``NaN``, a byte order mark), and what it refuses but another
+parser takes (invalid UTF-8, an integer past Python's conversion limit, deep nesting),
+is :class:`UnreadableError`: the proxy cannot know what the server would make of it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import IO, Any
 
 from mcp.types import (
@@ -21,7 +28,18 @@ from mcp.types import (
     TextContent,
 )
 
-__all__ = ["IdKey", "Lines", "error_line", "id_key", "parse", "result_line", "tool_error_line"]
+__all__ = [
+    "IdKey",
+    "Lines",
+    "UnreadableError",
+    "answer_id",
+    "blank",
+    "error_line",
+    "id_key",
+    "parse",
+    "result_line",
+    "tool_error_line",
+]
 
 CHUNK = 1 << 20
 
@@ -59,12 +77,103 @@ class Lines:
         return line, True
 
 
-def parse(line: bytes) -> Any:
-    """The JSON value of a line, or ``None`` when it holds none (the proxy passes it on)."""
+class UnreadableError(ValueError):
+    """A line that is not one JSON value every parser reads alike; the message says why."""
+
+
+# A \u escape of a surrogate, possibly a lone one (a pair is one character once read).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_JSON_SPACE = b" \t\r\n"
+
+
+def blank(line: bytes) -> bool:
+    """Whether a line holds nothing but JSON whitespace: no message, in any parser."""
+    return not line.strip(_JSON_SPACE)
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # Python keeps the last of two equal keys, other parsers the first or refuse: a
+    # "method" or a tool "name" given twice could be recorded as one call and run as another.
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise UnreadableError(f"the key {json.dumps(key)} is given twice")
+            seen.add(key)
+    return value
+
+
+def _no_constant(name: str) -> object:
+    raise UnreadableError(f"{name} is not JSON")
+
+
+def _lone_surrogate(value: object) -> bool:
+    """Whether a string in ``value`` (a key too) holds half a surrogate pair."""
+    # Iteratively: the value may be as deep as the parser allowed.
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def parse(line: bytes, *, constants: bool = False) -> Any:
+    """The JSON value of a line, read strictly; :class:`UnreadableError` when it is not one.
+
+    Strict UTF-8 (no byte order mark), RFC 8259 JSON, one value, each key once, every
+    string whole Unicode, an integer Python can convert, nested no deeper than Python
+    can read. ``constants``: take ``NaN`` and ``Infinity`` (a server's answer, whose
+    reading they cannot change).
+    """
     try:
-        return json.loads(line)
-    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested beyond reason
+        text = line.decode("utf-8")
+        value = json.loads(
+            text,
+            object_pairs_hook=_unique,
+            parse_constant=float if constants else _no_constant,
+        )
+    except UnreadableError:
+        raise
+    except UnicodeDecodeError:
+        raise UnreadableError("not UTF-8") from None
+    except RecursionError:
+        raise UnreadableError("nested too deep") from None
+    except ValueError as e:  # not JSON, more than one value, or an integer too long
+        raise UnreadableError(str(e).split(":")[0]) from None
+    if _SURROGATE_ESCAPE.search(text) and _lone_surrogate(value):
+        raise UnreadableError("a string holds a lone surrogate")
+    return value
+
+
+def answer_id(line: bytes) -> object:
+    """The id of what looks like an answer, read as leniently as Python can; else ``None``.
+
+    For a line :func:`parse` refused: which request it may answer.
+    """
+
+    def whole(digits: str) -> int | None:
+        try:
+            return int(digits)
+        except ValueError:  # beyond the conversion limit: no id
+            return None
+
+    try:
+        value = json.loads(line.decode("utf-8", "replace"), parse_int=whole)
+    except (ValueError, RecursionError):
         return None
+    if isinstance(value, dict) and "method" not in value:
+        return value.get("id")
+    return None
 
 
 def id_key(value: object) -> IdKey | None:

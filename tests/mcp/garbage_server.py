@@ -5,7 +5,8 @@
 It answers ``initialize``, ``tools/list`` and ``tools/call`` (echoing the idempotency
 key it received into STATE_DIR/calls.jsonl); before each answer it writes the lines of
 ``GARBAGE``, which the proxy must pass on untouched, without dying. The tool
-``bad_answer`` gets a result that is not an object.
+``bad_answer`` gets a result that is not an object; each tool of ``UNREADABLE`` an
+answer written as that raw line (its id put in), which parsers may read differently.
 """
 
 from __future__ import annotations
@@ -24,11 +25,22 @@ GARBAGE = [
     b"\n",
 ]
 
+_CONTENT = b'{"content":[{"type":"text","text":"done"}]'
+UNREADABLE = {
+    # Python's json keeps the last isError, a parser that keeps the first says it failed.
+    "iserror_twice": _CONTENT + b',"isError":true,"isError":false}',
+    "invalid_utf8": b'{"content":[{"type":"text","text":"\xff\xfe"}]}',
+    "huge_integer": _CONTENT + b',"n":' + b"9" * 5000 + b"}",
+    "lone_surrogate": b'{"content":[{"type":"text","text":"\\udc00"}]}',
+    "deep": _CONTENT + b',"n":' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+}
 
-def send(message: dict[str, object]) -> None:
+
+def send(message: dict[str, object] | bytes) -> None:
     for line in GARBAGE:
         sys.stdout.buffer.write(line)
-    sys.stdout.buffer.write(json.dumps(message).encode() + b"\n")
+    raw = message if isinstance(message, bytes) else json.dumps(message).encode()
+    sys.stdout.buffer.write(raw + b"\n")
     sys.stdout.buffer.flush()
 
 
@@ -55,6 +67,9 @@ def main(state: Path) -> None:
             with (state / "calls.jsonl").open("a") as f:
                 key = params.get("_meta", {}).get("ledger/idempotency-key")
                 f.write(json.dumps({"tool": params["name"], "key": key}) + "\n")
+            if params["name"] in UNREADABLE:
+                send(b'{"jsonrpc":"2.0","id":%d,"result":%s}' % (rid, UNREADABLE[params["name"]]))
+                continue
             if params["name"] == "bad_answer":
                 result = "not an object"
             else:

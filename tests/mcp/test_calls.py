@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from typing import Any
 
 import pytest
@@ -21,7 +22,16 @@ from ledger._mcp_calls import (
     read_call,
     result_of,
 )
-from ledger._mcp_wire import Lines, error_line, id_key, parse, tool_error_line
+from ledger._mcp_wire import (
+    Lines,
+    UnreadableError,
+    answer_id,
+    blank,
+    error_line,
+    id_key,
+    parse,
+    tool_error_line,
+)
 from ledger.effects import EffectKind, ExecutionOutcome, Impact
 
 SUCCESS, FAILED = ExecutionOutcome.REPORTED_SUCCESS, ExecutionOutcome.FAILED
@@ -209,11 +219,40 @@ def test_lines_come_whole_or_an_oversized_one_in_pieces() -> None:
     assert got[-2:] == [(b"after\n", True), (b"no newline", True)]
 
 
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        (b"\xff", "not UTF-8"),
+        (b"[" * 100_000, "nested too deep"),
+        (b"9" * 5000, "Exceeds the limit (4300 digits) for integer string conversion"),
+        (b'{"a": {"b": 1, "b": 2}}', 'the key "b" is given twice'),
+        (b'["\\udc00"]', "a string holds a lone surrogate"),
+        (b'{"\\ud800": 1}', "a string holds a lone surrogate"),
+        (b"-Infinity", "-Infinity is not JSON"),
+        (b'\xef\xbb\xbf{"a": 1}', "Unexpected UTF-8 BOM (decode using utf-8-sig)"),
+        (b'{"a": 1} {"a": 1}', "Extra data"),
+        (b"\n", "Expecting value"),
+    ],
+)
+def test_a_line_parsers_may_read_differently_is_unreadable(line: bytes, why: str) -> None:
+    """Only strict JSON is read: what another parser might read otherwise is refused."""
+    with pytest.raises(UnreadableError) as refused:
+        parse(line)
+    assert str(refused.value) == why
+
+
 def test_parse_and_ids() -> None:
-    """Not JSON is None; 1 and "1" are different ids; a bool or a float is no id."""
-    assert parse(b"\xff") is None
-    assert parse(b"[" * 100_000) is None
-    assert parse(b'{"a": 1}\n') == {"a": 1}
+    """Strict JSON is read; 1 and "1" are different ids; a bool or a float is no id."""
+    assert parse(b'{"a": 1, "b": ["\\ud83d\\ude00", "\\\\ud800"]}\r\n') == {
+        "a": 1,
+        "b": ["\U0001f600", "\\ud800"],  # a pair is one character; an escaped backslash
+    }
+    assert math.isnan(parse(b'{"n": NaN}', constants=True)["n"])  # a server's answer may
+    assert blank(b" \t\r\n")
+    assert not blank(b"\x0c\n")  # not JSON whitespace
+    assert answer_id(b'{"id": 3, "result": "\xff", "n": ' + b"9" * 5000 + b"}") == 3
+    assert answer_id(b'{"id": 3, "method": "x", "params": "\xff"}') is None
+    assert answer_id(b'{"id": 3, "n": ' + b"[" * 100_000 + b"}") is None
     assert id_key(1) != id_key("1")
     assert id_key(True) is None
     assert id_key(1.0) is None
