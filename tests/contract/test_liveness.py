@@ -155,6 +155,24 @@ def test_a_run_held_for_recovery_in_this_process_is_shared_by_its_logs(
     assert spawn("exclusive", store_dir, run_id).answer == {"held": True}
 
 
+def test_a_log_loaded_while_this_process_recovers_its_run_keeps_it_exclusive(
+    store_dir: Path, run_id: str, spawn: type[Child]
+) -> None:
+    """A log of the run opened and closed here while this process recovers it: no other process may write to it meanwhile."""
+    orphan_run(store_dir, run_id)
+    with _inspect.reader(store_dir).recovering(run_id) as claim:
+        assert claim is RecoveryHold.TAKEN
+        with EffectLog.load(run_id, store_dir) as log:  # a shared hold on top of the exclusive one
+            writer = spawn("claim", store_dir, run_id)
+            assert f"another process is recovering run {run_id}" in str(writer.answer["error"])
+            writer.finish()
+            assert [o.effect_id for o in log.recover_interrupted()] == ["e1"]
+        writer = spawn("claim", store_dir, run_id)
+        assert f"another process is recovering run {run_id}" in str(writer.answer["error"])
+        writer.finish()
+    assert spawn("exclusive", store_dir, run_id).answer == {"held": True}
+
+
 def test_recovering_tells_another_recoverer_from_a_user(
     store_dir: Path, run_id: str, spawn: type[Child]
 ) -> None:
