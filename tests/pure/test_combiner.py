@@ -11,7 +11,10 @@ import threading
 
 import pytest
 
-from ledger._combiner import acquire_uninterrupted, wait_for_gate
+from ledger._combiner import Combiner, Entry, acquire_uninterrupted, wait_for_gate
+
+# Far longer than any wait here can take: a thread still waiting then never wakes.
+JOIN_TIMEOUT = 60
 
 
 class _Interrupted:
@@ -77,3 +80,47 @@ def test_interrupts_while_waiting_on_a_gate_are_returned_once_it_opens() -> None
     interrupt = wait_for_gate(gate, ready)
     assert isinstance(interrupt, KeyboardInterrupt)
     assert opened.is_set()
+
+
+def test_every_caller_waiting_for_an_idle_queue_wakes_when_it_falls_idle() -> None:
+    """Two threads wait for the queue to fall idle (as close and recovery do): both wake when the write ends."""
+    lock = threading.Condition(threading.RLock())
+    writing, finish = threading.Event(), threading.Event()
+
+    def run(batch: list[Entry]) -> None:
+        lock.release()  # as a store's write does while it commits
+        writing.set()
+        finish.wait(JOIN_TIMEOUT)
+        lock.acquire()
+        for entry in batch:
+            entry.done = True
+
+    queue: Combiner[Entry] = Combiner(lock, run, lambda _entries, _error: None)
+
+    def write() -> None:
+        with lock:
+            queue.submit(Entry())
+
+    waiting = [threading.Event(), threading.Event()]
+
+    def wait_idle(said: threading.Event) -> None:
+        with lock:
+            assert queue.busy
+            said.set()  # under the lock: the writer cannot end before this thread waits
+            while queue.busy:
+                lock.wait()
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    assert writing.wait(JOIN_TIMEOUT)
+    waiters = [threading.Thread(target=wait_idle, args=(w,), daemon=True) for w in waiting]
+    for waiter, said in zip(waiters, waiting, strict=True):
+        waiter.start()
+        assert said.wait(JOIN_TIMEOUT)
+    finish.set()  # the writer retakes the lock only once both waiters sleep, and hands over
+    for thread in (writer, *waiters):
+        thread.join(JOIN_TIMEOUT)
+    stuck = [t.name for t in (writer, *waiters) if t.is_alive()]
+    with lock:
+        lock.notify_all()  # let a stuck waiter end with the test
+    assert stuck == []
