@@ -445,6 +445,66 @@ def test_ctrl_c_while_another_leader_commits_the_claim_keeps_memory_equal_to_the
     assert loaded(log.run_id, store_dir) == log.history()
 
 
+def test_ctrl_c_just_before_commit_acknowledges_no_job(
+    store_dir: Path, sigint: Callable[[], threading.Event], rig: Rig
+) -> None:
+    """Ctrl-C after main's transaction ran its jobs and before its COMMIT: no caller is told its write landed.
+
+    Main leads a transaction holding its own claim and another log's; the SIGINT is sent
+    as main reaches the ``COMMIT`` statement (a line trace on the transaction's frame) and
+    its handler raises there, before the statement runs.
+    """
+    log, other, third = (rig.log(EffectLog(new_run_id(), store_dir)) for _ in range(3))
+    for each in (log, other, third):
+        claim(each, "e0")
+    group = log._store.group
+    first = rig.hold(other.run_id)
+    store_leader = rig.start("store leader", claim, other, "z1")
+    first.wait_entered()
+    followers: list[Call] = []
+
+    def queue_behind_main() -> None:
+        try:
+            wait_for(lambda: group._queue.waiting == 1, "main's job is queued")
+            followers.append(rig.start("follower", claim, third, "w1"))
+            wait_for(lambda: group._queue.waiting == 2, "the follower's job is queued behind it")
+        finally:
+            first.release()
+
+    fired = threading.Event()
+
+    def before_commit(frame: FrameType, event: str, _arg: object) -> Any:
+        line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+        if event == "line" and line == 'cursor.execute("COMMIT")' and not fired.is_set():
+            assert frame.f_locals["committing"] is True
+            fired.set()
+            interrupt_until_handled(sigint)  # the handler raises here, in the traced frame
+        return before_commit
+
+    def trace(frame: FrameType, event: str, _arg: object) -> Any:
+        return before_commit if frame.f_code is GroupCommit._transaction.__code__ else None
+
+    helper = rig.start("helper", queue_behind_main)
+    sys.settrace(trace)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            claim(log, "m1")
+    finally:
+        sys.settrace(None)
+    helper.result()
+    assert fired.is_set(), "main never reached COMMIT"
+    assert store_leader.result().seq == 2
+    with pytest.raises(EffectPersistenceError, match="interrupted"):
+        followers[0].result()
+
+    assert not log._store._connection().in_transaction
+    for each in (log, third):
+        stored = loaded(each.run_id, store_dir)
+        assert [c.effect_id for c in stored.claims] == ["e0"]
+        assert each.history() == stored  # nothing acknowledged that the store lacks
+    assert claim(log, "m2").seq == 2  # the process goes on writing
+
+
 def test_ctrl_c_right_after_being_handed_the_leadership_strands_nothing(
     store_dir: Path,
     sigint: Callable[[], threading.Event],
