@@ -60,7 +60,8 @@ test: lint tools
 # mutated copy in mutants/, which an installed ledger would shadow.
 MUT_VENV  := .venv-mutants
 MUT_STAMP := $(MUT_VENV)/.installed
-# What is mutated: the verdict and decision rules, the hash chain, the file checks, recovery.
+# What is mutated: the verdict and decision rules, the hash chain, the file checks, recovery,
+# the write queue, the SQLite backend's run locks and the MCP proxy's reading of messages.
 MUT_NAMES := 'ledger.effects.x_current*' 'ledger.effects.x_settled_clean*' \
 	'ledger.effects.x_decide*' 'ledger.effects.x_in_flight*' 'ledger.effects.x_is_stale*' \
 	'ledger.effects.x__in_flight_until*' 'ledger.effects.x__stale_until*' 'ledger.effects.x__terminals*' \
@@ -68,14 +69,16 @@ MUT_NAMES := 'ledger.effects.x_current*' 'ledger.effects.x_settled_clean*' \
 	'ledger.effects.x__same_state*' 'ledger.effects.x__before*' 'ledger.effects.x__unchanged*' \
 	'ledger.effects.x__step*' 'ledger._chain.*' 'ledger.sqlite.trust.*' \
 	'ledger.effect_log.x*_recover*' 'ledger.effect_log.x*_hold_exclusive*' \
-	'ledger.sqlite.rows.x_preconditions*'
+	'ledger.sqlite.rows.x_preconditions*' 'ledger._combiner.*' 'ledger.sqlite.liveness.*' \
+	'ledger._mcp_wire.*'
 MUT_JOBS  ?= 2
 
 $(MUT_STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(MUT_VENV)
 	$(MUT_VENV)/bin/python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
 	  print(*p["dependencies"], *p["optional-dependencies"]["mutants"], \
-	  *p["optional-dependencies"]["postgresql"], "pytest", "hypothesis", sep="\n")' \
+	  *p["optional-dependencies"]["mcp"], *p["optional-dependencies"]["postgresql"], \
+	  "pytest", "hypothesis", sep="\n")' \
 	  > $(MUT_VENV)/requirements.txt
 	$(MUT_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt \
 	  -r $(MUT_VENV)/requirements.txt

@@ -22,6 +22,7 @@ from tests.builders import Child, claim_bare, orphan_run
 # --------------------------------------------------------------------------- shared holds
 
 
+@pytest.mark.program
 def test_two_paths_to_one_store_share_its_locks(
     store_dir: Path, run_id: str, tmp_path: Path, spawn: type[Child]
 ) -> None:
