@@ -6,11 +6,12 @@ One ``<run_id>.jsonl`` file per run, one record per line, in ``seq`` order::
 
 Those logs were written with fsynced appends, so a crash could leave a torn final
 line: it is ignored. Anything else that does not validate refuses the whole file,
-naming the line, and nothing of it is written. Validating is stricter than the
-records' own checks in two ways, since a file may have been written by anything:
-every ``recorded_at`` must be exactly in :func:`~ledger.effects.utc_now`'s form,
-and no outcome may be recorded before its claim. A claim written before idempotency
-keys existed gets the key its run and effect id derive.
+naming the line, and nothing of it is written. A file is held to the rules a store's
+run is held to on load and verify (:func:`~ledger.effects.check_history`: among them,
+every ``recorded_at`` exactly in :func:`~ledger.effects.utc_now`'s form, and no
+outcome recorded before its claim), and every record must carry its ``recorded_at``.
+A claim written before idempotency keys existed gets the key its run and effect id
+derive.
 
 Fields added to the records since keep the format at version 1: a claim carries its
 ``step`` and recorded ``args``, an outcome its recorded ``result`` and
@@ -26,7 +27,6 @@ import json
 import os
 import re
 import stat
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -136,42 +136,7 @@ def _record(line: bytes, number: int, path: Path) -> Record:
         raise ImportRefusedError(f"{where}: JSON nested too deeply") from None
     if record.recorded_at is None:
         raise ImportRefusedError(f"{where}: invalid {entry['type']}: recorded_at is missing")
-    if not _written_by_utc_now(record.recorded_at):
-        raise ImportRefusedError(
-            f"{where}: invalid {entry['type']}: recorded_at {record.recorded_at!r:.80} is not "
-            "in the form the library writes (YYYY-MM-DDTHH:MM:SS.ffffff+00:00)"
-        )
     return record
-
-
-def _written_by_utc_now(value: str) -> bool:
-    # Records accept any ISO-8601 time in UTC, but the library only ever writes
-    # utc_now()'s form: another form ('Z', no microseconds, a space, '-00:00') was
-    # not written by a ledger, and times kept as text only order correctly when
-    # they share one form. Rendering the parsed value as utc_now() does must give
-    # back the very same text.
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return False
-    return parsed.utcoffset() == timedelta(0) and (
-        parsed.astimezone(UTC).isoformat(timespec="microseconds") == value
-    )
-
-
-def _check_dates(path: Path, history: History) -> None:
-    """Refuse an outcome recorded before its claim: no worker can settle what it has not claimed."""
-    claims = {claim.effect_id: claim for claim in history.claims}
-    for outcome in history.outcomes:
-        claim = claims.get(outcome.effect_id)
-        if claim is None or outcome.recorded_at is None:
-            continue  # check_history and _record have refused these already
-        if datetime.fromisoformat(outcome.recorded_at) < datetime.fromisoformat(claim.recorded_at):
-            raise ImportRefusedError(
-                f"{path}: line {outcome.seq}: invalid outcome: recorded_at "
-                f"{outcome.recorded_at} is before the recorded_at {claim.recorded_at} of "
-                f"its claim (line {claim.seq})"
-            )
 
 
 def parse(path: Path) -> tuple[History, bool]:
@@ -208,7 +173,6 @@ def parse(path: Path) -> tuple[History, bool]:
         seq = re.search(r"at seq (\d+)", str(e))
         line = f"line {seq.group(1)}: " if seq else ""
         raise ImportRefusedError(f"{path}: {line}{e}") from None
-    _check_dates(path, history)
     return history, torn
 
 

@@ -897,7 +897,7 @@ class EffectLog:
                     impact=request.impact,
                     execution_id=request.execution_id,
                     replayed=False,
-                    recorded_at=now,
+                    recorded_at=_not_before(now, self._claimed[effect_id]),
                     result=request.result,
                     result_recorded=request.result_recorded,
                 )
@@ -1256,7 +1256,7 @@ class EffectLog:
                     execution=ExecutionOutcome.INTERRUPTED,
                     impact=Impact.POSSIBLE,
                     replayed=True,
-                    recorded_at=now,
+                    recorded_at=_not_before(now, claim),
                 )
                 for i, claim in enumerate(unanswered, start=1)
             )
@@ -1463,3 +1463,14 @@ def _degraded_error(run_id: str) -> LogDegradedError:
     return LogDegradedError(
         f"run {run_id} is degraded: an earlier record was not persisted, so no new effect may start"
     )
+
+
+def _not_before(now: str, claim: EffectClaim) -> str:
+    """The time to record an outcome of ``claim`` at: ``now``, or the claim's own if later.
+
+    A wall clock stepped back (NTP, a VM restored), or another host's behind this one,
+    would date the outcome before its claim, which no durable run may hold
+    (:func:`~ledger.effects.check_times`): the outcome then carries its claim's time.
+    Both are in utc_now()'s form, so as text they order as times.
+    """
+    return max(now, claim.recorded_at)

@@ -54,6 +54,7 @@ __all__ = [
     "check_history",
     "check_identifier",
     "check_step",
+    "check_times",
     "decide",
     "idempotency_key",
     "newest_attempt",
@@ -61,6 +62,7 @@ __all__ = [
     "recorded_json",
     "resource_ref",
     "utc_now",
+    "written_by_utc_now",
 ]
 
 MAX_IDENTIFIER = 200
@@ -998,7 +1000,12 @@ def check_history(history: History) -> None:
     The records' ``seq`` run 1, 2, 3, … without gap or repeat across kinds;
     effect and observation ids are unique; every outcome follows its claim; no
     outcome follows a terminal one; a retry follows the claim it repeats and carries
-    its key; a resolution follows its claim, at most one per effect.
+    its key; a resolution follows its claim, at most one per effect. Every
+    ``recorded_at`` is in :func:`utc_now`'s very form, and no outcome is recorded
+    before its claim (see :func:`check_times`).
+
+    ``EffectLog.load``, ``ledger verify`` and ``ledger import`` all hold a run to
+    these rules, here and nowhere else, so that what one refuses no other accepts.
     """
     records = history.records()
     for expected, record in enumerate(records, start=1):
@@ -1061,6 +1068,53 @@ def check_history(history: History) -> None:
         if resolution.effect_id in resolved:
             raise ValueError(f"effect {resolution.effect_id!r} is resolved twice")
         resolved.add(resolution.effect_id)
+    check_times(history)
+
+
+def written_by_utc_now(value: str) -> bool:
+    """Whether ``value`` is exactly a time :func:`utc_now` could have written.
+
+    Records accept any ISO-8601 time in UTC, but the library only ever writes
+    utc_now()'s form: another form ('Z', no microseconds, a space, '-00:00') was not
+    written by a ledger, and times kept as text only order correctly when they share
+    one form. Rendering the parsed value as utc_now() does must give back the very
+    same text.
+    """
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return False
+    return parsed.utcoffset() == UTC.utcoffset(None) and (
+        parsed.astimezone(UTC).isoformat(timespec="microseconds") == value
+    )
+
+
+def check_times(history: History) -> None:
+    """Raise ``ValueError`` unless every time of ``history`` is one the library writes.
+
+    Each ``recorded_at`` is in :func:`utc_now`'s form, and no outcome is recorded
+    before its claim: no worker settles what it has not claimed, and the library
+    records an outcome no earlier than its claim even when the clock steps back. A
+    record with no ``recorded_at`` (one not yet written) is not judged.
+    """
+    for record in history.records():
+        if record.recorded_at is not None and not written_by_utc_now(record.recorded_at):
+            raise ValueError(
+                f"{record.record_type} at seq {record.seq}: recorded_at "
+                f"{record.recorded_at!r:.80} is not in the form the library writes "
+                "(YYYY-MM-DDTHH:MM:SS.ffffff+00:00)"
+            )
+    claims = {claim.effect_id: claim for claim in history.claims}
+    for outcome in history.outcomes:
+        claim = claims.get(outcome.effect_id)
+        if claim is None or outcome.recorded_at is None:
+            continue  # an unclaimed outcome is check_history's to refuse
+        # Both are in utc_now()'s form (checked above): as text they order as times.
+        if outcome.recorded_at < claim.recorded_at:
+            raise ValueError(
+                f"outcome at seq {outcome.seq}: recorded_at {outcome.recorded_at} is before "
+                f"the recorded_at {claim.recorded_at} of its claim (seq {claim.seq})"
+            )
 
 
 # --------------------------------------------------------------------------- assess

@@ -776,7 +776,7 @@ FORGED: dict[str, tuple[Mutation, int, str]] = {
         f"recorded-at-{name}": (
             _setting(line, "record.recorded_at", value),
             line,
-            f"invalid {kind}: recorded_at {value!r} is not in the form the library writes",
+            f"{kind} at seq {line}: recorded_at {value!r} is not in the form the library writes",
         )
         for name, line, kind, value in (
             ("with-z", 1, "observation", "2026-03-01T12:00:00Z"),
@@ -791,8 +791,8 @@ FORGED: dict[str, tuple[Mutation, int, str]] = {
         _setting(4, "record.recorded_at", "2026-03-01T11:59:59.999999+00:00"),
         4,
         (
-            "invalid outcome: recorded_at 2026-03-01T11:59:59.999999+00:00 is before the"
-            f" recorded_at {T0} of its claim (line 2)"
+            "outcome at seq 4: recorded_at 2026-03-01T11:59:59.999999+00:00 is before the"
+            f" recorded_at {T0} of its claim (seq 2)"
         ),
     ),
 }
