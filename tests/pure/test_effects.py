@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import enum
 import json
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -1035,6 +1036,59 @@ def test_check_history_rejects_impossible_histories(history: fx.History) -> None
     """check_history raises ValueError for gaps, repeats, orphan or late outcomes, duplicate ids."""
     with pytest.raises(ValueError):
         fx.check_history(history)
+
+
+EARLIER = "2020-01-01T00:00:00.000000+00:00"
+
+
+@pytest.mark.parametrize(
+    ("history", "says"),
+    [
+        pytest.param(
+            fx.History(
+                claims=(_c("e1", 1),),
+                outcomes=(fx.EffectOutcome("e1", 2, FAILED, fx.Impact.NONE, recorded_at=EARLIER),),
+            ),
+            f"outcome at seq 2: recorded_at {EARLIER} is before the recorded_at",
+            id="outcome-dated-before-its-claim",
+        ),
+        *(
+            pytest.param(
+                fx.History(
+                    claims=(_c("e1", 1),),
+                    outcomes=(fx.EffectOutcome("e1", 2, FAILED, fx.Impact.NONE, recorded_at=at),),
+                ),
+                f"outcome at seq 2: recorded_at {at!r} is not in the form the library writes",
+                id=name,
+            )
+            for name, at in (
+                ("z", "2030-01-01T00:00:00.000000Z"),
+                ("no-microseconds", "2030-01-01T00:00:00+00:00"),
+                ("milliseconds", "2030-01-01T00:00:00.000+00:00"),
+                ("space", "2030-01-01 00:00:00.000000+00:00"),
+                ("minus-zero", "2030-01-01T00:00:00.000000-00:00"),
+            )
+        ),
+        pytest.param(
+            fx.History(claims=(_claim(recorded_at="2030-01-01T00:00Z"),)),
+            "claim at seq 1: recorded_at '2030-01-01T00:00Z' is not in the form",
+            id="claim-in-another-form",
+        ),
+    ],
+)
+def test_check_history_holds_times_to_the_form_and_order_the_library_writes(
+    history: fx.History, says: str
+) -> None:
+    """What import refused alone, every reader refuses: check_history is the one place."""
+    with pytest.raises(ValueError, match=re.escape(says)):
+        fx.check_history(history)
+
+
+def test_check_history_accepts_an_outcome_at_its_claim_s_very_time() -> None:
+    """The library dates an outcome no earlier than its claim: the same moment is valid."""
+    claim = _c("e1", 1)
+    outcome = fx.EffectOutcome("e1", 2, FAILED, fx.Impact.NONE, recorded_at=claim.recorded_at)
+    assert fx.check_history(fx.History(claims=(claim,), outcomes=(outcome,))) is None
 
 
 # --------------------------------------------------------------------------- steps and recorded values
