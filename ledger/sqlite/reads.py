@@ -73,11 +73,13 @@ def needs_copy(checked: _trust.Checked) -> bool:
     """Whether SQLite must read a private copy instead of the store's own files.
 
     Always for a store this user does not own: SQLite would map, rewrite, and as root
-    chown its ``-shm``, and create files in it. Also for a crashed store of ours (a
-    ``-wal`` without its ``-shm``) in a directory we cannot write: SQLite cannot build the
-    missing index there.
+    chown its ``-shm``, and create files in it. Always for a store under a directory that
+    another user could swap (``checked.exposure``): SQLite opens the store by path again,
+    which may by then lead to that user's files; the copy reads the very directory checked.
+    Also for a crashed store of ours (a ``-wal`` without its ``-shm``) in a directory we
+    cannot write: SQLite cannot build the missing index there.
     """
-    if not checked.ours:
+    if not checked.ours or checked.exposure is not None:
         return True
     return (
         checked.wal_size > 0 and not checked.has_shm and not os.access(checked.directory, os.W_OK)
@@ -89,13 +91,14 @@ def read(directory: Path, query: Callable[[Connection], T]) -> T:
 
     It never writes, and creates no file when it can avoid it. The store's files are
     checked first, as a writer's are, except that the store may be another user's.
-    Another user's store is read from a private copy (see :mod:`ledger.sqlite.trust`), so that
-    no file of it is opened by SQLite. With no ``-wal`` no connection has the store open
-    and every commit is in the database file: it is read ``immutable`` (no lock, no file
-    created; works for a user who may read the store but not write its directory), and
-    if the file changed or a ``-wal`` appeared while it read, the result is discarded and
-    the query runs again ``mode=ro``. With a ``-wal`` (a writer is active, or crashed) it
-    runs ``mode=ro``, so that commits still in the WAL are read.
+    Another user's store, and one under a directory another user could swap, is read
+    from a private copy (see :mod:`ledger.sqlite.trust`), so that no file of it is opened
+    by SQLite. With no ``-wal`` no connection has the store open and every commit is in
+    the database file: it is read ``immutable`` (no lock, no file created; works for a
+    user who may read the store but not write its directory), and if the file changed or
+    a ``-wal`` appeared while it read, the result is discarded and the query runs again
+    ``mode=ro``. With a ``-wal`` (a writer is active, or crashed) it runs ``mode=ro``, so
+    that commits still in the WAL are read.
     """
     db = directory / _paths.DB_NAME
     with storage_errors(f"cannot read the store {directory}"):

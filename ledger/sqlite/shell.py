@@ -35,7 +35,7 @@ def _program(db: Path) -> str:
 
 @contextlib.contextmanager
 def session(directory: Path, args: Sequence[str]) -> Iterator[Shell]:
-    """The shell on the store at ``directory``, or on a private copy of another user's store.
+    """The shell on the store at ``directory``, or on a private copy (see ``reads.needs_copy``).
 
     The copy lives as long as the block: the shell must be waited for inside it.
     """
@@ -44,9 +44,13 @@ def session(directory: Path, args: Sequence[str]) -> Iterator[Shell]:
     with storage_errors(f"cannot read the store {directory}"):
         checked = check_readable(directory)
     if needs_copy(checked):
+        why = (
+            f"the store belongs to uid {checked.owner}"
+            if checked.exposure is None
+            else f"{checked.exposure.directory} above the store is {checked.exposure.reason}"
+        )
         note = (
-            f"note: the store belongs to uid {checked.owner}; the shell reads a private copy "
-            "made now, which later writes do not reach"
+            f"note: {why}; the shell reads a private copy made now, which later writes do not reach"
         )
         with contextlib.ExitStack() as stack:
             with storage_errors(f"cannot copy the store {directory}"):

@@ -9,17 +9,28 @@ each file before SQLite opens any of them:
 - the directory is a real directory (not a symlink), writable by its owner only;
 - each file is a regular file (not a symlink, fifo or directory) with one link and
   no group or other write bit;
-- a writer owns all of them; a reader needs every file owned by the directory's owner.
+- a writer owns all of them; a reader needs every file owned by the directory's owner;
+- no directory above the store lets a user other than this one and root replace the
+  next one down (it is theirs, or writable by group or others without the sticky bit
+  protecting an entry of ours or root's): whoever can, can swap the store's path
+  between the check and SQLite opening it, which SQLite does by path again. A writer
+  refuses such a path; a reader reads a private copy of it instead.
 
-A reader who does not own the store never lets SQLite open its files: the database
-and its ``-wal`` are copied (opened ``O_NOFOLLOW``, checked on the open descriptor)
-into a private directory, and SQLite reads the copy.
+The path is followed one component at a time from ``/`` on descriptors (a symlink
+above the store is read and followed by hand, its own directory checked), so what is
+checked is what was reached, and the copy reads the files beneath that very directory.
+A reader who does not own the store, or reaches it through such a directory, never lets
+SQLite open its files: the database and its ``-wal`` are copied (opened ``O_NOFOLLOW``
+beneath the directory checked, checked again on the open descriptor) into a private
+directory, and SQLite reads the copy.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
+import errno
 import os
 import shutil
 import stat
@@ -37,6 +48,11 @@ _UNSAFE_BITS = stat.S_IWGRP | stat.S_IWOTH
 # Never through a link, never blocking on a fifo, never becoming a controlling terminal.
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+# A directory held only to walk beneath it: O_PATH needs no read permission on it (a
+# 0711 home directory is fine) and opens nothing but the name.
+_WALK = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_MAX_LINKS = 40  # the kernel's own limit on symlinks in one path
+_TRUSTED_ROOT = 0
 
 
 def sidecar(db: Path, suffix: str) -> Path:
@@ -54,10 +70,168 @@ def _name(path: Path) -> str:
     return "database file"
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Exposure:
+    """A directory above a store whose entry on the store's path others may replace."""
+
+    directory: Path
+    reason: str  # why others may: "owned by uid 65534", "writable by group or others ..."
+    fix: str  # what its owner may do instead of moving the store ("" when nothing)
+
+    def refusal(self, store: Path) -> str:
+        """The writer's one line: what is wrong and what to do."""
+        return (
+            f"store directory {store} lies under {self.directory}, which is {self.reason}, "
+            "so another user could swap the store's path while it is opened; "
+            "move the store under directories only you and root may write"
+            + (f", or run: {self.fix}" if self.fix else "")
+        )
+
+
+def _exposure(
+    parent: Path, parent_st: os.stat_result, name: str, entry: os.stat_result
+) -> Exposure | None:
+    """Whether a user other than this one and root may rename or replace ``name`` in ``parent``."""
+    trusted = (_TRUSTED_ROOT, os.geteuid())
+    if parent_st.st_uid not in trusted:
+        return Exposure(parent, f"owned by uid {parent_st.st_uid}", "")
+    if not parent_st.st_mode & _UNSAFE_BITS:
+        return None
+    mode = f"mode {stat.S_IMODE(parent_st.st_mode):04o}"
+    if not parent_st.st_mode & stat.S_ISVTX:
+        return Exposure(parent, f"writable by group or others ({mode})", f"chmod go-w {parent}")
+    # Sticky (/tmp): only an entry's owner, or the directory's, may rename or replace it.
+    if entry.st_uid in trusted:
+        return None
+    return Exposure(parent, f"shared ({mode}) and {name} in it is owned by uid {entry.st_uid}", "")
+
+
+def _same(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _changed(path: Path) -> StoreUnavailableError:
+    return StoreUnavailableError(f"{path} changed while it was checked; try again")
+
+
+def _descend(fd: int, name: str, entry: os.stat_result, path: Path) -> int:
+    """Open the directory ``name`` beneath ``fd`` (which is then closed), as ``entry`` saw it."""
+    if stat.S_ISLNK(entry.st_mode) or not stat.S_ISDIR(entry.st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
+    try:
+        child = os.open(name, _WALK, dir_fd=fd)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):  # replaced since its stat
+            raise _changed(path) from e
+        raise
+    if not _same(os.fstat(child), entry):
+        os.close(child)
+        raise _changed(path)
+    os.close(fd)
+    return child
+
+
+def _link_target(fd: int, name: str, path: Path, links: int) -> str:
+    if links > _MAX_LINKS:
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
+    return os.readlink(name, dir_fd=fd)
+
+
+def _walk(parts: collections.deque[str]) -> tuple[int, Path, Exposure | None]:
+    """Open the directory that ``parts`` name from ``/``, one component at a time.
+
+    Each component is opened beneath the previous one's descriptor and never through a
+    link: a symlink on the way is read and its target walked the same way, so every
+    directory the kernel would pass is one that is checked here. Returns the descriptor
+    (``O_PATH``), the directory's path as walked, and the first place where another user
+    could replace what comes next.
+    """
+    fd = os.open("/", _WALK)
+    where = Path("/")
+    exposure: Exposure | None = None
+    links = 0
+    try:
+        here = os.fstat(fd)
+        while parts:
+            name = parts.popleft()
+            if name in ("", "."):
+                continue
+            entry = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if name != ".." and exposure is None:
+                # ".." is no entry to replace: the directory above was passed on the way down.
+                exposure = _exposure(where, here, name, entry)
+            if stat.S_ISLNK(entry.st_mode):
+                links += 1
+                target = _link_target(fd, name, where / name, links)
+                parts.extendleft(reversed(Path(target).parts))
+                if target.startswith("/"):
+                    parts.popleft()  # the "/" itself: walk on from the root
+                    os.close(fd)
+                    fd = -1  # not closed again should the open fail
+                    fd = os.open("/", _WALK)
+                    here, where = os.fstat(fd), Path("/")
+                continue
+            fd = _descend(fd, name, entry, where / name)
+            here = entry
+            where = where.parent if name == ".." else where / name
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        raise
+    return fd, where, exposure
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Opened:
+    """A store directory reached from ``/`` without following a swapped link."""
+
+    fd: int  # O_PATH: a directory to open and stat files beneath
+    st: os.stat_result
+    exposure: Exposure | None
+
+
+@contextlib.contextmanager
+def open_directory(directory: Path, *, writer: bool) -> Iterator[Opened]:
+    """The store directory, opened as checked, for the block: see :func:`check_directory`.
+
+    The directory itself must be no symlink; directories above may be (each is followed
+    by hand). A writer is refused a path with an :class:`Exposure`.
+    """
+    path = directory.absolute()
+    parts = collections.deque(path.parts[1:])
+    name = parts.pop() if parts else "."
+    parent, where, exposure = _walk(parts)
+    try:
+        seen = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        _check_directory_stat(directory, seen, writer=writer)
+        if exposure is None and name != "..":
+            exposure = _exposure(where, os.fstat(parent), name, seen)
+        if writer and exposure is not None:
+            raise StoreFileRefusedError(exposure.refusal(directory))
+        try:
+            fd = os.open(name, _WALK, dir_fd=parent)
+        except OSError as e:
+            if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise _changed(directory) from e
+            raise
+    finally:
+        os.close(parent)
+    try:
+        st = os.fstat(fd)
+        if not _same(st, seen):
+            raise _changed(directory)
+        yield Opened(fd, st, exposure)
+    finally:
+        os.close(fd)
+
+
 def check_directory(directory: Path, *, writer: bool) -> os.stat_result:
-    """Refuse a store directory that is a symlink, not a directory, shared, or (writer) not ours."""
-    st = os.lstat(directory)
-    return _check_directory_stat(directory, st, writer=writer)
+    """Refuse a store directory that is a symlink, not a directory, shared, or (writer) not ours.
+
+    A writer is also refused a directory that another user could swap: see :class:`Exposure`.
+    """
+    with open_directory(directory, writer=writer) as opened:
+        return opened.st
 
 
 def _check_directory_stat(directory: Path, st: os.stat_result, *, writer: bool) -> os.stat_result:
@@ -126,6 +300,8 @@ class Checked:
     owner: int
     wal_size: int  # -1 when there is no -wal
     has_shm: bool
+    identity: tuple[int, int] = (-1, -1)  # the directory's st_dev, st_ino
+    exposure: Exposure | None = None
 
     @property
     def ours(self) -> bool:
@@ -134,13 +310,35 @@ class Checked:
 
 
 def check_store(directory: Path, db: Path, *, writer: bool) -> Checked:
-    """Every check on the directory and the files, for a writer or a reader."""
-    owner = check_directory(directory, writer=writer).st_uid
-    seen = [
-        check_file(path, owner=owner, required=i == 0) for i, path in enumerate(store_files(db))
-    ]
+    """Every check on the directory and the files, for a writer or a reader.
+
+    The files are stat'ed beneath the directory reached (see :func:`open_directory`).
+    """
+    with open_directory(directory, writer=writer) as opened:
+        owner = opened.st.st_uid
+        seen: list[os.stat_result | None] = []
+        for i, path in enumerate(store_files(db)):
+            try:
+                st = os.stat(path.name, dir_fd=opened.fd, follow_symlinks=False)
+            except FileNotFoundError:
+                if i == 0:
+                    raise StoreUnavailableError(f"database file {path} is missing") from None
+                seen.append(None)
+                continue
+            check_file_stat(path, st, owner=owner)
+            seen.append(st)
+        identity = (opened.st.st_dev, opened.st.st_ino)
+        exposure = opened.exposure
     wal, shm = seen[1], seen[2]
-    return Checked(directory, db, owner, -1 if wal is None else wal.st_size, shm is not None)
+    return Checked(
+        directory,
+        db,
+        owner,
+        -1 if wal is None else wal.st_size,
+        shm is not None,
+        identity,
+        exposure,
+    )
 
 
 # --------------------------------------------------------------------------- copies
@@ -270,12 +468,20 @@ def private_copy(checked: Checked) -> Iterator[Path]:
     """
     scratch = Path(tempfile.mkdtemp(prefix="ledger-read-"))  # 0700, ours
     try:
-        dir_fd = os.open(
-            checked.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-        )
-        try:
-            # The directory opened is the one checked: nobody swapped it meanwhile.
-            _check_directory_stat(checked.directory, os.fstat(dir_fd), writer=False)
+        with open_directory(checked.directory, writer=False) as opened:
+            dir_fd = opened.fd
+            # The directory reached is the one checked: nobody swapped the path meanwhile.
+            if (opened.st.st_dev, opened.st.st_ino) != checked.identity:
+                raise StoreFileRefusedError(
+                    f"store directory {checked.directory} was replaced since it was checked"
+                    + (
+                        f" ({checked.exposure.directory} above it is {checked.exposure.reason})"
+                        if checked.exposure is not None
+                        else ""
+                    )
+                    + "; refusing it"
+                )
+            _check_directory_stat(checked.directory, opened.st, writer=False)
             _check_room(dir_fd, checked, scratch)
             target = scratch / checked.db.name
             for _ in range(_COPY_ATTEMPTS):
@@ -289,8 +495,6 @@ def private_copy(checked: Checked) -> Iterator[Path]:
                     f"the store {checked.directory} kept changing while it was copied "
                     f"({_COPY_ATTEMPTS} attempts); try again"
                 )
-        finally:
-            os.close(dir_fd)
         yield target
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -199,8 +199,11 @@ class Watch:
                 return self._fail()
             mask = _FILE_EVENTS
         # The directories above: one of them renamed or removed may leave the store's
-        # path naming something else. Best effort: one the user may not read is not
-        # watched (inotify needs read permission).
+        # path naming something else. Moves and removals are enough: a writer is refused
+        # a path where anyone but this user and root may rename a directory (see
+        # ledger.sqlite.trust.Exposure), and only this user or root could let others
+        # later. Best effort: one the user may not read is not watched (inotify needs
+        # read permission).
         for parent in Path(paths[0]).parents:
             add(self._fd, os.fsencode(parent), _IN_MOVE_SELF | _IN_DELETE_SELF)
         return True

@@ -22,6 +22,7 @@ from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.errors import StoreFileRefusedError
 from ledger.sqlite import trust as _trust
+from ledger.sqlite.reads import needs_copy
 from tests.builders import LEDGER, PYTHON, fingerprint, ledger, require_tool, subprocess_env
 from tests.sqlite.trust_helpers import (
     DB,
@@ -347,15 +348,19 @@ def test_check_store_says_what_it_saw_of_a_store_in_use_and_of_a_closed_one(
     """An open store has its -wal (with its size) and -shm seen; a closed one has neither."""
     directory, log = open_store
     db = directory / DB
+    st = directory.stat()
+    identity = (st.st_dev, st.st_ino)
     for writer in (False, True):
         checked = _trust.check_store(directory, db, writer=writer)
         wal_size = (directory / WAL).stat().st_size
         assert wal_size > 0
-        assert checked == _trust.Checked(directory, db, os.geteuid(), wal_size, has_shm=True)
+        assert checked == _trust.Checked(
+            directory, db, os.geteuid(), wal_size, has_shm=True, identity=identity
+        )
         assert checked.ours
     log.close()
     assert _trust.check_store(directory, db, writer=True) == _trust.Checked(
-        directory, db, os.geteuid(), -1, has_shm=False
+        directory, db, os.geteuid(), -1, has_shm=False, identity=identity
     )
     assert _trust.store_files(db) == (db, directory / WAL, directory / SHM)
 
@@ -807,3 +812,132 @@ def test_a_database_swapped_for_a_symlink_while_it_is_copied_is_refused(
     with pytest.raises(EffectPersistenceError) as refused, _trust.private_copy(checked):
         pass
     assert str(refused.value) == f"database file {db} is a symlink; refusing it"
+
+
+# --------------------------------------------------------------------------- directories above
+# SQLite opens a store by path after it is checked: a directory above it that another
+# user may write lets them swap the path in between (tests/reliability/test_swap_race.py
+# runs that race). Such a path is refused to writers and read from a copy by readers.
+
+
+def _above(tmp_path: Path, how: str) -> tuple[Path, Path]:
+    """A store of ours (one claim) two levels below ``above``, which is then made ``how``."""
+    above = tmp_path / "above"
+    store = above / "mid" / "store"
+    _claim(store, new_run_id())
+    if how == "owned":
+        os.chown(above, other_uid(), -1)
+    elif how == "sticky, entry another's":
+        above.chmod(0o1777)
+        os.chown(above / "mid", other_uid(), -1)
+    else:
+        above.chmod(int(how, 8))
+    return above, store
+
+
+_EXPOSED = {
+    "owned": "owned by uid {uid}",
+    "0777": "writable by group or others (mode 0777)",
+    "0775": "writable by group or others (mode 0775)",
+    "sticky, entry another's": "shared (mode 1777) and mid in it is owned by uid {uid}",
+}
+
+
+@pytest.mark.usefixtures("root")
+@pytest.mark.parametrize("how", list(_EXPOSED))
+def test_a_store_under_a_directory_another_user_may_replace_it_in_is_refused_to_writers(
+    tmp_path: Path, how: str
+) -> None:
+    """A writer is refused, in one line naming the directory above and what to do; a reader sees why and reads a copy."""
+    above, store = _above(tmp_path, how)
+    reason = _EXPOSED[how].format(uid=other_uid())
+    fix = "" if how in ("owned", "sticky, entry another's") else f", or run: chmod go-w {above}"
+    expected = (
+        f"store directory {store} lies under {above}, which is {reason}, so another user "
+        "could swap the store's path while it is opened; move the store under directories "
+        f"only you and root may write{fix}"
+    )
+    assert _refusal(store, writer=True) == expected
+    with pytest.raises(StoreFileRefusedError, match="lies under"):
+        _trust.check_directory(store, writer=True)
+    with pytest.raises(EffectPersistenceError) as written:
+        _claim(store, new_run_id())
+    assert expected in str(written.value)
+    checked = _trust.check_store(store, store / DB, writer=False)
+    assert checked.exposure == _trust.Exposure(above, reason, fix.removeprefix(", or run: "))
+    assert checked.ours
+    assert needs_copy(checked)
+
+
+def test_a_sticky_directory_protects_the_entries_of_this_user_and_root(tmp_path: Path) -> None:
+    """Under a sticky, world-writable directory (as /tmp), a store whose path is ours is a writer's."""
+    _, store = _above(tmp_path, "1777")
+    checked = _trust.check_store(store, store / DB, writer=True)
+    assert checked.exposure is None
+    assert not needs_copy(checked)
+    _claim(store, new_run_id())
+
+
+@pytest.mark.usefixtures("root")
+def test_a_symlink_above_the_store_is_followed_by_hand_and_where_it_leads_is_checked(
+    tmp_path: Path,
+) -> None:
+    """A link above the store is followed, and the directories it leads through are checked like any other."""
+    above, store = _above(tmp_path, "0755")
+    link = tmp_path / "link"
+    link.symlink_to(above / "mid")
+    via = link / "store"
+    st = store.stat()
+    checked = _trust.check_store(via, via / DB, writer=True)
+    assert (checked.exposure, checked.identity) == (None, (st.st_dev, st.st_ino))
+    relative = tmp_path / "relative"
+    relative.symlink_to(Path("above") / ".." / "above" / "mid")
+    assert _trust.check_store(relative / "store", store / DB, writer=True).identity == (
+        st.st_dev,
+        st.st_ino,
+    )
+    os.chown(above, other_uid(), -1)
+    assert "lies under " + str(above) + ", which is owned by uid" in _refusal(via, writer=True)
+    os.chown(above, 0, -1)
+    # A link in a sticky directory that another user owns may be replaced by them.
+    tmp_path.chmod(0o1777)
+    os.lchown(link, other_uid(), -1)
+    assert f"lies under {tmp_path}, which is shared (mode 1777) and link in it" in _refusal(
+        via, writer=True
+    )
+
+
+def test_a_private_copy_reads_only_the_directory_that_was_checked(tmp_path: Path) -> None:
+    """The store's directory replaced by another valid store after the check: the copy refuses it rather than read the other."""
+    store = tmp_path / "store"
+    _claim(store, new_run_id())
+    checked = _trust.check_store(store, store / DB, writer=False)
+    store.rename(tmp_path / "moved")
+    _claim(store, new_run_id())
+    _claim(store, new_run_id())
+    with pytest.raises(StoreFileRefusedError) as refused, _trust.private_copy(checked):
+        pass
+    assert str(refused.value) == (
+        f"store directory {store} was replaced since it was checked; refusing it"
+    )
+    assert not list(Path(tempfile.gettempdir()).glob("ledger-read-*"))
+
+
+@pytest.mark.program
+@pytest.mark.usefixtures("root")
+def test_the_commands_read_a_store_under_another_users_directory_from_a_copy(
+    tmp_path: Path,
+) -> None:
+    """`status` reads the store whole and changes no file of it; `sql` says it reads a copy, and why."""
+    above, store = _above(tmp_path, "owned")
+    before = fingerprint(store)
+    shown = ledger("status", "--json", "--store", str(store))
+    assert shown.returncode == 0, shown.stderr
+    assert len(json.loads(shown.stdout)) == 1
+    assert fingerprint(store) == before
+    if SQLITE3 is not None:
+        queried = ledger("sql", "--store", str(store), "SELECT count(*) FROM claims")
+        assert queried.returncode == 0, queried.stderr
+        assert queried.stdout.strip() == "1"
+        assert f"note: {above} above the store is owned by uid {other_uid()}" in queried.stderr
+    assert fingerprint(store) == before
