@@ -11,6 +11,14 @@ The server binaries are found on ``PATH``, in ``pg_config --bindir`` or in Debia
 missing the test fails saying what to install (``make tools`` installs them), never
 skips. PostgreSQL refuses to run as root, so as root the server runs as the ``postgres``
 user (or ``nobody``), which owns the data directory.
+
+A run that ends without its exit handlers (SIGKILL, SIGTERM from a timeout, a crashed
+xdist controller) must not leave its servers running: each server has a watchdog, a
+process of its own session, that stops it (``pg_ctl stop -m immediate``) and removes its
+directory once the test process that started it, or that process's xdist controller, is
+gone. Each server is also entered in a registry (``REGISTRY``) with those owners, and
+the next server started reaps every entry whose owners are gone, should a watchdog
+itself have been killed.
 """
 
 from __future__ import annotations
@@ -18,11 +26,13 @@ from __future__ import annotations
 import atexit
 import contextlib
 import itertools
+import json
 import os
 import pwd
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -35,6 +45,61 @@ from tests.builders import missing
 
 SUPERUSER = "ledger_test"
 PACKAGE = "postgresql-15 (Debian: apt-get install postgresql-15, or postgresql)"
+
+# Where each running server is entered, one JSON file per server: a fixed place, so that
+# the next run finds what a killed one left. Per user, as the servers' owners are.
+REGISTRY = Path(tempfile.gettempdir()) / f"ledger-pg-servers-{os.geteuid()}"
+
+# The watchdog (``watch ENTRY``) and the reaper (``reap REGISTRY``): standard library
+# only, run with ``python -I`` so that nothing of the killed run is imported. An owner is
+# a pid and its start time (field 22 of /proc/PID/stat), so a pid reused by another
+# process does not count as the owner still running.
+WATCHDOG = r"""
+import json, os, shutil, subprocess, sys, time
+
+def started(pid):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in (b"Z", b"X") else int(fields[19])
+
+def owned(entry):
+    return all(started(pid) == start for pid, start in entry["owners"])
+
+def reap(path, entry):
+    # Immediate: nothing of a dead run's databases is worth a checkpoint.
+    subprocess.run([*entry["pg_ctl"], "-w", "-t", "120", "-m", "immediate", "stop"],
+                   stdin=subprocess.DEVNULL, capture_output=True, check=False)
+    shutil.rmtree(entry["root"], ignore_errors=True)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+if sys.argv[1] == "watch":
+    path = sys.argv[2]
+    entry = load(path)
+    # The server removed as usual takes its directory (and its entry) with it.
+    while entry is not None and os.path.isdir(entry["root"]) and owned(entry):
+        time.sleep(0.5)
+    if entry is not None and os.path.isdir(entry["root"]):
+        reap(path, entry)
+elif sys.argv[1] == "reap":
+    for name in sorted(os.listdir(sys.argv[2])):
+        path = os.path.join(sys.argv[2], name)
+        entry = load(path) if name.endswith(".json") else None
+        if entry is not None and not owned(entry):
+            reap(path, entry)
+"""
 
 
 def _candidates() -> Iterator[Path]:
@@ -81,18 +146,75 @@ def _runner() -> tuple[list[str], int | None, int | None]:
     )
 
 
+def _started(pid: int) -> int:
+    """The start time of process ``pid`` (clock ticks since boot): with the pid, one process."""
+    fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+    return int(fields[19])
+
+
+def _owners() -> list[tuple[int, int]]:
+    """The processes whose end ends this process's servers: itself, and its xdist controller.
+
+    A worker whose controller was killed may linger a while; its servers go with the run.
+    """
+    pids = [os.getpid()]
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        pids.append(os.getppid())
+    return [(pid, _started(pid)) for pid in pids]
+
+
+def _registry() -> Path:
+    """The registry directory, 0700 and this user's: entries name commands root runs."""
+    REGISTRY.mkdir(mode=0o700, exist_ok=True)
+    st = os.lstat(REGISTRY)
+    if not REGISTRY.is_dir() or REGISTRY.is_symlink() or st.st_uid != os.geteuid():
+        raise RuntimeError(f"{REGISTRY} is not a directory of this user's; remove it")
+    return REGISTRY
+
+
+def reap_stale() -> None:
+    """Stop and remove every registered server whose owners are gone (a killed run's)."""
+    subprocess.run(
+        [sys.executable, "-I", "-c", WATCHDOG, "reap", str(_registry())],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        check=True,
+    )
+
+
 class Server:
     """One running server: its socket directory, and the databases made on it."""
 
     def __init__(self) -> None:
         bins = bindir()
         prefix, uid, gid = _runner()
+        reap_stale()
         self.root = Path(tempfile.mkdtemp(prefix="ledger-pg-"))
         self.data = self.root / "data"
         self.socket_dir = self.root
         self._pg_ctl = [*prefix, str(bins / "pg_ctl"), "-D", str(self.data)]
         self._names = itertools.count(1)
         self._lock = threading.Lock()
+        # Watched from before initdb: a run killed while the server starts leaves nothing.
+        self.entry = _registry() / f"{self.root.name}.json"
+        self.entry.write_text(
+            json.dumps({"root": str(self.root), "pg_ctl": self._pg_ctl, "owners": _owners()})
+        )
+        self.watchdog = subprocess.Popen(
+            [sys.executable, "-I", "-c", WATCHDOG, "watch", str(self.entry)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # out of reach of the run's Ctrl-C
+        )
+        self.running = False
+        try:
+            self._initdb(bins, prefix, uid, gid)
+        except BaseException:
+            self.remove()
+            raise
+
+    def _initdb(self, bins: Path, prefix: list[str], uid: int | None, gid: int | None) -> None:
         if uid is not None and gid is not None:
             # The server's user owns its directory (0700); root, running the tests, can
             # still reach the socket inside it.
@@ -130,7 +252,6 @@ class Server:
         }
         with (self.data / "postgresql.conf").open("a") as conf:
             conf.writelines(f"{key} = {value}\n" for key, value in settings.items())
-        self.running = False
         self.start()
 
     def url(self, database: str = "postgres", user: str = SUPERUSER) -> str:
@@ -193,10 +314,16 @@ class Server:
             self.start()
 
     def remove(self) -> None:
-        """Stop the server and remove its directory."""
+        """Stop the server and remove its directory; its watchdog then ends."""
         with contextlib.suppress(subprocess.CalledProcessError):
             self.stop("immediate")
         shutil.rmtree(self.root, ignore_errors=True)
+        self.entry.unlink(missing_ok=True)
+        try:
+            self.watchdog.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.watchdog.kill()
+            self.watchdog.wait()
 
 
 _server: Server | None = None
