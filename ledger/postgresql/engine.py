@@ -13,13 +13,15 @@ import hashlib
 from typing import Any
 
 from alembic import command
+from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from ledger.errors import StoreFileRefusedError
-from ledger.sqlite.engine import alembic_config, head_revision
+from ledger.sqlite.engine import alembic_config, check_known, head_revision, revision_mismatch
+from ledger.sqlite.schema import metadata
 from ledger.storage import describe
 
 SCHEMES = ("postgresql", "postgresql+psycopg")
@@ -109,19 +111,53 @@ def has_schema(conn: Connection) -> bool:
     return MigrationContext.configure(conn).get_current_revision() is not None
 
 
-def upgrade(engine_: Engine) -> bool:
-    """Bring the schema to head, once however many processes ask at once; True if it changed."""
+def upgrade(engine_: Engine, store: object = "") -> bool:
+    """Bring the schema to head, once however many processes ask at once; True if it changed.
+
+    A store at a revision this library does not know is refused; one whose migration
+    meets objects its revision lacks is refused too, the migration rolled back whole.
+    """
     head = head_revision()
     with engine_.connect() as conn:
-        if MigrationContext.configure(conn).get_current_revision() == head:
-            conn.rollback()
-            return False
-        conn.rollback()
-    with engine_.begin() as conn:
-        # Held to the end of the transaction: the next opener waits, then finds head.
-        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
         current = MigrationContext.configure(conn).get_current_revision()
-        if current == head:
-            return False
-        command.upgrade(alembic_config(conn), "head")
+        conn.rollback()
+    check_known(current, store)
+    if current == head:
+        return False
+    failed: tuple[str | None, str] | None = None
+    try:
+        with engine_.begin() as conn:
+            # Held to the end of the transaction: the next opener waits, then finds head.
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+            current = MigrationContext.configure(conn).get_current_revision()
+            check_known(current, store)
+            if current == head:
+                return False
+            try:
+                command.upgrade(alembic_config(conn), "head")
+            except DBAPIError as e:
+                if _already_there(e):
+                    failed = (current, str(e.orig).splitlines()[0])
+                raise
+    except DBAPIError as e:
+        if failed is None:
+            raise
+        with engine_.connect() as conn:
+            drift = compare_metadata(MigrationContext.configure(conn), metadata)
+            conn.rollback()
+        raise revision_mismatch(
+            store,
+            *failed,
+            tables_are=None if drift else head,
+            with_="psql",
+        ) from e
     return True
+
+
+# PostgreSQL's codes for what a migration was to create already being there: a column,
+# a table (or index, or sequence), a schema, any other object.
+_ALREADY_THERE = {"42701", "42P07", "42P06", "42710"}
+
+
+def _already_there(error: DBAPIError) -> bool:
+    return getattr(error.orig, "sqlstate", None) in _ALREADY_THERE

@@ -76,7 +76,7 @@ class Store:
         if self._ready:
             return
         with storage_errors(f"cannot open the store {self.directory}"):
-            _engine.upgrade(self.engine())
+            _engine.upgrade(self.engine(), self.directory)
         self._ready = True
 
     def open_existing(self) -> bool:

@@ -25,6 +25,8 @@ from sqlalchemy.pool import ConnectionPoolEntry
 from ledger._chain import sha3
 from ledger.errors import (
     EffectPersistenceError,
+    SchemaTooNewError,
+    StoreCorruptError,
     StoreFileRefusedError,
     StoreUnavailableError,
 )
@@ -151,6 +153,78 @@ def head_revision() -> str:
 def known_revisions() -> frozenset[str]:
     """Every schema revision this library ships, the newest included."""
     return _revisions(str(_migrations_dir()))[1]
+
+
+PACKAGE = "effect-ledger"
+
+
+def _the_store(store: object) -> str:
+    return f"the store {store}" if store else "the store"
+
+
+def check_known(revision: str | None, store: object) -> None:
+    """Refuse, in one line naming both revisions, a store at a revision this library lacks.
+
+    Such a store was written by a newer version of the library (or its version row was
+    forged): its tables may hold what this version would misread, or a migration it
+    does not know may be half of what they are. Nothing is read from it or written to it.
+    """
+    if revision is None or revision in known_revisions():
+        return
+    raise SchemaTooNewError(
+        f"{_the_store(store)} is at schema revision {revision}, which this version of the "
+        f"library does not know (the newest it knows is {head_revision()}): a newer version "
+        f"wrote it; upgrade the {PACKAGE} package to read or write it; nothing was changed"
+    )
+
+
+def revision_mismatch(
+    store: object, recorded: str | None, failure: str, *, tables_are: str | None, with_: str
+) -> StoreCorruptError:
+    """The error for a store whose migration met objects its recorded revision lacks.
+
+    Its ``alembic_version`` says ``recorded`` (or nothing) while its tables are already
+    further on (the version row was set back or deleted by hand, or copied from another
+    store): migrating it would apply again what is there. The migration was rolled back
+    whole. When its tables are one revision's (``tables_are``), recording that revision
+    is the repair, done with ``with_``; when none can be named, its runs are moved
+    to a new store.
+    """
+    head = head_revision()
+    if tables_are is not None:
+        then = "the next write migrates it" if tables_are != head else "writes go on"
+        record = (
+            f"UPDATE alembic_version SET version_num = '{tables_are}'"
+            if recorded
+            else f"INSERT INTO alembic_version VALUES ('{tables_are}')"
+        )
+        advice = (
+            f"its tables are revision {tables_are}'s: if ledger verify finds nothing else "
+            f"wrong, record that revision (with {with_}: {record}) and {then}"
+        )
+    else:
+        advice = (
+            "its tables match no revision this library can name: see ledger verify, then "
+            "move its runs to a new store (ledger export, ledger import)"
+        )
+    records = f"schema revision {recorded}" if recorded else "no schema revision"
+    return StoreCorruptError(
+        f"{_the_store(store)} records {records} but its tables do not match it (migrating "
+        f"it to {head} failed: {failure}); nothing was changed; {advice}"
+    )
+
+
+def revisions() -> tuple[str, ...]:
+    """Every schema revision this library ships, oldest first."""
+    return _ordered(str(_migrations_dir()))
+
+
+@functools.cache
+def _ordered(location: str) -> tuple[str, ...]:
+    cfg = Config()
+    cfg.set_main_option("script_location", location)
+    walked = ScriptDirectory.from_config(cfg).walk_revisions()
+    return tuple(reversed([r.revision for r in walked]))
 
 
 @contextlib.contextmanager

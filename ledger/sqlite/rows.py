@@ -51,6 +51,7 @@ from ledger.effects import (
 )
 from ledger.errors import RunExistsError, RunHeldError, StoreCorruptError, StoreSchemaOldError
 from ledger.sqlite.commit import Step, landed
+from ledger.sqlite.engine import check_known
 from ledger.sqlite.schema import (
     claims,
     observations,
@@ -71,16 +72,21 @@ READABLE_FROM = "0009"
 
 
 def check_readable(conn: Connection, name: object) -> None:
-    """Refuse, in one clear line, to read a store at a revision older than these reads know.
+    """Refuse, in one clear line, to read a store at a revision these reads do not know.
 
-    A store's writers upgrade it; until one of this version writes to it, it is read by
-    the version that wrote it. A store with no schema yet reads as empty elsewhere.
+    A revision newer than this library's (:class:`SchemaTooNewError`) is read by the
+    version that wrote it, or a newer one; one older than these reads know
+    (:class:`StoreSchemaOldError`) is upgraded by its next write.
+
+    A store with no schema yet reads as empty elsewhere.
     """
     # Asked first, not tried: on PostgreSQL a failed statement aborts the read's whole
     # transaction, and the reads that follow would fail with it.
     if not sa_inspect(conn).has_table("alembic_version"):
         return
     revision = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+    # A newer version's tables may hold what these reads would misread: refused first.
+    check_known(revision, name)
     if revision is not None and revision.isdigit() and revision < READABLE_FROM:
         store = f"the store {name}" if name else "the store"
         raise StoreSchemaOldError(

@@ -16,6 +16,7 @@ import logging
 import os
 import sqlite3
 import stat
+import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any, TypeVar
 from alembic import command
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.exc import DBAPIError
 
 from ledger import _paths
 from ledger.effects import History
@@ -46,7 +48,10 @@ from ledger.sqlite.engine import (
     _on_begin,
     _on_connect,
     alembic_config,
+    check_known,
     head_revision,
+    revision_mismatch,
+    revisions,
 )
 from ledger.sqlite.errors import storage_errors, translate
 from ledger.sqlite.statx import attributes
@@ -118,6 +123,50 @@ def create_files(directory: Path, db_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- engine
+
+
+# SQLite's words for a migration that meets what it was to create: a table, index,
+# trigger or view, or a column, already there.
+_ALREADY_THERE = ("already exists", "duplicate column name")
+
+
+def _already_there(error: DBAPIError) -> bool:
+    return any(words in str(error.orig).lower() for words in _ALREADY_THERE)
+
+
+def _tables(master: Sequence[Any]) -> dict[tuple[str, str], _schema_check.Definition]:
+    # What migrations make: tables and their indexes. Triggers and views are re-installed
+    # after every migration whatever the revision (ledger.sqlite.schema.install_derived).
+    return {
+        (kind, name): _schema_check.definition(kind, sql)
+        for kind, name, sql in master
+        if kind in ("table", "index") and sql and not name.startswith("sqlite_")
+    }
+
+
+def _revision_of_tables(master: Sequence[Any]) -> str | None:
+    """The newest revision whose tables and indexes ``sqlite_master`` holds, if any.
+
+    Each revision is built in turn in a scratch database, as the library migrates, and
+    compared with these. Only a store refused for a mismatched revision asks.
+    """
+    want = _tables(master)
+    found = None
+    with tempfile.TemporaryDirectory() as scratch:
+        engine = create_engine(f"sqlite+pysqlite:///{scratch}/scratch.sqlite3")
+        event.listen(engine, "connect", _on_connect)
+        event.listen(engine, "begin", _on_begin)
+        try:
+            with engine.connect() as conn, _foreign_keys_off(conn):
+                for revision in revisions():
+                    with conn.begin():
+                        command.upgrade(alembic_config(conn), revision)
+                        built = conn.exec_driver_sql(_schema_check.MASTER_SQL).all()
+                    if _tables(built) == want:
+                        found = revision
+        finally:
+            engine.dispose()
+    return found
 
 
 class _FairLock:
@@ -238,38 +287,62 @@ class Store:
         Racing openers wait rather than fail. Whatever is missing of the library's guards,
         views and indexes is put back; a schema that holds a trigger or view that is not
         the library's, or a changed guard or table, is refused (see ledger.sqlite.schema_check).
+        A store at a revision this library does not know is refused before the lock is
+        taken; one whose migration meets objects its revision lacks is refused, the
+        migration rolled back whole.
         """
         head = head_revision()
         engine = self._engine()
         # Most opens find the schema current and whole: ask in a read, without the lock.
         with engine.execution_options(**{READ_ONLY: True}).begin() as conn:
             current = MigrationContext.configure(conn).get_current_revision()
+            check_known(current, self.directory)
             if current == head and not _schema_check.compare(
                 conn.exec_driver_sql(_schema_check.MASTER_SQL).all()
             ):
                 self._schema_version = _schema_version(conn)
                 return
-        with (
-            self.write_lock,
-            engine.connect() as conn,
-            _foreign_keys_off(conn),
-            conn.begin(),
-        ):
-            current = MigrationContext.configure(conn).get_current_revision()
-            if current != head:
-                log.info("migrating store %s from %s to %s", self.path, current, head)
-                command.upgrade(alembic_config(conn), "head")
-                broken = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
-                if broken:
-                    raise StoreCorruptError(
-                        f"migrating {self.path} to {head} would break {len(broken)} foreign "
-                        f"key(s), first in {broken[0][0]}; nothing was changed"
-                    )
-            raw = conn.connection.driver_connection
-            if raw is None:  # pragma: no cover - a checked-out connection always has one
-                raise StoreUnavailableError("the database connection is closed")
-            self._guard_schema(raw.cursor())
-            self._schema_version = _schema_version(conn)
+        failed: tuple[str | None, str] | None = None
+        try:
+            with (
+                self.write_lock,
+                engine.connect() as conn,
+                _foreign_keys_off(conn),
+                conn.begin(),
+            ):
+                current = MigrationContext.configure(conn).get_current_revision()
+                check_known(current, self.directory)
+                if current != head:
+                    log.info("migrating store %s from %s to %s", self.path, current, head)
+                    try:
+                        command.upgrade(alembic_config(conn), "head")
+                    except DBAPIError as e:
+                        if _already_there(e):
+                            failed = (current, str(e.orig))
+                        raise
+                    broken = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
+                    if broken:
+                        raise StoreCorruptError(
+                            f"migrating {self.path} to {head} would break {len(broken)} "
+                            f"foreign key(s), first in {broken[0][0]}; nothing was changed"
+                        )
+                raw = conn.connection.driver_connection
+                if raw is None:  # pragma: no cover - a checked-out connection always has one
+                    raise StoreUnavailableError("the database connection is closed")
+                self._guard_schema(raw.cursor())
+                self._schema_version = _schema_version(conn)
+        except DBAPIError as e:
+            if failed is None:
+                raise
+            # Rolled back by now: what the tables are is read from the store as it stays.
+            with engine.execution_options(**{READ_ONLY: True}).begin() as conn:
+                master = conn.exec_driver_sql(_schema_check.MASTER_SQL).all()
+            raise revision_mismatch(
+                self.directory,
+                *failed,
+                tables_are=_revision_of_tables(master),
+                with_=f"sqlite3 {self.path}",
+            ) from e
 
     def _guard_schema(self, cursor: sqlite3.Cursor) -> None:
         """Restore or refuse what is not the library's in the schema (write transaction held)."""
