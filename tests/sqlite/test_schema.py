@@ -537,7 +537,9 @@ def test_an_outcome_after_a_terminal_one_is_refused(built: Built) -> None:
 
 def test_terminal_after_running_is_accepted(built: Built) -> None:
     """A terminal outcome after a RUNNING one, correctly chained, is allowed: the guards refuse only forgeries."""
-    outcome = fx.EffectOutcome("e2", 8, fx.ExecutionOutcome.FAILED, fx.Impact.NONE, recorded_at=TS)
+    # Dated now, in the form the library writes: load holds every row to import's time rules.
+    now = fx.utc_now()
+    outcome = fx.EffectOutcome("e2", 8, fx.ExecutionOutcome.FAILED, fx.Impact.NONE, recorded_at=now)
     conn = sqlite3.connect(built.path, isolation_level=None)  # every guard in place
     conn.create_function("sha3", 2, _chain.sha3)  # as the stock shell has it
     try:
@@ -545,7 +547,9 @@ def test_terminal_after_running_is_accepted(built: Built) -> None:
             "SELECT hash FROM resolutions WHERE run_id = ? AND seq = 7", (built.run_id,)
         ).fetchone()[0]
         chained = {"prev_hash": prev, "hash": chain_hash(built.run_id, outcome, prev)}
-        insert(conn, "outcomes", **row(built, "outcomes", effect_id="e2", **chained))
+        insert(
+            conn, "outcomes", **row(built, "outcomes", effect_id="e2", recorded_at=now, **chained)
+        )
     finally:
         conn.close()
     with EffectLog.load(built.run_id, built.directory) as log:
