@@ -108,5 +108,5 @@ def test_a_write_to_a_store_set_back_to_an_old_revision_says_what_its_tables_are
     assert f"UPDATE alembic_version SET version_num = '{head}'" in said
     assert "nothing was changed" in said
     assert verified.returncode == 1, verified
-    assert f"schema: revision 0009 where {head} is current" in verified.stdout
+    assert "schema: revision 0009 " in verified.stdout, verified.stdout
     assert _contents(store) == before
