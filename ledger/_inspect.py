@@ -20,6 +20,7 @@ from ledger.effects import Assessment, Decision, EffectOutcome, History, Resolut
 from ledger.storage import (
     VERDICTS,
     EffectRow,
+    EffectRows,
     Head,
     RecoveryHold,
     RunNotFoundError,
@@ -30,6 +31,7 @@ from ledger.storage import (
 __all__ = [
     "VERDICTS",
     "EffectRow",
+    "EffectRows",
     "Head",
     "Recovery",
     "RunInUseError",
@@ -117,11 +119,13 @@ def decide_all(history: History, index: RunIndex | None = None) -> tuple[Decisio
 
 def effect_statuses(
     directory: storage.Location, run: str | None = None, *, unresolved: bool = False
-) -> list[EffectRow]:
+) -> EffectRows:
     """Effects across runs (or of one run) with their verdicts; optionally only unresolved ones.
 
-    Each run shown is validated (rows and hash chain); the effects of one that does not
-    validate carry its ``run_problem``.
+    Every run of the scope is validated (rows and hash chain): the effects of one that
+    does not validate carry its ``run_problem``, and the result's ``problems`` names it
+    even when no row is of it. Its verdicts are not believed: ``unresolved`` shows all
+    its effects, since a forged row may have settled any of them.
     """
     return reader(directory).effects(run, unresolved=unresolved)
 

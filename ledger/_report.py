@@ -233,11 +233,18 @@ def build(
     if runs:
         wanted = {_match(summaries, prefix) for prefix in runs}
         summaries = [s for s in summaries if s.run_id in wanted]
-    if since is not None:
-        summaries = [s for s in summaries if s.last_at is not None and s.last_at >= since]
     incidents = _inspect.effect_statuses(directory, unresolved=True)
+    # A run that does not validate stays on the page whatever the filters: its times and
+    # verdicts are not believed, and a forged row may have settled its last open effect.
+    broken = {s.run_id for s in summaries if s.problem} | set(incidents.problems)
+    if since is not None:
+        summaries = [
+            s
+            for s in summaries
+            if s.run_id in broken or (s.last_at is not None and s.last_at >= since)
+        ]
     if unresolved:
-        troubled = {row.run_id for row in incidents}
+        troubled = {row.run_id for row in incidents} | broken
         summaries = [s for s in summaries if s.run_id in troubled]
     shown = {s.run_id for s in summaries}
     loaded = _load(
@@ -315,7 +322,14 @@ def _incident(
         decisions = {d.effect_id: d for d in run.decisions}
         reason = decisions[row.effect_id].reason if row.effect_id in decisions else ""
     else:
-        reason = "its run does not validate: no decision is believed"
+        # Recovering or resolving it would be refused: the run must be looked into first.
+        return Incident(
+            row,
+            run_index,
+            "its run does not validate: no verdict or decision of it is believed",
+            "find what changed the run before acting on any of its effects:",
+            (f"ledger verify {at}",),
+        )
     if row.execution is None:
         return Incident(
             row,

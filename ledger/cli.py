@@ -349,7 +349,9 @@ def status(
         _print_json([r.to_dict() for r in rows])
     else:
         _status_table(rows)
-    _refuse_to_vouch({r.run_id: r.run_problem for r in rows})
+    # Every run of the scope that does not validate, with a row shown or not: one whose
+    # forged row settled its last open effect would otherwise leave the list quietly.
+    _refuse_to_vouch(rows.problems)
 
 
 def _status_table(rows: list[_inspect.EffectRow]) -> None:

@@ -20,7 +20,7 @@ import enum
 import importlib
 import re
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,6 +35,7 @@ __all__ = [
     "Backend",
     "Batch",
     "EffectRow",
+    "EffectRows",
     "Head",
     "Lease",
     "Location",
@@ -241,6 +242,38 @@ class EffectRow:
         return dataclasses.asdict(self)
 
 
+class EffectRows(list[EffectRow]):
+    """The rows :meth:`Reader.effects` found, and every run of its scope that does not validate.
+
+    ``problems`` maps each such run to why, whether or not a row here is of it: a run
+    whose forged row settled its last open effect has no unresolved row left to carry
+    its ``run_problem``, and must still be named.
+    """
+
+    def __init__(
+        self, rows: Iterable[EffectRow] = (), problems: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(rows)
+        self.problems: dict[str, str] = dict(problems or {})
+
+    @classmethod
+    def of(
+        cls, found: Iterable[EffectRow], problems: Mapping[str, str], *, unresolved: bool
+    ) -> EffectRows:
+        """The rows to show of ``found`` (every effect of the scope, oldest claim first).
+
+        ``unresolved`` keeps the effects whose impact is unresolved, and every effect of
+        a run that does not validate: its verdicts are not believed, resolved ones no
+        more than the others.
+        """
+        rows = [
+            dataclasses.replace(row, run_problem=problems.get(row.run_id))
+            for row in found
+            if not unresolved or row.unresolved_impact or row.run_id in problems
+        ]
+        return cls(rows, problems)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class VerifyReport:
     """The result of checking a whole store."""
@@ -321,8 +354,13 @@ class Reader(Protocol):
         """The matching run: its id, validated history and last writer."""
         ...
 
-    def effects(self, prefix: str | None, *, unresolved: bool) -> list[EffectRow]:
-        """Effects across runs (or of one), oldest claim first; optionally unresolved only."""
+    def effects(self, prefix: str | None, *, unresolved: bool) -> EffectRows:
+        """Effects across runs (or of one), oldest claim first; optionally unresolved only.
+
+        Every run of the scope is validated, each one that does not is in the result's
+        ``problems`` (and its rows carry it); with ``unresolved``, all its effects are
+        shown (:meth:`EffectRows.of`).
+        """
         ...
 
     def writer(self, prefix: str) -> tuple[str, Writer | None]:

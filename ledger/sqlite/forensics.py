@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from sqlalchemy import Connection
@@ -28,6 +28,7 @@ from ledger.sqlite.schema import RECORD_TABLES, with_views
 from ledger.storage import (
     VERDICTS,
     EffectRow,
+    EffectRows,
     Head,
     RecoveryHold,
     RunNotFoundError,
@@ -91,6 +92,15 @@ def _run_problem(conn: Connection, run_id: str) -> str | None:
     return None
 
 
+def _problems(conn: Connection, run_ids: Iterable[str]) -> dict[str, str]:
+    """Each of ``run_ids`` that does not validate, with why, in run id order."""
+    return {
+        run_id: problem
+        for run_id in sorted(run_ids)
+        if (problem := _run_problem(conn, run_id)) is not None
+    }
+
+
 _RUNS_SQL = """
 , records AS (
     SELECT run_id, recorded_at FROM claims
@@ -152,18 +162,26 @@ class Reader:
 
         return read(self.directory, query)
 
-    def effects(self, prefix: str | None, *, unresolved: bool) -> list[EffectRow]:
-        """Effects across runs (or of one), oldest claim first; optionally unresolved only."""
+    def effects(self, prefix: str | None, *, unresolved: bool) -> EffectRows:
+        """Effects across runs (or of one), oldest claim first; optionally unresolved only.
 
-        def query(conn: Connection) -> list[EffectRow]:
+        Every run of the scope is validated, not only those with a row to show: a run
+        whose forged row settled its last open effect is named all the same.
+        """
+
+        def query(conn: Connection) -> EffectRows:
             if _blank(conn):
-                return []
+                return EffectRows()
             where, params = [], []
             if prefix is not None:
+                scope = [_resolve(conn, prefix)]
                 where.append("run_id = ?")
-                params.append(_resolve(conn, prefix))
-            if unresolved:
-                where.append("unresolved_impact = 1")
+                params.append(scope[0])
+            else:
+                scope = [row[0] for row in conn.exec_driver_sql("SELECT run_id FROM runs")]
+            problems = _problems(conn, scope)
+            if unresolved and not problems:
+                where.append("unresolved_impact = 1")  # else EffectRows.of picks the rows
             clause = f"WHERE {' AND '.join(where)}" if where else ""
             found = conn.exec_driver_sql(
                 with_views(
@@ -174,27 +192,31 @@ class Reader:
                 ),
                 tuple(params),
             ).all()
-            problems = {run_id: _run_problem(conn, run_id) for run_id in {row[0] for row in found}}
-            return [
-                EffectRow(
-                    run_id=row[0],
-                    seq=row[1],
-                    effect_id=row[2],
-                    operation=row[3],
-                    execution=row[4],
-                    impact=row[5],
-                    verdict=row[6],
-                    unresolved_impact=bool(row[7]),
-                    claimed_at=row[8],
-                    kind=row[9],
-                    idempotency_key=row[10],
-                    resolution=row[11],
-                    next_step=row[12],
-                    run_problem=problems[row[0]],
-                    step=row[13],
-                )
-                for row in found
-            ]
+            # Rows of a run missing from `runs` (records without their run) are judged too.
+            problems |= _problems(conn, {row[0] for row in found} - set(scope))
+            return EffectRows.of(
+                (
+                    EffectRow(
+                        run_id=row[0],
+                        seq=row[1],
+                        effect_id=row[2],
+                        operation=row[3],
+                        execution=row[4],
+                        impact=row[5],
+                        verdict=row[6],
+                        unresolved_impact=bool(row[7]),
+                        claimed_at=row[8],
+                        kind=row[9],
+                        idempotency_key=row[10],
+                        resolution=row[11],
+                        next_step=row[12],
+                        step=row[13],
+                    )
+                    for row in found
+                ),
+                problems,
+                unresolved=unresolved,
+            )
 
         return read(self.directory, query)
 

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from ledger import _jsonl
+from ledger import _inspect, _jsonl
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.errors import EffectPersistenceError
 from ledger.sqlite import rows
 from tests.backends import Backend
-from tests.builders import fs_ref, ledger, op
+from tests.builders import fs_ref, ledger, ledger_all, op
 from tests.postgresql import driver
 
 RECORDS = " UNION ALL ".join(
@@ -41,17 +41,22 @@ def _literal(value: object) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
-def _append(backend: Backend, store: Path | str, run_id: str, record: fx.Record) -> None:
-    """Append ``record`` to the run with a hash that matches it, from outside the library.
+def _append(
+    backend: Backend, store: Path | str, run_id: str, record: fx.Record, *, wrong_hash: bool = False
+) -> None:
+    """Append ``record`` to the run, chained to its last record, from outside the library.
 
-    On SQLite through the stock ``sqlite3`` shell, on PostgreSQL as plain SQL.
+    On SQLite through the stock ``sqlite3`` shell, on PostgreSQL as plain SQL. Its hash
+    matches its fields, unless ``wrong_hash``: then SQLite's guard that checks it on
+    insert is dropped for the write, as the file's owner can (PostgreSQL checks hashes
+    on load only: one INSERT of the writer role does it).
     """
     found = backend.query(
         store, f"SELECT hash FROM ({RECORDS}) AS r ORDER BY seq DESC", (run_id,) * 4
     )
     row, _scope, _duties = rows.rows_of(run_id, record)
     row["prev_hash"] = found[0][0]
-    row["hash"] = rows.chain_hash(run_id, record, found[0][0])
+    row["hash"] = "f" * 64 if wrong_hash else rows.chain_hash(run_id, record, found[0][0])
     table = {"outcome": "outcomes", "observation": "observations"}[record.record_type]
     insert = (
         f"INSERT INTO {table} ({', '.join(row)}) "
@@ -59,6 +64,12 @@ def _append(backend: Backend, store: Path | str, run_id: str, record: fx.Record)
     )
     if backend.name == "sqlite":
         assert isinstance(store, Path)
+        if wrong_hash:
+            guard = f"{table}_guard_hash"
+            ((ddl,),) = backend.query(
+                store, "SELECT sql FROM sqlite_master WHERE name = ?", (guard,)
+            )
+            insert = f"BEGIN; DROP TRIGGER {guard}; {insert}; {ddl}; COMMIT;"
         subprocess.run(
             ["sqlite3", str(store / "ledger.sqlite3"), insert], check=True, capture_output=True
         )
@@ -207,3 +218,95 @@ def test_an_outcome_is_never_dated_before_its_claim_when_the_clock_is_behind(
     with EffectLog.load(run_id, store_dir) as again:
         assert again.history().outcomes == (outcome,)
     assert ledger("verify", "--store", str(store_dir)).returncode == 0
+
+
+# --------------------------------------------------------------------------- the incident list
+
+
+def _incidents_with_one_hidden(backend: Backend, store: Path | str) -> tuple[str, str]:
+    """Two runs, each with an effect of possible impact; a forged row settles one of them.
+
+    The forged outcome (FAILED, no impact) has a hash that does not match: its run does
+    not validate, and the view no longer counts its effect among the unresolved ones.
+    Returns the forged run and the other.
+    """
+    runs = []
+    for _ in range(2):
+        run_id = new_run_id()
+        with EffectLog(run_id, store) as log:
+            log.claim(
+                effect_id="e1",
+                action_id="act-1",
+                operation=op(),
+                impact_scope=(fs_ref("/srv/app/out.txt"),),
+            )
+            log.outcome(  # still running: it may have changed the world
+                effect_id="e1",
+                execution=fx.ExecutionOutcome.RUNNING,
+                impact=fx.Impact.POSSIBLE,
+            )
+        runs.append(run_id)
+    forged, other = runs
+    settled = fx.EffectOutcome(
+        "e1", 3, fx.ExecutionOutcome.FAILED, fx.Impact.NONE, recorded_at=fx.utc_now()
+    )
+    _append(backend, store, forged, settled, wrong_hash=True)
+    return forged, other
+
+
+def test_the_incident_list_names_a_run_whose_forged_row_settled_its_last_open_effect(
+    backend: Backend, store_dir: Path | str
+) -> None:
+    """Its effect is shown with its run's problem, the problem is named, the others still shown."""
+    forged, other = _incidents_with_one_hidden(backend, store_dir)
+    # What the forged row did: the view holds the effect settled.
+    (state,) = backend.query(
+        store_dir,
+        "SELECT unresolved_impact FROM effect_status WHERE run_id = ?",
+        (forged,),
+    )
+    assert not state[0]
+
+    found = _inspect.effect_statuses(store_dir, unresolved=True)
+    assert set(found.problems) == {forged}
+    assert f"run {forged} does not validate" in found.problems[forged]
+    by_run = {row.run_id: row for row in found}
+    assert set(by_run) == {forged, other}
+    assert by_run[other].unresolved_impact
+    assert by_run[other].run_problem is None
+    assert by_run[forged].run_problem == found.problems[forged]
+    # One run asked for: the same.
+    assert _inspect.effect_statuses(store_dir, forged, unresolved=True).problems.keys() == {forged}
+    assert not _inspect.effect_statuses(store_dir, other, unresolved=True).problems
+
+
+@pytest.mark.program
+def test_status_unresolved_and_report_exit_1_naming_the_run(
+    backend: Backend, store_dir: Path | str, tmp_path: Path
+) -> None:
+    """`status --unresolved` (text and JSON) and `report --unresolved` warn, name it, exit 1."""
+    forged, other = _incidents_with_one_hidden(backend, store_dir)
+    page = tmp_path / "page.html"
+    store = ("--store", str(store_dir))
+    text, as_json, reported = ledger_all(
+        ("status", "--unresolved", *store),
+        ("status", "--unresolved", "--json", *store),
+        ("report", "--unresolved", "-o", str(page), *store),
+    )
+    for result in (text, as_json, reported):
+        assert result.returncode == 1, result.stderr
+        assert "Traceback" not in result.stderr
+        (warning,) = result.stderr.splitlines()
+        assert warning.startswith(f"warning: run {forged} does not validate")
+        assert "hash" in warning
+    assert other in text.stdout
+    assert forged in text.stdout
+    rows = {row["run_id"]: row for row in json.loads(as_json.stdout)}
+    assert rows.keys() == {forged, other}
+    assert rows[other]["run_problem"] is None
+    assert rows[other]["unresolved_impact"] is True
+    assert f"run {forged} does not validate" in rows[forged]["run_problem"]
+    html = page.read_text(encoding="utf-8")
+    assert other in html
+    assert forged in html
+    assert "its run does not validate" in html
