@@ -27,7 +27,7 @@ import shlex
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from importlib import resources
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from ledger import _inspect, _text, storage
 from ledger.effects import (
@@ -272,7 +272,7 @@ def build(
         for i, s in enumerate(summaries)
     ]
     index = {p.summary.run_id: p.index for p in pages if p.timeline is not None}
-    store = shlex.quote(str(directory))
+    store = _shell_word(str(directory))
     return Report(
         store=directory,
         generated_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -665,9 +665,30 @@ def printable(value: object) -> object:
     """
     from markupsafe import Markup  # noqa: PLC0415 - loaded by render, see there
 
+    if isinstance(value, PurePath):
+        # A store directory: its bytes that are not UTF-8 are surrogates in its str,
+        # which the page (UTF-8) cannot hold; spelled out, as `ledger` prints the path.
+        value = str(value)
     if isinstance(value, Markup) or not isinstance(value, str) or value.isprintable():
         return value
     return _text.printable(value)
+
+
+def _shell_word(text: str) -> str:
+    """``text`` as one word of a POSIX shell command line, printable, to copy from the page.
+
+    A path with bytes that are not UTF-8 (a surrogate each in its str) or with other
+    characters that do not print is written as bash's ``$'...'``, its bytes escaped,
+    so that the command names that very path.
+    """
+    if text.isprintable():
+        return shlex.quote(text)
+    data = os.fsencode(text)
+    return (
+        "$'"
+        + "".join(chr(b) if 0x20 <= b < 0x7F and b not in b"'\\" else f"\\x{b:02x}" for b in data)
+        + "'"
+    )
 
 
 def _when(stamp: str | None) -> str:
@@ -727,13 +748,15 @@ def write(path: Path, text: str) -> Path:
     A new file renamed into place: never written through a link, never half-written.
     """
     path = path.absolute()
+    data = text.encode("utf-8")  # a text the page cannot hold fails before any file exists
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         temporary.replace(path)
-    except OSError:
+    except BaseException:
+        # Whatever stopped it (a full disk, an interrupt), no half page is left behind.
         temporary.unlink(missing_ok=True)
         raise
     return path

@@ -437,6 +437,8 @@ def report(
         written = _report.write(output, _report.render(built))
     except OSError as e:
         raise click.ClickException(printable(f"cannot write {output}: {e.strerror or e}")) from None
+    except UnicodeError as e:  # a text the page cannot hold: nothing was written
+        raise click.ClickException(printable(f"cannot write {output}: {e}")) from None
     sys.stdout.flush()
     sys.stdout.buffer.write(os.fsencode(written) + b"\n")
     sys.stdout.buffer.flush()

@@ -27,7 +27,16 @@ import pytest
 from ledger import _report, _text
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, new_run_id
-from tests.builders import fingerprint, fs_ref, ledger, op, require_tool, sha
+from tests.builders import (
+    LEDGER,
+    fingerprint,
+    fs_ref,
+    ledger,
+    op,
+    require_tool,
+    sha,
+    subprocess_env,
+)
 
 # Hostile text, each carrying a side effect the DOM would show if it ran.
 SCRIPT_ID = "<script>document.title='PWNED'</script>"
@@ -612,3 +621,72 @@ def test_a_run_of_ten_thousand_records_renders_summarised(tmp_path: Path) -> Non
         1 for tag, attrs in dom.elements if tag == "tr" and "record" in (attrs.get("class") or "")
     )
     assert 0 < rows <= _report.TABLE_LIMIT
+
+
+def _store_with_an_open_claim(store: Path) -> str:
+    run_id = new_run_id()
+    with EffectLog(run_id, store) as log:
+        log.claim(
+            effect_id="e1",
+            action_id="act-1",
+            operation=op(),
+            impact_scope=(fs_ref("/srv/app/out.txt"),),
+        )
+    return run_id
+
+
+def _temporaries(directory: Path) -> list[str]:
+    return [name for name in os.listdir(directory) if name.endswith(".tmp")]
+
+
+@pytest.mark.program
+def test_a_store_path_that_is_not_utf8_is_reported_and_its_commands_reach_it(
+    tmp_path: Path,
+) -> None:
+    """A store (and a page) named with bytes that are not UTF-8: the page is written, no .tmp.
+
+    The page shows the path spelled out, as the other commands print it, and its commands
+    name it so that a shell reaches that very directory.
+    """
+    store = Path(os.fsdecode(os.fsencode(tmp_path) + b"/st\xffore"))
+    run_id = _store_with_an_open_claim(store)
+    out = store / os.fsdecode(b"page\xfe.html")
+    made = ledger("report", "--store", str(store), "-o", str(out))
+    assert made.returncode == 0, made.stderr
+    assert made.stdout == f"{out}\n"
+    assert not _temporaries(store)
+    dom = Dom.of(out.read_text(encoding="utf-8"))
+    text = dom.all_text()
+    assert "st\\xffore" in text  # spelled out, as `ledger` prints the path
+    (command,) = [c for c in dom.commands if c.startswith(f"ledger recover {run_id} ")]
+    assert command.endswith(" --store $'" + str(tmp_path) + "/st\\xffore'")
+    # Typed into bash as the page shows it, the command names the store (read with status).
+    status = command.replace(f"ledger recover {run_id}", "ledger status --json")
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["bash", "-c", status], check=False, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert [row["run_id"] for row in json.loads(done.stdout)] == [run_id]
+
+
+@pytest.mark.program
+def test_a_page_that_cannot_be_written_fails_in_one_line_leaving_no_tmp(tmp_path: Path) -> None:
+    """The page outgrows the file size limit (EFBIG) mid-write: one line, exit 1, nothing left."""
+    store = tmp_path / "store"
+    _store_with_an_open_claim(store)
+    out = tmp_path / "out" / "page.html"
+    out.parent.mkdir()
+    made = subprocess.run(
+        ["prlimit", "--fsize=4096", "--", LEDGER, "report", "--store", str(store), "-o", str(out)],
+        check=False,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert made.returncode == 1, made.stderr
+    assert "Traceback" not in made.stderr
+    assert made.stderr.splitlines() == [f"Error: cannot write {out}: File too large"]
+    assert os.listdir(out.parent) == []
