@@ -615,7 +615,8 @@ def head(run: str, store: storage.Location | None, as_json: bool) -> None:
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Write to this file instead of standard output.",
+    help="Write to this file instead of standard output: a new file (mode 0600) takes its "
+    "place, a symlink's too, never written through.",
 )
 @_store_option
 def export(run: str, output: Path | None, store: storage.Location | None) -> None:

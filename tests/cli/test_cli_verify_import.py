@@ -604,6 +604,25 @@ def test_export_prints_one_line_per_record_in_seq_order(exported: Exported, tmp_
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
 
 
+def test_export_replaces_a_symlink_never_writing_through_it(
+    exported: Exported, tmp_path: Path
+) -> None:
+    """Export -o onto a symlink, as `ledger export --help` says: a new 0600 file takes its place."""
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("not to be touched\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    out.symlink_to(target)
+    result = ledger("export", exported.run_id, "--store", str(exported.store), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert not out.is_symlink()
+    assert out.read_text(encoding="utf-8") == exported.text
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert target.read_text(encoding="utf-8") == "not to be touched\n"
+    shown = ledger("export", "--help")
+    assert "symlink's too, never written through" in " ".join(shown.stdout.split())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere.txt", "out.jsonl"]
+
+
 def test_export_into_a_missing_directory_is_one_line(exported: Exported, tmp_path: Path) -> None:
     """Export -o into a directory that does not exist fails in one line, exit 1, no traceback."""
     out = tmp_path / "missing" / "out.jsonl"
