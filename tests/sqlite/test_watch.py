@@ -6,7 +6,10 @@ Every change is made with the real system call; the inotify instance is the kern
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
+import subprocess
 import sys
 import textwrap
 import threading
@@ -18,9 +21,74 @@ import pytest
 
 from ledger.effect_log import EffectLog, EffectPersistenceError
 from ledger.sqlite import watch
-from tests.builders import claim_small, effect_ids, python_stdout
+from tests.builders import PYTHON, REPO, claim_small, effect_ids, python_stdout, subprocess_env
 
 DB = "ledger.sqlite3"
+
+
+@pytest.fixture(autouse=True)
+def _instances_to_be_had(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests need inotify instances: a few of this process's own, and the kernel's.
+
+    A log an earlier test of this process left open keeps its store, and the store's
+    instance, for as long as the process lives: with watch.MAX_INSTANCES such logs,
+    every watch here would check whole and these tests fail for another test's leak.
+    So each test here gets MAX_INSTANCES beyond those already held. The kernel's are the
+    user's, shared with all its processes (other test workers and their children): when
+    none is left, the test fails saying so, rather than on a watch that is never quiet.
+    """
+    monkeypatch.setattr(watch, "MAX_INSTANCES", watch._instances + watch.MAX_INSTANCES)
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init1(os.O_CLOEXEC)
+    if fd < 0:
+        limit = Path("/proc/sys/fs/inotify/max_user_instances").read_text().strip()
+        pytest.fail(
+            f"no inotify instance to be had ({errno.errorcode.get(ctypes.get_errno())}): "
+            f"this user's {limit} (fs.inotify.max_user_instances) are held by its other processes"
+        )
+    os.close(fd)
+
+
+# An earlier test, in the same process, that leaves logs open.
+_LEAKING_TEST = textwrap.dedent(
+    """
+    from ledger.effect_log import EffectLog, new_run_id
+    from ledger.sqlite import watch
+    from tests.builders import claim_small
+
+    def test_leaves_logs_open(tmp_path):
+        for i in range(watch.MAX_INSTANCES):
+            claim_small(EffectLog(new_run_id(), tmp_path / str(i)), "e1")
+        assert watch._instances == watch.MAX_INSTANCES
+    """
+)
+
+
+@pytest.mark.program
+def test_logs_an_earlier_test_left_open_do_not_starve_these_tests(tmp_path: Path) -> None:
+    """One pytest runs a test that leaks logs, then one of this module's: it still gets its watch."""
+    (tmp_path / "test_leak.py").write_text(_LEAKING_TEST)
+    result = subprocess.run(
+        [
+            *(PYTHON, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider"),
+            *(
+                "-W",
+                "ignore::pytest.PytestUnraisableExceptionWarning",
+                "-W",
+                "ignore::ResourceWarning",
+            ),
+            str(tmp_path / "test_leak.py"),
+            f"{Path(__file__).relative_to(REPO)}::test_a_store_at_work_stays_quiet",
+        ],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        cwd=REPO,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 passed" in result.stdout, result.stdout
 
 
 def _watch_of(log: EffectLog) -> watch.Watch:
