@@ -26,6 +26,7 @@ from tests.builders import (
     missing,
     require_tool,
 )
+from tests.postgresql.server import drop_test_databases
 
 # `make mutants` runs the property tests once per mutant: the same examples each time
 # (derandomized, no example database, 25 where a test sets no number), so a mutant's
@@ -40,6 +41,13 @@ def _isolated_default_store(
     # No test may touch the user's real default store, nor a PostgreSQL one named by LEDGER_URL.
     monkeypatch.setenv("LEDGER_DIR", str(tmp_path_factory.mktemp("default-store") / "ledger"))
     monkeypatch.delenv("LEDGER_URL", raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _postgresql_databases_dropped() -> Iterator[None]:
+    # Set up first, so torn down last: after the test's own fixtures closed its logs.
+    yield
+    drop_test_databases()
 
 
 @pytest.fixture

@@ -1,6 +1,10 @@
-"""A test run killed mid-way takes its private PostgreSQL servers with it.
+"""What the private PostgreSQL servers of the tests leave behind: nothing that fills the disk.
 
-A real pytest, in a process of its own, runs a test that starts a server and then waits;
+A test's databases are dropped when it ends, and a test run killed mid-way takes its
+servers with it.
+
+For the second, a real pytest, in a process of its own, runs a test that starts a server
+and then waits;
 once the server is up, that pytest (or the xdist worker that started the server) is
 SIGKILLed, so none of its exit handlers run. Every process of the server and its directory
 must then go: through the server's watchdog, or, when the watchdog was killed too,
@@ -177,3 +181,51 @@ def test_a_server_whose_run_and_watchdog_were_killed_is_reaped_by_the_next_start
         assert not held.gone()  # nothing else stops it
         pg.reap_stale()  # what the next server start does first
         _wait_for("the stale server to be stopped and removed", held.gone, GONE_DEADLINE)
+
+
+# A session of two tests: the first makes a database, the second lists the server's.
+SESSION = textwrap.dedent(
+    """
+    import json, os, pathlib
+    from tests.postgresql.server import server
+
+    REPORT = pathlib.Path(os.environ["LEDGER_TEST_REPORT"])
+
+    def test_makes_a_database():
+        REPORT.with_suffix(".made").write_text(server().new_database())
+
+    def test_lists_the_databases():
+        with server().connect() as conn:
+            names = [row[0] for row in conn.execute("SELECT datname FROM pg_database")]
+        REPORT.write_text(json.dumps(names))
+    """
+)
+
+
+@pytest.mark.program
+def test_a_tests_databases_are_dropped_when_it_ends(tmp_path: Path) -> None:
+    """In a real session with the suite's fixtures, the next test finds the last one's database gone.
+
+    About 7 MiB each in the temporary directory, hundreds in a session: kept, they took
+    gigabytes that the tests, and everything else on the machine, write to.
+    """
+    (tmp_path / "test_session.py").write_text(SESSION)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    report = tmp_path / "report.json"
+    argv = [PYTHON, "-m", "pytest", "-q", "-c", str(tmp_path / "pytest.ini")]
+    argv += ["-p", "no:cacheprovider", "-p", "no:xdist", "-p", "tests.conftest"]
+    run = subprocess.run(
+        [*argv, str(tmp_path / "test_session.py")],
+        capture_output=True,
+        text=True,
+        env=subprocess_env() | {"LEDGER_TEST_REPORT": str(report)},
+        cwd=REPO,
+        timeout=START_DEADLINE,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    made = report.with_suffix(".made").read_text().split("?")[0].rsplit("/", 1)[1]
+    listed = json.loads(report.read_text())
+    assert made.startswith("ledger_")
+    assert "postgres" in listed
+    assert made not in listed
