@@ -337,12 +337,25 @@ def _verify(conn: Connection, progress: Callable[[int], None] | None) -> VerifyR
     except SQLAlchemyError:
         revision = None
     schema = schema_problems(conn)
-    if revision != head_revision():
-        problems.append(f"schema: revision {revision} where {head_revision()} is current")
-        if revision in known_revisions():
-            # An older revision differs from this one by design (the next writer migrates
-            # it); what no revision ever installs is reported all the same.
-            schema = [p for p in schema if p.what == "foreign" and p.kind in ("trigger", "view")]
+    head = head_revision()
+    if revision != head:
+        behind = [p for p in schema if p.kind == "table" and p.what != "foreign"]
+        if revision in known_revisions() and not behind:
+            # The tables are head's already: the version row was set back by hand, and
+            # the next writer's migration would fail on objects that exist.
+            problems.append(
+                f"schema: revision {revision} recorded, but its tables are already revision "
+                f"{head}'s (set back by hand?): record it with "
+                f"UPDATE alembic_version SET version_num = '{head}'"
+            )
+        else:
+            problems.append(f"schema: revision {revision} where {head} is current")
+            if revision in known_revisions():
+                # An older revision differs from this one by design (the next writer
+                # migrates it); what no revision ever installs is reported all the same.
+                schema = [
+                    p for p in schema if p.what == "foreign" and p.kind in ("trigger", "view")
+                ]
     problems.extend(f"schema: {p}" for p in schema)
     run_ids = [row[0] for row in conn.exec_driver_sql("SELECT run_id FROM runs ORDER BY run_id")]
     orphans = conn.exec_driver_sql(

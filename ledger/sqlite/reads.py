@@ -105,11 +105,11 @@ def read(directory: Path, query: Callable[[Connection], T]) -> T:
         checked = check_readable(directory)
         if needs_copy(checked):
             with _trust.private_copy(checked) as copy:
-                return _read_once(read_only_uri(copy, immutable=False), query)
+                return _read_once(read_only_uri(copy, immutable=False), query, directory)
         before = _fingerprint(db)
         if before[-1] <= 0:  # no -wal, or an empty one: every commit is in the file
             try:
-                result = _read_once(read_only_uri(db, immutable=True), query)
+                result = _read_once(read_only_uri(db, immutable=True), query, directory)
             except (sqlalchemy.exc.SQLAlchemyError, EffectPersistenceError):
                 if _fingerprint(db) == before:
                     raise  # the store did not change: the failure is real
@@ -117,17 +117,17 @@ def read(directory: Path, query: Callable[[Connection], T]) -> T:
                 if _fingerprint(db) == before:
                     return result
             log.info("store %s changed during an immutable read; reading it again", db)
-        return _read_once(read_only_uri(db, immutable=False), query)
+        return _read_once(read_only_uri(db, immutable=False), query, directory)
 
 
-def _read_once(uri: str, query: Callable[[Connection], T]) -> T:
+def _read_once(uri: str, query: Callable[[Connection], T], directory: Path) -> T:
     engine = create_engine(
         "sqlite+pysqlite://", creator=lambda: _reader_connect(uri), poolclass=NullPool
     )
     event.listen(engine, "begin", _on_begin)
     try:
         with engine.execution_options(**{READ_ONLY: True}).begin() as conn:
-            _rows.check_readable(conn, "")
+            _rows.check_readable(conn, directory)
             return query(conn)
     finally:
         engine.dispose()

@@ -431,9 +431,13 @@ def _dropped_view(store: Path, run_id: str) -> tuple[str, tuple[str, ...]]:
     return "schema: view effect_status is missing", ()
 
 
-def _unknown_revision(store: Path, run_id: str) -> tuple[str, tuple[str, ...]]:
-    _forge(store, "UPDATE alembic_version SET version_num = 'ffffffffffff'")
-    return "schema: revision ffffffffffff where ", ("is current",)
+def _set_back_revision(store: Path, run_id: str) -> tuple[str, tuple[str, ...]]:
+    # A newer revision is refused whole (test_cli_versions.py); one set back by hand is
+    # a finding among others, with the UPDATE that repairs it.
+    _forge(store, "UPDATE alembic_version SET version_num = '0009'")
+    return "schema: revision 0009 recorded, but its tables are already revision ", (
+        "UPDATE alembic_version SET version_num",
+    )
 
 
 def _records_without_a_run(store: Path, run_id: str) -> tuple[str, tuple[str, ...]]:
@@ -456,7 +460,7 @@ DAMAGES: dict[str, Callable[[Path, str], tuple[str, tuple[str, ...]]]] = {
     "second-terminal-outcome": _second_terminal,
     "dropped-trigger": _dropped_trigger,
     "dropped-view": _dropped_view,
-    "unknown-schema-revision": _unknown_revision,
+    "set-back-schema-revision": _set_back_revision,
     "records-without-a-run": _records_without_a_run,
 }
 

@@ -506,7 +506,7 @@ def test_reading_a_store_older_than_the_reads_says_so_and_changes_nothing(
     result = run_ledger(*args, "--store", str(db.parent))
     assert result.returncode == 1, result
     assert result.stderr.count("\n") == 1, result.stderr
-    assert "the store is at schema revision 0008" in result.stderr
+    assert f"the store {db.parent} is at schema revision 0008" in result.stderr
     assert "upgrades it" in result.stderr
     assert db.read_bytes() == before
     with EffectLog(new_run_id(), db.parent) as log:  # a write of this version upgrades it
