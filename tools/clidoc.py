@@ -653,7 +653,10 @@ the verdict the `effect_status` view computes (the same rules as `assess`; see
 `done`, `wait`, `retry` or `escalate`). `--run` keeps the effects of one run (an
 id or a unique prefix). `--unresolved` keeps the effects whose impact is unresolved
 (pending, unverified or contradicted, with an impact that is not `none`): the incident
-list after a crash.
+list after a crash. Every run in scope is validated: `--unresolved` also shows every
+effect of a run that does not validate (its `run_problem` set), none of whose verdicts
+can be believed, a warning on standard error names each such run, and the command
+exits 1.
 
 `--json` prints an array of [effect row](#effect-row) objects, oldest claim first.
 
@@ -749,7 +752,8 @@ empty array when `--dead` finds nothing to recover).
 Reads the store. Checks the database file (`PRAGMA integrity_check`), that the schema
 is at the current revision with every guard (trigger, index, view) in place, that every
 record belongs to a run, and that every run loads and validates as `EffectLog.load`
-would load it. Each problem is one line: `integrity: ...`, `schema: ...` or
+would load it (its chain, and that every `recorded_at` is in the form ledger writes and
+no outcome is dated before its claim). Each problem is one line: `integrity: ...`, `schema: ...` or
 `run <run_id>: ...`. Exits 0 when there is none, else 1, with or without `--json`.
 
 `--json` prints one [verify report](#verify-report) object.
@@ -760,8 +764,8 @@ Reads the store. RUN is a run id or a unique prefix of one. The run is validated
 and nothing is printed if a record does not validate (exit 1). The format is the one of
 the earlier file-based effect logs, which `ledger import` reads back: compact JSON, one
 record per line in `seq` order, each line ending with a newline. `-o FILE` writes FILE
-instead of standard output (created with mode 0600, or truncated); a FILE that is a
-symlink is refused.
+instead of standard output: a new file, mode 0600, renamed into place, so an existing
+FILE is replaced, a symlink too, never written through.
 
 It prints one [exported line](#exported-line) object per line. A claim carries its
 `step` and recorded `args`, an outcome its recorded `result` and `result_recorded`,
@@ -775,9 +779,10 @@ all or nothing: the whole file is read and validated (every line an
 run can hold) before one transaction writes it. Every `recorded_at` must be exactly in
 the form ledger writes, `YYYY-MM-DDTHH:MM:SS.ffffff+00:00` (not `Z`, not without the
 microseconds), and no outcome may be recorded before its claim; either is refused,
-naming the line and `recorded_at`. (A wall clock stepped back between a claim and its
-outcome is the one way a ledger itself records such an outcome; that run cannot be
-imported.) The run id is the file's name without
+naming the line and `recorded_at`; `verify` and `EffectLog.load` apply the same rules.
+(A ledger dates an outcome no earlier than its claim, even when the wall clock stepped
+back between the two; a run written by an older version whose clock did so is refused
+here, as by `verify` and `load`.) The run id is the file's name without
 `.jsonl` (32 lowercase hex), or `--run` for a single file; a run the store already
 holds is refused. A final line cut short by a crash mid-append (not JSON) is ignored
 and reported. Any other malformed or forged line refuses the file, naming the line
