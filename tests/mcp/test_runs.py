@@ -13,9 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from ledger import effects as fx
 from ledger._mcp_runs import ProxyRun
 from ledger.effects import EffectKind, NextStep
+from ledger.errors import EffectPersistenceError
+from tests.backends import SQLITE
 from tests.builders import CERTAIN, FAILED, POSSIBLE, SUCCESS, ledger
+from tests.contract.test_validation import RECORDS, _append
 
 pytestmark = pytest.mark.program
 
@@ -63,3 +67,33 @@ def test_a_resolution_between_a_claim_and_its_outcome_loses_nothing(
         first.effect_id: NextStep.RETRY.value,
         second.effect_id: NextStep.DONE.value,
     }
+
+
+def test_a_store_holding_a_run_that_does_not_validate_is_refused_at_start(tmp_path: Path) -> None:
+    """A forged run could hide an earlier identical call from the guard: the proxy does not start.
+
+    The run's only call was settled by a row with a wrong hash, so it is not in the
+    incident list by its (forged) verdict; it is named instead of believed.
+    """
+    store = tmp_path / "store"
+    run = ProxyRun(store, "srv")
+    run.start()
+    try:
+        claim = run.claim("write", {"a": 1}, kind=EffectKind.WRITE, backend="srv/1", server="srv")
+    finally:
+        run.close()
+    records = SQLITE.query(store, f"SELECT max(seq) FROM ({RECORDS})", (run.run_id,) * 4)
+    forged = fx.EffectOutcome(
+        claim.effect_id,
+        records[0][0] + 1,
+        fx.ExecutionOutcome.REPORTED_SUCCESS,
+        fx.Impact.CERTAIN,
+        recorded_at=claim.recorded_at,
+    )
+    _append(SQLITE, store, run.run_id, forged, wrong_hash=True)
+    again = ProxyRun(store, "srv")
+    try:
+        with pytest.raises(EffectPersistenceError, match=f"run {run.run_id} does not validate"):
+            again.start()
+    finally:
+        again.close()
