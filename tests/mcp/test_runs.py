@@ -19,7 +19,7 @@ from ledger.effects import EffectKind, NextStep
 from ledger.errors import EffectPersistenceError
 from tests.backends import SQLITE
 from tests.builders import CERTAIN, FAILED, POSSIBLE, SUCCESS, ledger
-from tests.contract.test_validation import RECORDS, _append
+from tests.reliability.test_validation import RECORDS, _append
 
 pytestmark = pytest.mark.program
 

@@ -196,11 +196,11 @@ def forge(backend: Backend, store: Path | str, table: str, row: dict[str, Any]) 
 
 
 @pytest.fixture
-def run(backend: Backend, store_dir: Path | str) -> Run:
+def run(backend: Backend, location: Path | str) -> Run:
     """The run of :class:`Run`, written by the library into a new store."""
     run_id = new_run_id()
-    served = storage.backend(store_dir)
-    store = served.acquire(store_dir)
+    served = storage.backend(location)
+    store = served.acquire(location)
     try:
         store.open_for_writing()
         history = _history(run_id)
@@ -216,7 +216,7 @@ def run(backend: Backend, store_dir: Path | str) -> Run:
     finally:
         served.release(store)
     found = backend.query(
-        store_dir,
+        location,
         " UNION ALL ".join(f"SELECT seq, hash FROM {t} WHERE run_id = ?" for t in _TABLES.values()),
         [run_id] * len(_TABLES),
     )
@@ -313,16 +313,16 @@ for _table, _sample in _SAMPLES.items():
 
 @pytest.mark.parametrize("guard", sorted(GUARDS))
 def test_a_forged_row_is_refused_by_its_guard(
-    backend: Backend, store_dir: Path | str, run: Run, guard: str
+    backend: Backend, location: Path | str, run: Run, guard: str
 ) -> None:
     """The stock shell's or the writer role's INSERT of the row is refused, saying why."""
     forgery, message = GUARDS[guard]
     table, row = forgery(run)
-    counts = backend.row_counts(store_dir)
-    refused = forge(backend, store_dir, table, row)
+    counts = backend.row_counts(location)
+    refused = forge(backend, location, table, row)
     assert refused is not None, f"{guard}: the forged row got in"
     assert message in refused
-    assert backend.row_counts(store_dir) == counts
+    assert backend.row_counts(location) == counts
 
 
 # The same rows, honest: a retry with its original's key, an outcome and a resolution of
@@ -340,17 +340,17 @@ HONEST: dict[str, Forgery] = {
 
 @pytest.mark.parametrize("case", sorted(HONEST))
 def test_the_same_rows_made_honest_are_accepted_and_load(
-    backend: Backend, store_dir: Path | str, run: Run, case: str
+    backend: Backend, location: Path | str, run: Run, case: str
 ) -> None:
     """Every refusal above is its guard's: the honest row gets in by the same road and loads."""
     table, row = HONEST[case](run)
-    assert forge(backend, store_dir, table, row) is None
-    with EffectLog.load(run.run_id, store_dir) as log:
+    assert forge(backend, location, table, row) is None
+    with EffectLog.load(run.run_id, location) as log:
         assert [r.seq for r in log.history().records()] == [1, 2, 3, 4, 5, 6]
 
 
 def test_a_first_record_at_seq_2_of_an_empty_run_is_refused(
-    backend: Backend, store_dir: Path | str, run: Run
+    backend: Backend, location: Path | str, run: Run
 ) -> None:
     """A run's first record must be seq 1 after the genesis value: seq 2 is a gap.
 
@@ -358,25 +358,25 @@ def test_a_first_record_at_seq_2_of_an_empty_run_is_refused(
     that treats a missing value as different (IS DISTINCT FROM) refuses it.
     """
     run_id = new_run_id()
-    assert forge(backend, store_dir, "runs", {"run_id": run_id, "created_at": NOW}) is None
-    counts = backend.row_counts(store_dir)
+    assert forge(backend, location, "runs", {"run_id": run_id, "created_at": NOW}) is None
+    counts = backend.row_counts(location)
     for prev in (GENESIS, run.hashes[5]):
         table, row = _row(run_id, _observation("o1", 2), prev)
-        refused = forge(backend, store_dir, table, row)
+        refused = forge(backend, location, table, row)
         assert refused is not None, f"a first record at seq 2 after {prev[:8]} got in"
         assert CHAIN in refused
-    assert backend.row_counts(store_dir) == counts
+    assert backend.row_counts(location) == counts
 
 
-def test_a_wrong_record_hash(backend: Backend, store_dir: Path | str, run: Run) -> None:
+def test_a_wrong_record_hash(backend: Backend, location: Path | str, run: Run) -> None:
     """SQLite's guards recompute the hash of a row from the shell and refuse a wrong one;
     PostgreSQL (no sha3 there) takes it, and loading the run refuses it."""
     table, row = _next(run, _claim(run, "e2", 6), hash="0" * 64)
-    refused = forge(backend, store_dir, table, row)
+    refused = forge(backend, location, table, row)
     if backend.name == "sqlite":
         assert refused is not None
         assert "the record hash does not match its fields" in refused
         return
     assert refused is None
     with pytest.raises(EffectPersistenceError, match="hash"):
-        EffectLog.load(run.run_id, store_dir)
+        EffectLog.load(run.run_id, location)

@@ -121,10 +121,10 @@ FORGED = {
 @pytest.mark.program
 @pytest.mark.parametrize("case", list(FORGED))
 def test_a_row_no_ledger_writes_is_refused_by_load_and_verify_naming_it(
-    backend: Backend, store_dir: Path | str, case: str
+    backend: Backend, location: Path | str, case: str
 ) -> None:
     """An outcome with a matching hash but a time import refuses: load and verify refuse it too."""
-    run_id, claim = _open_claim(store_dir)
+    run_id, claim = _open_claim(location)
     when, says = FORGED[case]
     forged = fx.EffectOutcome(
         "e1",
@@ -133,16 +133,16 @@ def test_a_row_no_ledger_writes_is_refused_by_load_and_verify_naming_it(
         fx.Impact.CERTAIN,
         recorded_at=when(claim.recorded_at),
     )
-    _append(backend, store_dir, run_id, forged)
-    assert backend.query(store_dir, "SELECT count(*) FROM outcomes")[0][0] == 1  # it landed
+    _append(backend, location, run_id, forged)
+    assert backend.query(location, "SELECT count(*) FROM outcomes")[0][0] == 1  # it landed
 
     with pytest.raises(EffectPersistenceError) as refused:
-        EffectLog.load(run_id, store_dir)
+        EffectLog.load(run_id, location)
     assert f"run {run_id} does not validate" in str(refused.value)
     assert "outcome at seq 2" in str(refused.value)
     assert says in str(refused.value)
 
-    checked = ledger("verify", "--store", str(store_dir), "--json")
+    checked = ledger("verify", "--store", str(location), "--json")
     assert checked.returncode == 1, checked.stderr
     (problem,) = json.loads(checked.stdout)["problems"]
     assert problem.startswith(f"run {run_id}: ")
@@ -151,10 +151,10 @@ def test_a_row_no_ledger_writes_is_refused_by_load_and_verify_naming_it(
 
 
 def test_an_observation_in_another_form_is_refused_by_load(
-    backend: Backend, store_dir: Path | str
+    backend: Backend, location: Path | str
 ) -> None:
     """Not only outcomes: every record's recorded_at is held to the library's form."""
-    run_id, claim = _open_claim(store_dir)
+    run_id, claim = _open_claim(location)
     seen = fx.Observation(
         "o1",
         2,
@@ -167,9 +167,9 @@ def test_an_observation_in_another_form_is_refused_by_load(
         None,
         recorded_at=claim.recorded_at.replace("+00:00", "Z"),
     )
-    _append(backend, store_dir, run_id, seen)
+    _append(backend, location, run_id, seen)
     with pytest.raises(EffectPersistenceError, match=r"observation at seq 2: recorded_at .* form"):
-        EffectLog.load(run_id, store_dir)
+        EffectLog.load(run_id, location)
 
 
 def _imported_claim(store: Path | str, tmp_path: Path, ahead: timedelta) -> tuple[str, str]:
@@ -197,15 +197,15 @@ def _imported_claim(store: Path | str, tmp_path: Path, ahead: timedelta) -> tupl
 @pytest.mark.program
 @pytest.mark.parametrize("how", ["outcome", "recovery"])
 def test_an_outcome_is_never_dated_before_its_claim_when_the_clock_is_behind(
-    store_dir: Path | str, tmp_path: Path, how: str
+    location: Path | str, tmp_path: Path, how: str
 ) -> None:
     """A claim dated an hour ahead (another host's clock): its outcome carries the claim's time.
 
     Recorded at this host's time, the outcome would precede its claim, and the run
     would no longer load.
     """
-    run_id, claimed_at = _imported_claim(store_dir, tmp_path, timedelta(hours=1))
-    with EffectLog.load(run_id, store_dir) as log:
+    run_id, claimed_at = _imported_claim(location, tmp_path, timedelta(hours=1))
+    with EffectLog.load(run_id, location) as log:
         if how == "outcome":
             outcome = log.outcome(
                 effect_id="e1",
@@ -215,9 +215,9 @@ def test_an_outcome_is_never_dated_before_its_claim_when_the_clock_is_behind(
         else:
             (outcome,) = log.recover_interrupted()
     assert outcome.recorded_at == claimed_at
-    with EffectLog.load(run_id, store_dir) as again:
+    with EffectLog.load(run_id, location) as again:
         assert again.history().outcomes == (outcome,)
-    assert ledger("verify", "--store", str(store_dir)).returncode == 0
+    assert ledger("verify", "--store", str(location)).returncode == 0
 
 
 # --------------------------------------------------------------------------- the incident list
@@ -255,19 +255,19 @@ def _incidents_with_one_hidden(backend: Backend, store: Path | str) -> tuple[str
 
 
 def test_the_incident_list_names_a_run_whose_forged_row_settled_its_last_open_effect(
-    backend: Backend, store_dir: Path | str
+    backend: Backend, location: Path | str
 ) -> None:
     """Its effect is shown with its run's problem, the problem is named, the others still shown."""
-    forged, other = _incidents_with_one_hidden(backend, store_dir)
+    forged, other = _incidents_with_one_hidden(backend, location)
     # What the forged row did: the view holds the effect settled.
     (state,) = backend.query(
-        store_dir,
+        location,
         "SELECT unresolved_impact FROM effect_status WHERE run_id = ?",
         (forged,),
     )
     assert not state[0]
 
-    found = _inspect.effect_statuses(store_dir, unresolved=True)
+    found = _inspect.effect_statuses(location, unresolved=True)
     assert set(found.problems) == {forged}
     assert f"run {forged} does not validate" in found.problems[forged]
     by_run = {row.run_id: row for row in found}
@@ -276,18 +276,18 @@ def test_the_incident_list_names_a_run_whose_forged_row_settled_its_last_open_ef
     assert by_run[other].run_problem is None
     assert by_run[forged].run_problem == found.problems[forged]
     # One run asked for: the same.
-    assert _inspect.effect_statuses(store_dir, forged, unresolved=True).problems.keys() == {forged}
-    assert not _inspect.effect_statuses(store_dir, other, unresolved=True).problems
+    assert _inspect.effect_statuses(location, forged, unresolved=True).problems.keys() == {forged}
+    assert not _inspect.effect_statuses(location, other, unresolved=True).problems
 
 
 @pytest.mark.program
 def test_status_unresolved_and_report_exit_1_naming_the_run(
-    backend: Backend, store_dir: Path | str, tmp_path: Path
+    backend: Backend, location: Path | str, tmp_path: Path
 ) -> None:
     """`status --unresolved` (text and JSON) and `report --unresolved` warn, name it, exit 1."""
-    forged, other = _incidents_with_one_hidden(backend, store_dir)
+    forged, other = _incidents_with_one_hidden(backend, location)
     page = tmp_path / "page.html"
-    store = ("--store", str(store_dir))
+    store = ("--store", str(location))
     text, as_json, reported = ledger_all(
         ("status", "--unresolved", *store),
         ("status", "--unresolved", "--json", *store),
