@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import functools
 import logging
 import os
 import secrets
 import threading
-import weakref
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -37,7 +37,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self, TypedDict, Unpack
 
-from ledger import _calls, _paths, _resume, storage
+from ledger import _calls, _dropped, _paths, _resume, storage
 from ledger._calls import Recording, Seen, current_call, new_effect_id
 from ledger._chain import GENESIS
 from ledger._combiner import Combiner, Entry, acquire_uninterrupted
@@ -253,7 +253,8 @@ class EffectLog:
         # by another process cannot take the run. Taken at load, or before a new run's
         # first write (until then the run has no row to recover, and no file is created).
         self._lease: Lease | None = None
-        self._release_lease: weakref.finalize[[], EffectLog] | None = None
+        self._release_lease: _dropped.Finalizer | None = None
+        self._release_store: _dropped.Finalizer | None = None
         self._lease_missed = False  # loaded while another process was recovering the run
         self._degraded = False
         self._closed = False
@@ -322,7 +323,7 @@ class EffectLog:
         """
         self = cls(run_id, directory, writer_name=writer_name, **recording)
         self._continuing = True
-        store = self._backend.acquire(self._directory)
+        store = self._own(self._backend.acquire(self._directory))
         try:
             if store.open_existing():
                 # Before reading: what is read then stays the run's state until this log
@@ -336,9 +337,8 @@ class EffectLog:
                 self._adopt(history)
         except BaseException:
             self._drop_lease()
-            self._backend.release(store)
+            self._drop_store()
             raise
-        self._store = store
         return self
 
     @classmethod
@@ -412,12 +412,28 @@ class EffectLog:
     def _keep(self, lease: Lease) -> None:
         self._lease = lease
         # A log dropped without close() must not keep its run from being recovered.
-        self._release_lease = weakref.finalize(self, lease.release)
+        self._release_lease = _dropped.on_drop(self, lease.release)
 
     def _drop_lease(self) -> None:
         if self._release_lease is not None:
-            self._release_lease()
+            self._release_lease.detach()
+        if self._lease is not None:
+            self._lease.release()
         self._lease = self._release_lease = None
+
+    def _own(self, store: Store) -> Store:
+        self._store = store
+        # Nor its store's connections and inotify instance, the process's few.
+        release = functools.partial(self._backend.release, store)
+        self._release_store = _dropped.on_drop(self, release)
+        return store
+
+    def _drop_store(self) -> None:
+        if self._release_store is not None:
+            self._release_store.detach()
+        if self._store is not None:
+            self._backend.release(self._store)
+        self._store = self._release_store = None
 
     def _hold_run(self, store: Store, action: str) -> BaseException | None:
         """Hold the run shared before writing to it; the error to fail the write with, if not."""
@@ -462,9 +478,7 @@ class EffectLog:
             self._closed = True
             while self._writes.busy:
                 self._cond.wait()
-            if self._store is not None:
-                self._backend.release(self._store)
-                self._store = None
+            self._drop_store()
             self._drop_lease()
             if self._unwritten:
                 log.warning(
@@ -500,7 +514,7 @@ class EffectLog:
 
     def _store_for_write(self) -> Store:
         if self._store is None:
-            self._store = self._backend.acquire(self._directory)
+            return self._own(self._backend.acquire(self._directory))
         return self._store
 
     def _remember(self, record: _Record) -> None:

@@ -56,9 +56,12 @@ _LEAKING_TEST = textwrap.dedent(
     from ledger.sqlite import watch
     from tests.builders import claim_small
 
+    KEPT = []  # still referenced, as by a fixture or a cache: never collected
+
     def test_leaves_logs_open(tmp_path):
         for i in range(watch.MAX_INSTANCES):
-            claim_small(EffectLog(new_run_id(), tmp_path / str(i)), "e1")
+            KEPT.append(EffectLog(new_run_id(), tmp_path / str(i)))
+            claim_small(KEPT[-1], "e1")
         assert watch._instances == watch.MAX_INSTANCES
     """
 )
