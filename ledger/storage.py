@@ -241,6 +241,28 @@ class EffectRow:
         """The documented JSON shape of ``ledger status --json``."""
         return dataclasses.asdict(self)
 
+    @classmethod
+    def from_view(cls, row: Sequence[Any]) -> EffectRow:
+        """The row of a backend's ``effect_status`` query, its columns in field order."""
+        (run_id, seq, effect_id, operation, execution, impact, verdict, unresolved) = row[:8]
+        (claimed_at, kind, key, resolution, next_step, step) = row[8:14]
+        return cls(
+            run_id=run_id,
+            seq=seq,
+            effect_id=effect_id,
+            operation=operation,
+            execution=execution,
+            impact=impact,
+            verdict=verdict,
+            unresolved_impact=bool(unresolved),
+            claimed_at=claimed_at,
+            kind=kind,
+            idempotency_key=key,
+            resolution=resolution,
+            next_step=next_step,
+            step=step,
+        )
+
 
 class EffectRows(list[EffectRow]):
     """The rows :meth:`Reader.effects` found, and every run of its scope that does not validate.

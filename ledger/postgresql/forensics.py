@@ -200,29 +200,7 @@ class Reader:
             ).all()
             # Rows of a run missing from `runs` (records without their run) are judged too.
             problems |= _problems(conn, {row[0] for row in found} - set(scope))
-            return EffectRows.of(
-                (
-                    EffectRow(
-                        run_id=row[0],
-                        seq=row[1],
-                        effect_id=row[2],
-                        operation=row[3],
-                        execution=row[4],
-                        impact=row[5],
-                        verdict=row[6],
-                        unresolved_impact=bool(row[7]),
-                        claimed_at=row[8],
-                        kind=row[9],
-                        idempotency_key=row[10],
-                        resolution=row[11],
-                        next_step=row[12],
-                        step=row[13],
-                    )
-                    for row in found
-                ),
-                problems,
-                unresolved=unresolved,
-            )
+            return EffectRows.of(map(EffectRow.from_view, found), problems, unresolved=unresolved)
 
         return self._read(query)
 
