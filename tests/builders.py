@@ -128,6 +128,15 @@ def subprocess_env() -> dict[str, str]:
     return env
 
 
+def sql_literal(value: object) -> str:
+    """``value`` as an SQL literal, for rows written by hand as a person would."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, int):
+        return str(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
 # --------------------------------------------------------------------------- the error tree
 
 # The leaves of the error tree under EffectPersistenceError (ledger.errors).

@@ -30,7 +30,7 @@ from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite.rows import chain_hash, rows_of
 from ledger.storage import Batch
 from tests.backends import Backend
-from tests.builders import REPO, fs_ref, op
+from tests.builders import REPO, fs_ref, op, sql_literal
 from tests.postgresql import driver as pg_driver
 from tests.postgresql.server import server
 from tests.sqlite.driver import shell_script
@@ -145,14 +145,6 @@ def _next(run: Run, record: fx.Record, **overrides: Any) -> tuple[str, dict[str,
 # --------------------------------------------------------------------------- writing by hand
 
 
-def _literal(value: object) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, int):
-        return str(value)
-    return "'" + str(value).replace("'", "''") + "'"
-
-
 def _insert_sql(table: str, row: dict[str, Any], marks: Callable[[object], str]) -> str:
     columns = ", ".join(row)
     return f"INSERT INTO {table} ({columns}) VALUES ({', '.join(marks(v) for v in row.values())})"
@@ -182,7 +174,7 @@ def _writer(store: str) -> str:
 def forge(backend: Backend, store: Path | str, table: str, row: dict[str, Any]) -> str | None:
     """Insert ``row`` into ``table`` by hand: the refusal's message, or None if it got in."""
     if backend.name == "sqlite":
-        sql = _insert_sql(table, row, _literal) + ";\n"
+        sql = _insert_sql(table, row, sql_literal) + ";\n"
         done = shell_script(Path(store) / "ledger.sqlite3", sql)
         if done.returncode == 0:
             return None

@@ -57,7 +57,7 @@ from ledger import _chain
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite.rows import chain_hash
-from tests.builders import REPO, fs_ref, ledger, op, require_tool, sha
+from tests.builders import REPO, fs_ref, ledger, op, require_tool, sha, sql_literal
 from tests.reliability.figures import report
 from tests.sqlite.driver import shell_script
 
@@ -407,7 +407,7 @@ def _record_seq(table: str, row: dict[str, Any]) -> int:
 def _where(table: str, row: dict[str, Any]) -> str:
     """The row, by its rowid, or by its primary key in a table without rowid."""
     if table in KEYS:
-        return " AND ".join(f"{c} = {_literal(row[c])}" for c in KEYS[table])
+        return " AND ".join(f"{c} = {sql_literal(row[c])}" for c in KEYS[table])
     return f"rowid = {row['_rowid']}"
 
 
@@ -416,12 +416,12 @@ def _reindex(run_id: str, effect_id: str) -> list[str]:
 
     An edit of a claim's scope that does this too is caught by the chain alone.
     """
-    claim = f"run_id = '{run_id}' AND effect_id = {_literal(effect_id)}"
+    claim = f"run_id = '{run_id}' AND effect_id = {sql_literal(effect_id)}"
     insert = (
         "INSERT INTO scope_index (run_id, kind, locator, effect_id, position)"
         " SELECT c.run_id, json_extract(j.value, '$.kind'), json_extract(j.value, '$.locator'),"
         f" c.effect_id, j.key FROM claims AS c, json_each(c.impact_scope) AS j"
-        f" WHERE c.run_id = '{run_id}' AND c.effect_id = {_literal(effect_id)};"
+        f" WHERE c.run_id = '{run_id}' AND c.effect_id = {sql_literal(effect_id)};"
     )
     return [f"DELETE FROM scope_index WHERE {claim};", insert]
 
@@ -429,14 +429,6 @@ def _reindex(run_id: str, effect_id: str) -> list[str]:
 def _json(value: object) -> str:
     """JSON as the library writes a claim's arrays: compact, keys in their order."""
     return json.dumps(value, separators=(",", ":"))
-
-
-def _literal(value: object) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, int):
-        return str(value)
-    return "'" + str(value).replace("'", "''") + "'"
 
 
 def _tamper_script(base: Base, statements: list[str]) -> str:
@@ -572,7 +564,7 @@ def _update(
     for row in rows:
         for value in _forged_values(base, table, column, declared, row[column]):
             statements = [
-                f"UPDATE {table} SET {column} = {_literal(value)} WHERE {_where(table, row)};"
+                f"UPDATE {table} SET {column} = {sql_literal(value)} WHERE {_where(table, row)};"
             ]
             if table == "claims" and column == "impact_scope":  # and scope_index to match
                 statements += _reindex(run_id, row["effect_id"])
@@ -595,7 +587,7 @@ def _field(base: Base, directory: Path, run_id: str, array: str, key: str) -> It
     entries.sort(key=lambda e: e[2][key] is None)  # a value first, as for a column
     for row, position, entry in entries:
         for value in _forged_values(base, array, key, "TEXT", entry[key]):
-            new = f"json_set({array}, '$[{position}].{key}', {_literal(value)})"
+            new = f"json_set({array}, '$[{position}].{key}', {sql_literal(value)})"
             statements = [f"UPDATE claims SET {array} = {new} WHERE {_where('claims', row)};"]
             if array == "impact_scope":  # scope_index to match: the chain alone must catch it
                 statements += _reindex(run_id, row["effect_id"])
@@ -647,7 +639,7 @@ def _insert(base: Base, directory: Path, run_id: str, table: str) -> Iterator[Ca
                         base,
                         "scope_index",
                         {"effect_id": "effect_id || '-copy'"},
-                        f"run_id = '{run_id}' AND effect_id = {_literal(row['effect_id'])}",
+                        f"run_id = '{run_id}' AND effect_id = {sql_literal(row['effect_id'])}",
                     )
                 )
         else:
@@ -733,7 +725,7 @@ def _entry_insert(base: Base, directory: Path, run_id: str, array: str) -> Itera
     for row, position in _middle_first(_entries(directory, run_id, array)):
         entry = json.loads(row[array])[position]
         entry[locator] = f"{entry[locator]}-copy"
-        new = f"json_insert({array}, '$[#]', json({_literal(_json(entry))}))"
+        new = f"json_insert({array}, '$[#]', json({sql_literal(_json(entry))}))"
         what = f"a copy of entry {position}"
         yield _entry_case(run_id, "INSERT", array, row, what=what, new=new, counted=f"{count} + 1")
 
@@ -766,17 +758,19 @@ def _forge(record: Any, table: str) -> tuple[Any, str]:
     """``record`` with one field of ``table`` changed: (record, SQL assignment doing it)."""
     if table == "claims":
         value = f"{record.action_id}-forged"
-        return dataclasses.replace(record, action_id=value), f"action_id = {_literal(value)}"
+        return dataclasses.replace(record, action_id=value), f"action_id = {sql_literal(value)}"
     if table == "outcomes":
         value = "x-forged"
-        return dataclasses.replace(record, execution_id=value), f"execution_id = {_literal(value)}"
+        return dataclasses.replace(
+            record, execution_id=value
+        ), f"execution_id = {sql_literal(value)}"
     if table == "observations":
         value = f"{record.source_action_id}-forged"
         forged = dataclasses.replace(record, source_action_id=value)
-        return forged, f"source_action_id = {_literal(value)}"
+        return forged, f"source_action_id = {sql_literal(value)}"
     if table == "resolutions":
         value = f"{record.by}-forged"
-        return dataclasses.replace(record, by=value), f"resolved_by = {_literal(value)}"
+        return dataclasses.replace(record, by=value), f"resolved_by = {sql_literal(value)}"
     # An entry of a claim's array: its first entry's resource moved elsewhere.
     if table == "claims.impact_scope":
         first, *rest = record.impact_scope
@@ -790,7 +784,7 @@ def _forge(record: Any, table: str) -> tuple[Any, str]:
         forged = dataclasses.replace(record, obligations=(post, *rest))
         array, value = "obligations", target.locator
     path = f"$[0].{_FORGED[table]}"
-    return forged, f"{array} = json_set({array}, '{path}', {_literal(value)})"
+    return forged, f"{array} = json_set({array}, '{path}', {sql_literal(value)})"
 
 
 def _rehash(base: Base, directory: Path, run_id: str, table: str) -> Iterator[Case]:
@@ -993,7 +987,9 @@ def _recipe_9() -> str:
 def _chain_recipe(directory: Path, run_id: str) -> list[dict[str, Any]]:
     sql = _recipe_9()
     assert "'RUN_ID'" in sql
-    result = shell_script(directory / DB, sql.replace("'RUN_ID'", _literal(run_id)), json_rows=True)
+    result = shell_script(
+        directory / DB, sql.replace("'RUN_ID'", sql_literal(run_id)), json_rows=True
+    )
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     return json.loads(result.stdout) if result.stdout.strip() else []
@@ -1077,7 +1073,7 @@ def test_a_recomputed_chain_passes_load_but_not_the_anchor_taken_before(
             rewritten, changes = forged, {"execution": "failed", "impact": "none"}
         digest = chain_hash(base.control, rewritten, prev)
         changes |= {"prev_hash": prev, "hash": digest}
-        sets = ", ".join(f"{k} = {_literal(v)}" for k, v in changes.items())
+        sets = ", ".join(f"{k} = {sql_literal(v)}" for k, v in changes.items())
         statements.append(
             f"UPDATE {TABLE_OF[record.record_type]} SET {sets}"
             f" WHERE run_id = '{base.control}' AND seq = {record.seq};"
@@ -1140,7 +1136,7 @@ def test_a_key_given_twice_in_an_entry_is_caught_by_load_verify_and_the_recipe(
     _tamper(
         base,
         copy,
-        [f"UPDATE claims SET {array} = {_literal(text)} WHERE {_where('claims', row)};"],
+        [f"UPDATE claims SET {array} = {sql_literal(text)} WHERE {_where('claims', row)};"],
     )
     error = _load_error(copy, base.control)
     assert error is not None

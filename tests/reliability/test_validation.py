@@ -24,21 +24,13 @@ from ledger.effect_log import EffectLog, new_run_id
 from ledger.errors import EffectPersistenceError
 from ledger.sqlite import rows
 from tests.backends import Backend
-from tests.builders import fs_ref, ledger, ledger_all, op
+from tests.builders import fs_ref, ledger, ledger_all, op, sql_literal
 from tests.postgresql import driver
 
 RECORDS = " UNION ALL ".join(
     f"SELECT seq, hash FROM {t} WHERE run_id = ?"
     for t in ("claims", "outcomes", "observations", "resolutions")
 )
-
-
-def _literal(value: object) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, int):
-        return str(value)
-    return "'" + str(value).replace("'", "''") + "'"
 
 
 def _append(
@@ -60,7 +52,7 @@ def _append(
     table = {"outcome": "outcomes", "observation": "observations"}[record.record_type]
     insert = (
         f"INSERT INTO {table} ({', '.join(row)}) "
-        f"VALUES ({', '.join(_literal(v) for v in row.values())})"
+        f"VALUES ({', '.join(sql_literal(v) for v in row.values())})"
     )
     if backend.name == "sqlite":
         assert isinstance(store, Path)
