@@ -314,6 +314,7 @@ def test_a_store_made_before_the_chain_is_chained_when_opened(tmp_path: Path) ->
         conn.close()
 
 
+@pytest.mark.program
 def test_a_store_with_scope_and_obligation_tables_moves_them_into_its_claims(
     tmp_path: Path,
 ) -> None:
