@@ -27,9 +27,11 @@ from ledger._mcp_wire import (
     UnreadableError,
     answer_id,
     blank,
+    encode,
     error_line,
     id_key,
     parse,
+    result_line,
     tool_error_line,
 )
 from ledger.effects import EffectKind, ExecutionOutcome, Impact
@@ -269,3 +271,63 @@ def test_the_proxys_own_answers_are_json_rpc() -> None:
     assert refused["id"] == "r"
     assert refused["result"]["isError"] is True
     assert refused["result"]["content"] == [{"type": "text", "text": "not forwarded"}]
+
+
+@pytest.mark.parametrize(
+    ("request_id", "sent"), [(7, 7), (0, 0), ("r-1", "r-1"), ("", ""), (True, None), (None, None)]
+)
+def test_an_error_answers_the_requests_own_id(request_id: object, sent: object) -> None:
+    """The id goes back as it came (an int stays an int, a string a string); no id is null."""
+    line = error_line(request_id, -32700, "Parse error: é")
+    assert line.endswith(b"\n")
+    assert line.count(b"\n") == 1
+    assert line.isascii()  # any text survives a transport that is not UTF-8-clean
+    assert json.loads(line) == {
+        "jsonrpc": "2.0",
+        "id": sent,
+        "error": {"code": -32700, "message": "Parse error: é", "data": None},
+    }
+
+
+def test_the_proxys_results_are_whole_lines() -> None:
+    """A result and a tool error: one ASCII line each, with exactly these members."""
+    assert json.loads(result_line(3, {"content": []})) == {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "result": {"content": []},
+    }
+    refused = tool_error_line(4, "not forwarded: ✓")
+    assert refused.isascii()
+    assert refused.endswith(b"\n")
+    assert refused.count(b"\n") == 1
+    assert json.loads(refused) == {
+        "jsonrpc": "2.0",
+        "id": 4,
+        "result": {
+            "content": [{"type": "text", "text": "not forwarded: ✓"}],
+            "isError": True,
+            "resultType": "complete",  # the SDK's CallToolResult, as it serialises
+        },
+    }
+    assert encode({"a": "ü"}) == b'{"a":"\\u00fc"}\n'
+
+
+def test_ids_as_keys() -> None:
+    """An id's key says its type and keeps its value."""
+    assert id_key(5) == ("int", 5)
+    assert id_key("5") == ("str", "5")
+    assert id_key(None) is None
+    assert id_key([1]) is None
+
+
+def test_a_line_of_exactly_the_limit_comes_whole() -> None:
+    """The limit is the longest line read whole, with or without its newline."""
+    stream = io.BytesIO(b"x" * 10 + b"\n" + b"y" * 10)
+    lines = Lines(stream, limit=10)
+    assert lines.next() == (b"x" * 10 + b"\n", True)
+    assert lines.next() == (b"y" * 10, True)
+    assert lines.next() is None
+    stream = io.BytesIO(b"z" * 11)
+    lines = Lines(stream, limit=10)
+    assert lines.next() == (b"z" * 11, False)
+    assert lines.next() is None
