@@ -228,6 +228,7 @@ def test_lines_come_whole_or_an_oversized_one_in_pieces() -> None:
         (b"[" * 100_000, "nested too deep"),
         (b"9" * 5000, "Exceeds the limit (4300 digits) for integer string conversion"),
         (b'{"a": {"b": 1, "b": 2}}', 'the key "b" is given twice'),
+        (b'{"a": 1, "b": 2, "b": 3}', 'the key "b" is given twice'),  # that one, not the first
         (b'["\\udc00"]', "a string holds a lone surrogate"),
         (b'{"\\ud800": 1}', "a string holds a lone surrogate"),
         (b"-Infinity", "-Infinity is not JSON"),
@@ -331,3 +332,11 @@ def test_a_line_of_exactly_the_limit_comes_whole() -> None:
     lines = Lines(stream, limit=10)
     assert lines.next() == (b"z" * 11, False)
     assert lines.next() is None
+
+    # One byte over, newline and all: a first line too is never read whole.
+    for line in (b"w" * 11 + b"\n", b"v" * 15 + b"\n"):
+        lines = Lines(io.BytesIO(line), limit=10)
+        first = lines.next()
+        assert first is not None
+        assert len(first[0]) <= 11
+        assert first[1] is False
