@@ -134,17 +134,18 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 
 @functools.cache
-def _revisions(location: str) -> tuple[str | None, frozenset[str]]:
+def _revisions(location: str) -> tuple[str | None, tuple[str, ...], frozenset[str]]:
     # Reading the scripts imports every migration module: once per process, not per open.
     cfg = Config()
     cfg.set_main_option("script_location", location)
     script = ScriptDirectory.from_config(cfg)
-    return script.get_current_head(), frozenset(r.revision for r in script.walk_revisions())
+    ordered = tuple(reversed([r.revision for r in script.walk_revisions()]))
+    return script.get_current_head(), ordered, frozenset(ordered)
 
 
 def head_revision() -> str:
     """The newest schema revision this library ships."""
-    head, _ = _revisions(str(_migrations_dir()))
+    head = _revisions(str(_migrations_dir()))[0]
     if head is None:  # pragma: no cover - the package always ships migrations
         raise EffectPersistenceError("no schema revision is shipped")
     return head
@@ -152,7 +153,7 @@ def head_revision() -> str:
 
 def known_revisions() -> frozenset[str]:
     """Every schema revision this library ships, the newest included."""
-    return _revisions(str(_migrations_dir()))[1]
+    return _revisions(str(_migrations_dir()))[2]
 
 
 PACKAGE = "effect-ledger"
@@ -216,15 +217,7 @@ def revision_mismatch(
 
 def revisions() -> tuple[str, ...]:
     """Every schema revision this library ships, oldest first."""
-    return _ordered(str(_migrations_dir()))
-
-
-@functools.cache
-def _ordered(location: str) -> tuple[str, ...]:
-    cfg = Config()
-    cfg.set_main_option("script_location", location)
-    walked = ScriptDirectory.from_config(cfg).walk_revisions()
-    return tuple(reversed([r.revision for r in walked]))
+    return _revisions(str(_migrations_dir()))[1]
 
 
 @contextlib.contextmanager
