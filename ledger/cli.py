@@ -337,12 +337,34 @@ def show(run: str, store: storage.Location | None, as_json: bool) -> None:
     is_flag=True,
     help="Only effects whose impact is unresolved: the incident list.",
 )
+@click.option(
+    "--attention",
+    is_flag=True,
+    help="Only what needs a person, most urgent first; exit 1 when anything is listed.",
+)
 @_store_option
 @_json_option
 def status(
-    run: str | None, unresolved: bool, store: storage.Location | None, as_json: bool
+    run: str | None,
+    unresolved: bool,
+    attention: bool,
+    store: storage.Location | None,
+    as_json: bool,
 ) -> None:
-    """Effects across runs with their verdicts, oldest claim first."""
+    """Effects across runs with their verdicts, oldest claim first.
+
+    With --attention, only the effects a person must act on, most urgent first: those
+    whose next step is escalate (a reported success the evidence contradicts, then
+    irreversible effects, then writes that may have landed), then claims left without
+    an outcome by a writer that is gone. Each comes with the command that settles it.
+    The exit status is 1 when anything is listed, 0 when nothing: fit for a cron job or
+    a CI step.
+    """
+    if attention:
+        if unresolved:
+            raise click.UsageError("give --attention or --unresolved, not both")
+        _attention(run, store, as_json=as_json)
+        return
     with _library_errors():
         rows = _inspect.effect_statuses(_directory(store), run, unresolved=unresolved)
     if as_json:
@@ -352,6 +374,38 @@ def status(
     # Every run of the scope that does not validate, with a row shown or not: one whose
     # forged row settled its last open effect would otherwise leave the list quietly.
     _refuse_to_vouch(rows.problems)
+
+
+def _attention(run: str | None, store: storage.Location | None, *, as_json: bool) -> None:
+    with _library_errors():
+        found = _inspect.attention(_directory(store), run)
+    if as_json:
+        _print_json([a.to_dict() for a in found])
+    elif found:
+        _table(
+            ("URGENCY", "RUN", "EFFECT", "OPERATION", "KIND", "VERDICT", "NEXT", "WHY"),
+            [
+                (
+                    a.urgency,
+                    a.row.run_id,
+                    a.row.effect_id,
+                    a.row.operation,
+                    a.row.kind,
+                    a.row.verdict,
+                    a.row.next_step,
+                    a.reason,
+                )
+                for a in found
+            ],
+        )
+        click.echo()
+        for a in found:
+            click.echo(printable(f"{a.row.effect_id}: {a.action}"))
+    else:
+        click.echo("nothing needs a person")
+    _refuse_to_vouch(found.problems)
+    if found:
+        raise SystemExit(1)
 
 
 def _status_table(rows: list[_inspect.EffectRow]) -> None:

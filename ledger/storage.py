@@ -393,6 +393,13 @@ class Reader(Protocol):
         """Runs holding a claim with no outcome at all (recovery's candidates)."""
         ...
 
+    def held(self, run_ids: Iterable[str]) -> set[str]:
+        """Those of ``run_ids`` a live process holds (has loaded, or recovers).
+
+        Asked, never taken: a worker starting meanwhile is not stopped by the question.
+        """
+        ...
+
     def head(self, prefix: str) -> Head:
         """The matching run's head, after checking its whole chain."""
         ...

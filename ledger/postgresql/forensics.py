@@ -307,6 +307,16 @@ class Reader:
         finally:
             _store.release(store)
 
+    def held(self, run_ids: Iterable[str]) -> set[str]:
+        """Those of ``run_ids`` whose key a session holds (ledger.postgresql.liveness.HELD)."""
+        wanted = list(run_ids)
+
+        def query(conn: Connection) -> set[str]:
+            held = text(liveness.HELD)
+            return {r for r in wanted if conn.execute(held, liveness.held_key(r)).scalar_one()}
+
+        return self._read(query) if wanted else set()
+
     @contextlib.contextmanager
     def shell(self, args: Sequence[str]) -> Iterator[Shell]:
         """``psql`` on the store, every transaction read-only."""

@@ -44,6 +44,21 @@ def recovery_keys(run_id: str) -> tuple[int, int]:
     )
 
 
+# Whether any session holds a run's key, in either mode: pg_locks shows a bigint
+# advisory key as its high and low 32 bits (classid, objid), objsubid 1.
+HELD = (
+    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted"
+    " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    " AND classid = CAST(:high AS oid) AND objid = CAST(:low AS oid) AND objsubid = 1)"
+)
+
+
+def held_key(run_id: str) -> dict[str, int]:
+    """The parameters of :data:`HELD` for ``run_id``."""
+    key = run_key(run_id) & 0xFFFFFFFFFFFFFFFF
+    return {"high": key >> 32, "low": key & 0xFFFFFFFF}
+
+
 _TAKE = {
     Mode.SHARED: "SELECT pg_try_advisory_lock_shared(%s)",
     Mode.EXCLUSIVE: "SELECT pg_try_advisory_lock(%s)",

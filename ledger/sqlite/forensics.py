@@ -262,6 +262,10 @@ class Reader:
             ),
         )
 
+    def held(self, run_ids: Iterable[str]) -> set[str]:
+        """Those of ``run_ids`` a live process holds (ledger.sqlite.liveness.held)."""
+        return {run_id for run_id in run_ids if liveness.held(self.directory, run_id)}
+
     def recovering(self, run_id: str) -> contextlib.AbstractContextManager[RecoveryHold]:
         """Take the run for recovery (ledger.sqlite.liveness), or say who has it."""
         return liveness.recovering(self.directory, run_id)

@@ -31,6 +31,7 @@ import errno
 import fcntl
 import os
 import stat
+import struct
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -168,6 +169,52 @@ def recovering(directory: Path, run_id: str) -> Iterator[Claim]:
             lease.release()
     finally:
         marker.release()
+
+
+def held(directory: Path, run_id: str) -> bool:
+    """Whether a live process holds ``run_id`` (a log has it loaded, or recovery has it).
+
+    A question, not a hold: the lock file is opened read-only and never created, and
+    the kernel is asked (``F_OFD_GETLK``) whether a lock would conflict, so that a worker
+    starting at that moment never finds its run taken by a reader. No lock file: no
+    process has ever held a run of the store.
+    """
+    directory = directory.absolute()
+    offset = _offset(run_id)
+    with _registry_lock:
+        lock_file = _registry.get(_key(directory))
+        if lock_file is not None:
+            # This process's own descriptor: closing another one of the file would drop
+            # every lock the process holds on it.
+            return _conflicts(lock_file.fd, lock_file.path, offset)
+        path = directory / LOCK_NAME
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise _refuse(path, "is a symlink") from e
+            raise classify(e)(f"cannot open the lock file {path}: {e.strerror or e}") from e
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise _refuse(path, "is not a regular file")
+            return _conflicts(fd, path, offset)
+        finally:
+            os.close(fd)
+
+
+_FLOCK = "hhqqi4x"  # struct flock: l_type, l_whence, l_start, l_len, l_pid
+
+
+def _conflicts(fd: int, path: Path, offset: int) -> bool:
+    query = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0)
+    try:
+        answer = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, query)
+    except OSError as e:
+        raise classify(e)(f"cannot read the locks of {path}: {e.strerror or e}") from e
+    found: int = struct.unpack(_FLOCK, answer)[0]
+    return found != fcntl.F_UNLCK
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
