@@ -660,6 +660,17 @@ exits 1.
 
 `--json` prints an array of [effect row](#effect-row) objects, oldest claim first.
 
+`--attention` keeps only what needs a person, most urgent first (see
+[operations.md](operations.md)): effects whose next step is `escalate` (urgency 1: a
+reported success the evidence contradicts; 2: irreversible; 3: a write that may have
+landed), then claims with no outcome whose run no live process holds (4: recover the
+run). Whether a run is held is asked of its lock, never taken. Each is printed with the
+command that settles it; the command exits 1 when anything is listed, 0 when nothing
+is. `--json` then prints an array of [effect row](#effect-row) objects with three more
+keys: `urgency` (an integer, 1 to 4 as above), `reason` (why a person is needed) and
+`action` (the command that settles it; `NAME` and the choice between `--applied` and
+`--not-applied` are the person's).
+
 {_shape("effect row")}""",
     "report": """\
 Reads the store, and writes FILE.html (replaced if it exists, mode 0600 like the store:
