@@ -81,18 +81,21 @@ def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess[bytes]:
 
 @dataclasses.dataclass
 class Dom(HTMLParser):
-    """What the tests read from Chromium's DOM: elements, text, lanes and incident rows."""
+    """What the tests read from Chromium's DOM: elements, text, lanes, incident and attention rows."""
 
     elements: list[tuple[str, dict[str, str | None]]] = dataclasses.field(default_factory=list)
     text: list[str] = dataclasses.field(default_factory=list)
     lanes: Counter[str] = dataclasses.field(default_factory=Counter)
     lane_titles: dict[str, list[str]] = dataclasses.field(default_factory=lambda: defaultdict(list))
     incidents: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    attention: list[dict[str, str]] = dataclasses.field(default_factory=list)
     commands: list[str] = dataclasses.field(default_factory=list)
+    ids: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (shown, whole)
     title: str = ""
     _run: str | None = None
     _capture: str | None = None
     _in_lane: bool = False
+    _row: dict[str, str] | None = None
 
     def __post_init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -106,19 +109,34 @@ class Dom(HTMLParser):
         if tag == "g" and "lane" in classes and self._run is not None:
             self.lanes[self._run] += 1
             self._in_lane = True
+        if tag == "tr":
+            self._row = None
         if tag == "tr" and "incident" in classes:
-            self.incidents.append(
-                {
-                    "run_id": found["data-run"] or "",
-                    "seq": found["data-seq"] or "",
-                    "verdict": found["data-verdict"] or "",
-                    "kind": found["data-kind"] or "",
-                    "next_step": found["data-next"] or "",
-                    "effect_id": "",
-                }
-            )
-        if tag == "code" and "effect-id" in classes:
-            self._capture = "effect_id"
+            self._row = {
+                "run_id": found["data-run"] or "",
+                "seq": found["data-seq"] or "",
+                "verdict": found["data-verdict"] or "",
+                "kind": found["data-kind"] or "",
+                "next_step": found["data-next"] or "",
+                "effect_id": "",
+            }
+            self.incidents.append(self._row)
+        if tag == "tr" and "needs" in classes:
+            self._row = {
+                "run_id": found["data-run"] or "",
+                "effect_id": found["data-effect"] or "",
+                "urgency": found["data-urgency"] or "",
+                "action": found["data-action"] or "",
+                "verdict": found["data-verdict"] or "",
+                "text": "",
+                "commands": "",
+            }
+            self.attention.append(self._row)
+        if tag == "code" and "id" in classes:
+            self.ids.append(("", found.get("data-id") or ""))
+            self._capture = "id"
+            if "effect-id" in classes and self._row is not None and "seq" in self._row:
+                self._row["effect_id"] = found.get("data-id") or ""
         if tag == "code" and "command" in classes:
             self.commands.append("")
             self._capture = "command"
@@ -132,13 +150,19 @@ class Dom(HTMLParser):
             self._capture = None
         if tag == "g":
             self._in_lane = False
+        if tag in ("tr", "table"):
+            self._row = None
 
     def handle_data(self, data: str) -> None:
         self.text.append(data)
-        if self._capture == "effect_id":
-            self.incidents[-1]["effect_id"] += data
+        if self._row is not None and "text" in self._row:
+            self._row["text"] += data
+        if self._capture == "id":
+            self.ids[-1] = (self.ids[-1][0] + data, self.ids[-1][1])
         elif self._capture == "command":
             self.commands[-1] += data
+            if self._row is not None and "commands" in self._row:
+                self._row["commands"] += data + "\n"
         elif self._capture == "lane_title" and self._run is not None:
             self.lane_titles[self._run].append(data)
         elif self._capture == "page_title":
@@ -377,7 +401,8 @@ def test_the_page_s_resolve_command_settles_the_incident(page: Page, tmp_path: P
     """Typed into a shell as the page prints it, `ledger resolve` takes the effect off the list."""
     copy = tmp_path / "store"
     shutil.copytree(page.store, copy)
-    (command,) = [c for c in page.dom.commands if " write-torn --not-applied " in c]
+    # The same command settles it in the list of what needs a person and in the incidents.
+    (command,) = {c for c in page.dom.commands if " write-torn --not-applied " in c}
     command = command.replace(f"--store {page.store}", f"--store {copy}")
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "USER": "alice", "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
@@ -658,7 +683,7 @@ def test_a_store_path_that_is_not_utf8_is_reported_and_its_commands_reach_it(
     dom = Dom.of(out.read_text(encoding="utf-8"))
     text = dom.all_text()
     assert "st\\xffore" in text  # spelled out, as `ledger` prints the path
-    (command,) = [c for c in dom.commands if c.startswith(f"ledger recover {run_id} ")]
+    (command,) = {c for c in dom.commands if c.startswith(f"ledger recover {run_id} ")}
     assert command.endswith(" --store $'" + str(tmp_path) + "/st\\xffore'")
     # Typed into bash as the page shows it, the command names the store (read with status).
     status = command.replace(f"ledger recover {run_id}", "ledger status --json")
