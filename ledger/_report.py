@@ -426,9 +426,19 @@ def _target(claim: EffectClaim | None) -> tuple[str, ...]:
     return tuple(what)
 
 
-def _settle(row: _inspect.EffectRow, store: str) -> tuple[str, tuple[str, ...]]:
-    """What settles an effect a person must look at, and the exact commands to type."""
+def _settle(
+    row: _inspect.EffectRow, store: str, *, abandoned: bool = False
+) -> tuple[str, tuple[str, ...]]:
+    """What settles an effect a person must look at, and the exact commands to type.
+
+    ``abandoned``: its writer is gone before it ended (``status --attention`` says so).
+    """
     at = f"--store {store}"
+    if abandoned:
+        return (
+            "its writer is gone: mark it interrupted, then check whether it landed:",
+            (f"ledger recover {row.run_id} {at}",),
+        )
     if row.execution is None:
         return (
             "once its worker is dead, mark it interrupted, then check whether it landed:",
@@ -454,7 +464,7 @@ def _attention(a: Attention, run_index: int | None, run: _Loaded | None, store: 
     if a.row.run_problem is not None or run is None:
         verify = (f"ledger verify --store {store}",)
         return Needs(a, run_index, (), _NOT_BELIEVED[0], _NOT_BELIEVED[1], verify)
-    step, commands = _settle(a.row, store)
+    step, commands = _settle(a.row, store, abandoned=a.row.next_step == "wait")
     return Needs(a, run_index, _target(run.claims.get(a.row.effect_id)), a.reason, step, commands)
 
 
