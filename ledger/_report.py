@@ -54,6 +54,7 @@ OBSERVATION_MARKS = 40  # per lane: a file observed every second would bury its 
 # in a record's table row, and in a mark's tooltip. `ledger show --json` has it whole.
 VALUE_LIMIT = 2000
 TITLE_VALUE_LIMIT = 200
+TARGET_LIMIT = 120  # a target or the arguments, in a row of the two lists at the top
 GAP_S = 10.0  # a pause between two records at least this long is marked on the timeline
 
 # SVG geometry, in user units (the drawing scales to the page's width).
@@ -418,11 +419,9 @@ def _target(claim: EffectClaim | None) -> tuple[str, ...]:
     """What the call touches (its impact scope) and the arguments it was called with."""
     if claim is None:
         return ()
-    what = [
-        f"{r.role}: {_text.shortened(r.locator, TITLE_VALUE_LIMIT)}" for r in claim.impact_scope
-    ]
+    what = [f"{r.role}: {_text.shortened(r.locator, TARGET_LIMIT)}" for r in claim.impact_scope]
     if claim.args is not None:
-        what.append(f"args: {_recorded(claim.args, TITLE_VALUE_LIMIT)}")
+        what.append(f"args: {_recorded(claim.args, TARGET_LIMIT)}")
     return tuple(what)
 
 
