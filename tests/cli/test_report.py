@@ -265,7 +265,7 @@ def png_colours(png: bytes) -> tuple[int, float]:
 # --------------------------------------------------------------------------- the store
 
 
-def _write_store(store: Path) -> tuple[str, str]:
+def _write_store(store: Path | str) -> tuple[str, str]:
     """An ordinary run with a recovered crash, and a run whose text is hostile."""
     ordinary, hostile = new_run_id(), new_run_id()
     done, torn, tmp = fs_ref("/srv/work/done.txt"), fs_ref("/srv/work/torn.txt"), fs_ref("/srv/tmp")
@@ -355,7 +355,7 @@ def _write_store(store: Path) -> tuple[str, str]:
     return ordinary, hostile
 
 
-def _write_decided_run(store: Path) -> tuple[str, str]:
+def _write_decided_run(store: Path | str) -> tuple[str, str]:
     """A run a person decided on: an irreversible call interrupted, resolved not applied
     with a hostile note, then retried; a write in doubt; a claim its worker left.
 
