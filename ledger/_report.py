@@ -299,13 +299,17 @@ def build(
     read = _inspect.reader(directory)
 
     def keep(summaries: Sequence[_inspect.RunSummary], rows: storage.EffectRows) -> set[str]:
-        # Chosen as if every run validated: one that does not is never drawn, and adding
-        # it to the runs shown only pushes others out, so what is drawn is kept here.
+        # Chosen as if every run validated: one that does not is never drawn nor listed,
+        # and adding it to what is shown only pushes others out, so whatever is drawn or
+        # listed is kept here.
         shown = _choose(summaries, rows, runs, unresolved=unresolved, since=since, broken=set())
         ids = {s.run_id for s in shown}
-        return {row.run_id for row in rows if row.run_id in ids} | {
-            s.run_id for s in shown[-RUN_LIMIT:]
-        }
+        listed = [row for row in rows if row.run_id in ids]
+        return (
+            {row.run_id for row in listed[:INCIDENT_LIMIT]}
+            | {row.run_id for row in _listed_first(listed)}
+            | {s.run_id for s in shown[-RUN_LIMIT:]}
+        )
 
     survey = read.survey(keep)
     effects = survey.effects
@@ -328,11 +332,13 @@ def build(
     )
     if others:
         store_problems.append(f"{others} problem(s) in runs this page does not show")
-    loaded = {
-        run_id: _Loaded.of(history)
-        for run_id, history in survey.histories.items()
-        if run_id in shown and run_id not in broken
-    }
+    loaded = _Cache(
+        {
+            run_id: history
+            for run_id, history in survey.histories.items()
+            if run_id in shown and run_id not in broken
+        }
+    )
     rows = [row for row in effects if row.run_id in shown]
     unresolved_ids: dict[str, set[str]] = defaultdict(set)
     for row in rows:
@@ -371,6 +377,33 @@ def build(
         runs=tuple(pages),
         drawn=len(index),
     )
+
+
+def _listed_first(rows: Sequence[_inspect.EffectRow]) -> list[_inspect.EffectRow]:
+    """The rows that may be among the first of what needs a person, whoever holds their run.
+
+    The most urgent escalations, as ``needs_person`` orders them, and every claim waiting
+    for an outcome (whether its writer is gone is asked later).
+    """
+    escalations = needs_person((r for r in rows if r.next_step == "escalate"), lambda _: set())
+    waiting = [r for r in rows if r.next_step == "wait"]
+    return [a.row for a in escalations[:ATTENTION_LIMIT]] + waiting
+
+
+class _Cache:
+    """The validated histories kept, each indexed the first time it is asked for."""
+
+    def __init__(self, histories: dict[str, History]) -> None:
+        self._histories = histories
+        self._loaded: dict[str, _Loaded] = {}
+
+    def get(self, run_id: str) -> _Loaded | None:
+        if run_id not in self._loaded:
+            history = self._histories.get(run_id)
+            if history is None:
+                return None
+            self._loaded[run_id] = _Loaded.of(history)
+        return self._loaded[run_id]
 
 
 def _asked(runs: Sequence[str], *, unresolved: bool, since: str | None) -> str:
@@ -460,22 +493,25 @@ _NOT_BELIEVED = (
 
 
 def _attention(a: Attention, run_index: int | None, run: _Loaded | None, store: str) -> Needs:
-    if a.row.run_problem is not None or run is None:
+    if a.row.run_problem is not None:
         verify = (f"ledger verify --store {store}",)
         return Needs(a, run_index, (), _NOT_BELIEVED[0], _NOT_BELIEVED[1], verify)
     step, commands = _settle(a.row, store, abandoned=a.row.next_step == "wait")
-    return Needs(a, run_index, _target(run.claims.get(a.row.effect_id)), a.reason, step, commands)
+    claim = None if run is None else run.claims.get(a.row.effect_id)
+    return Needs(a, run_index, _target(claim), a.reason, step, commands)
 
 
 def _incident(
     row: _inspect.EffectRow, run_index: int | None, run: _Loaded | None, store: str
 ) -> Incident:
-    if row.run_problem is not None or run is None:
+    if row.run_problem is not None:
         # Recovering or resolving it would be refused: the run must be looked into first.
         return Incident(
             row, run_index, _NOT_BELIEVED[0], _NOT_BELIEVED[1], (f"ledger verify --store {store}",)
         )
     step, commands = _settle(row, store)
+    if run is None:  # not kept by the survey: no reason or target, the commands hold
+        return Incident(row, run_index, "", step, commands)
     claim = run.claims.get(row.effect_id)
     return Incident(row, run_index, run.reason(row.effect_id), step, commands, _target(claim))
 
