@@ -348,18 +348,23 @@ class Reader:
             ]
             unresolved = _status_rows(conn, "WHERE unresolved_impact = 1")
             wanted = set(keep(summaries, EffectRows(unresolved)))
-            checked, problems, histories = _survey_runs(conn, wanted)
             known = {s.run_id for s in summaries}
-            problems |= _problems(conn, {row.run_id for row in unresolved} - known)
+            strays = {row.run_id for row in unresolved} - known
+            # Read again below, in the same snapshot: not held while every run is loaded.
+            del unresolved
+            checked, problems, histories = _survey_runs(conn, wanted)
+            problems |= _problems(conn, strays)
             if problems:  # every effect of a run that does not validate is shown
                 found = _status_rows(conn, "")
                 problems |= _problems(conn, {row.run_id for row in found} - known)
             else:
-                found = unresolved
+                found = _status_rows(conn, "WHERE unresolved_impact = 1")
             return Survey(
                 checked,
                 [dataclasses.replace(s, problem=problems.get(s.run_id)) for s in summaries],
-                EffectRows.of(found, dict(sorted(problems.items())), unresolved=True),
+                EffectRows.of(found, dict(sorted(problems.items())), unresolved=True)
+                if problems
+                else EffectRows(found),  # unresolved ones only, none to mark
                 histories,
             )
 
