@@ -1,17 +1,20 @@
 """``ledger report``: one self-contained HTML page of a store's runs, for a person to look at.
 
-The page is built from the reports the other commands print (``_inspect``: runs,
-status, show, verify), so it says nothing they would not. It is rendered by Jinja2
+The page is built from what the other commands print (runs, status --attention, status
+--unresolved, show, verify), read in one snapshot (:meth:`ledger.storage.Reader.survey`),
+so it says nothing they would not. It is rendered by Jinja2
 with autoescaping on: every value from the store (ids, locators, notes) is text an
 agent or its tools wrote, possibly hostile, and reaches the page only escaped, with
 its non-printable characters spelled out as the command line does. The page loads
 nothing: its style and script are inline, allowed by hash in its Content-Security-
 Policy, so that even a value that escaped escaping could not run.
 
-A large run is summarised, not dumped: at most :data:`LANE_LIMIT` lanes per timeline
-(effects with unresolved impact first), :data:`TABLE_LIMIT` rows in a run's record
-table, and :data:`RUN_LIMIT` runs drawn in full (the newest); the page says what it
-left out and which command shows the rest.
+A large run is summarised, not dumped: at most :data:`ATTENTION_LIMIT` effects that
+need a person and :data:`INCIDENT_LIMIT` incidents listed, :data:`LANE_LIMIT` lanes per
+timeline (effects with unresolved impact first), :data:`TABLE_LIMIT` rows in a run's
+record table, and :data:`RUN_LIMIT` runs drawn in full (the newest); the page says what
+it left out and which command shows the rest. Only the effects drawn are assessed, and
+only the histories shown are kept.
 """
 
 from __future__ import annotations
