@@ -4,6 +4,9 @@
 // own attributes and text, and writes nothing but classes, text and the clipboard.
 (function () {
   for (const id of document.querySelectorAll("code.id[data-id]")) {
+    if (id.closest("a")) {
+      continue; // a link: a click follows it (the id it leads to is copied there)
+    }
     id.addEventListener("click", (event) => {
       event.preventDefault();
       id.textContent = id.dataset.id;
