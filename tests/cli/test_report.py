@@ -7,8 +7,10 @@ screenshot; the tests read those. A run of 10,000 records gets its own store and
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import datetime as dt
+import hashlib
 import json
 import os
 import re
@@ -688,6 +690,39 @@ def test_long_ids_are_cut_to_unique_prefixes_with_the_whole_id_in_the_title(page
         if tag == "code" and "id" in (attrs.get("class") or "").split():
             assert attrs["title"] == attrs["data-id"]
     assert cut["write-torn"] == "write-torn"  # a short id is shown whole
+
+
+@pytest.mark.program
+def test_a_click_on_a_cut_id_shows_it_whole(page: Page, tmp_path: Path) -> None:
+    """The page's own script, in Chromium: a click on a cut id (not a link) shows it whole.
+
+    The page is given one more script, allowed by its hash like the page's own, that
+    clicks the first cut id outside a link and the first one inside a link.
+    """
+    clicker = (
+        'const ids = Array.from(document.querySelectorAll("code.id[data-id]"))'
+        '.filter((c) => c.textContent.endsWith("\u2026"));'
+        'const plain = ids.find((c) => !c.closest("a"));'
+        'const linked = ids.find((c) => c.closest("a") && c.dataset.id !== plain.dataset.id);'
+        "plain.click(); linked.click();"
+        "document.body.dataset.plain = plain.dataset.id;"
+        "document.body.dataset.linked = linked.dataset.id;"
+    )
+    digest = base64.b64encode(hashlib.sha256(clicker.encode()).digest()).decode()
+    html = page.html.replace("script-src ", f"script-src 'sha256-{digest}' ", 1)
+    html = html.replace("</body>", f"<script>{clicker}</script></body>", 1)
+    clicked = tmp_path / "clicked.html"
+    clicked.write_text(html)
+    dom = Dom.of(
+        chromium("--dump-dom", clicked.as_uri(), profile=tmp_path / "profile").stdout.decode()
+    )
+    ((_, body),) = [(t, a) for t, a in dom.elements if t == "body"]
+    plain, linked = body["data-plain"], body["data-linked"]
+    assert plain
+    assert linked
+    # Every id is cut alike on the page: the one clicked alone is now whole.
+    assert plain in [text for text, whole in dom.ids if whole == plain]
+    assert all(text.endswith("…") for text, whole in dom.ids if whole == linked)
 
 
 @pytest.mark.program
