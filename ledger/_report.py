@@ -1,17 +1,20 @@
 """``ledger report``: one self-contained HTML page of a store's runs, for a person to look at.
 
-The page is built from the reports the other commands print (``_inspect``: runs,
-status, show, verify), so it says nothing they would not. It is rendered by Jinja2
+The page is built from what the other commands print (runs, status --attention, status
+--unresolved, show, verify), read in one snapshot (:meth:`ledger.storage.Reader.survey`),
+so it says nothing they would not. It is rendered by Jinja2
 with autoescaping on: every value from the store (ids, locators, notes) is text an
 agent or its tools wrote, possibly hostile, and reaches the page only escaped, with
 its non-printable characters spelled out as the command line does. The page loads
 nothing: its style and script are inline, allowed by hash in its Content-Security-
 Policy, so that even a value that escaped escaping could not run.
 
-A large run is summarised, not dumped: at most :data:`LANE_LIMIT` lanes per timeline
-(effects with unresolved impact first), :data:`TABLE_LIMIT` rows in a run's record
-table, and :data:`RUN_LIMIT` runs drawn in full (the newest); the page says what it
-left out and which command shows the rest.
+A large run is summarised, not dumped: at most :data:`ATTENTION_LIMIT` effects that
+need a person and :data:`INCIDENT_LIMIT` incidents listed, :data:`LANE_LIMIT` lanes per
+timeline (effects with unresolved impact first), :data:`TABLE_LIMIT` rows in a run's
+record table, and :data:`RUN_LIMIT` runs drawn in full (the newest); the page says what
+it left out and which command shows the rest. Only the effects drawn are assessed, and
+only the histories shown are kept.
 """
 
 from __future__ import annotations
@@ -30,25 +33,31 @@ from importlib import resources
 from pathlib import Path, PurePath
 
 from ledger import _inspect, _text, storage
+from ledger._attention import Attention, needs_person
+from ledger._index import RunIndex
 from ledger.effects import (
     Assessment,
     EffectClaim,
     EffectOutcome,
     ExecutionOutcome,
+    History,
     Observation,
     Record,
     Resolution,
+    assess,
 )
-from ledger.errors import EffectPersistenceError
 
 LANE_LIMIT = 200
 TABLE_LIMIT = 1000
 RUN_LIMIT = 20
+ATTENTION_LIMIT = 200  # rows of the list of what needs a person; `status --attention` has all
+INCIDENT_LIMIT = 200  # rows of the incident table; `status --unresolved` has all
 OBSERVATION_MARKS = 40  # per lane: a file observed every second would bury its lane
 # How much of a recorded value (a claim's arguments, an outcome's result) the page shows:
 # in a record's table row, and in a mark's tooltip. `ledger show --json` has it whole.
 VALUE_LIMIT = 2000
 TITLE_VALUE_LIMIT = 200
+TARGET_LIMIT = 120  # a target or the arguments, in a row of the two lists at the top
 GAP_S = 10.0  # a pause between two records at least this long is marked on the timeline
 
 # SVG geometry, in user units (the drawing scales to the page's width).
@@ -115,6 +124,15 @@ class Timeline:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Link:
+    """An effect a record names (the one it retries, a retry of it), and its row if listed."""
+
+    label: str
+    effect_id: str
+    anchor: str | None  # the id of its claim's row on the page, when the table lists it
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Row:
     """One record in a run's table."""
 
@@ -125,6 +143,9 @@ class Row:
     action: str | None
     fields: tuple[tuple[str, str], ...]
     verdict: str | None  # the verdict of the effect it belongs to, for filtering
+    anchor: str = ""  # its element id: "r" run index "-" seq, numbers only
+    links: tuple[Link, ...] = ()
+    claim_anchor: str | None = None  # the row of the claim of the effect it names
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -136,6 +157,19 @@ class Incident:
     reason: str  # why its decision is what it is, as `decide` says
     step: str  # what the commands do
     commands: tuple[str, ...]  # the exact commands to type
+    target: tuple[str, ...] = ()  # its impact scope and recorded arguments
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Needs:
+    """An effect a person must act on (``ledger status --attention``), and how to settle it."""
+
+    attention: Attention
+    run_index: int | None
+    target: tuple[str, ...]
+    reason: str  # why it needs a person, or why its run is not believed
+    step: str
+    commands: tuple[str, ...]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -149,6 +183,8 @@ class RunPage:
     timeline: Timeline | None
     rows: tuple[Row, ...]
     verdicts: dict[str, int]
+    resolutions: tuple[Row, ...] = ()  # a person's word on an effect: who, when, the note
+    resolution_count: int = 0
 
     @property
     def verified(self) -> bool:
@@ -165,7 +201,10 @@ class Report:
     asked: str
     verify: _inspect.VerifyReport
     store_problems: tuple[str, ...]
-    incidents: tuple[Incident, ...]
+    attention: tuple[Needs, ...]  # what needs a person, most urgent first (at most ATTENTION_LIMIT)
+    attention_total: int
+    incidents: tuple[Incident, ...]  # at most INCIDENT_LIMIT
+    incidents_total: int
     runs: tuple[RunPage, ...]
     drawn: int
 
@@ -217,6 +256,35 @@ def _match(summaries: Sequence[_inspect.RunSummary], prefix: str) -> str:
     return found[0]
 
 
+def _choose(
+    summaries: Sequence[_inspect.RunSummary],
+    rows: Sequence[_inspect.EffectRow],
+    runs: Sequence[str],
+    *,
+    unresolved: bool,
+    since: str | None,
+    broken: set[str],
+) -> list[_inspect.RunSummary]:
+    """The runs the page shows, oldest first: those asked for, filtered.
+
+    A run that does not validate stays whatever the filters: its times and verdicts are
+    not believed, and a forged row may have settled its last open effect.
+    """
+    if runs:
+        wanted = {_match(summaries, prefix) for prefix in runs}
+        summaries = [s for s in summaries if s.run_id in wanted]
+    if since is not None:
+        summaries = [
+            s
+            for s in summaries
+            if s.run_id in broken or (s.last_at is not None and s.last_at >= since)
+        ]
+    if unresolved:
+        troubled = {row.run_id for row in rows} | broken
+        summaries = [s for s in summaries if s.run_id in troubled]
+    return list(summaries)
+
+
 def build(
     directory: storage.Location,
     runs: Sequence[str] = (),
@@ -227,32 +295,33 @@ def build(
     """The report of ``runs`` (ids or unique prefixes; every run when empty) of a store.
 
     ``unresolved`` keeps the runs that hold an effect with unresolved impact; ``since``
-    (from :func:`parse_since`) the runs that wrote a record at or after it.
+    (from :func:`parse_since`) the runs that wrote a record at or after it. The store is
+    read once (:meth:`ledger.storage.Reader.survey`): each run is read and validated
+    once, and only the histories of the runs drawn or with an incident are kept.
     """
-    summaries = _inspect.list_runs(directory)
-    if runs:
-        wanted = {_match(summaries, prefix) for prefix in runs}
-        summaries = [s for s in summaries if s.run_id in wanted]
-    incidents = _inspect.effect_statuses(directory, unresolved=True)
-    # A run that does not validate stays on the page whatever the filters: its times and
-    # verdicts are not believed, and a forged row may have settled its last open effect.
-    broken = {s.run_id for s in summaries if s.problem} | set(incidents.problems)
-    if since is not None:
-        summaries = [
-            s
-            for s in summaries
-            if s.run_id in broken or (s.last_at is not None and s.last_at >= since)
-        ]
-    if unresolved:
-        troubled = {row.run_id for row in incidents} | broken
-        summaries = [s for s in summaries if s.run_id in troubled]
-    shown = {s.run_id for s in summaries}
-    loaded = _load(
-        {row.run_id for row in incidents if row.run_id in shown}
-        | {s.run_id for s in summaries[-RUN_LIMIT:] if not s.problem},
-        directory,
+    read = _inspect.reader(directory)
+
+    def keep(summaries: Sequence[_inspect.RunSummary], rows: storage.EffectRows) -> set[str]:
+        # Chosen as if every run validated: one that does not is never drawn nor listed,
+        # and adding it to what is shown only pushes others out, so whatever is drawn or
+        # listed is kept here.
+        shown = _choose(summaries, rows, runs, unresolved=unresolved, since=since, broken=set())
+        ids = {s.run_id for s in shown}
+        listed = [row for row in rows if row.run_id in ids]
+        return (
+            {row.run_id for row in listed[:INCIDENT_LIMIT]}
+            | {row.run_id for row in _listed_first(listed)}
+            | {s.run_id for s in shown[-RUN_LIMIT:]}
+        )
+
+    survey = read.survey(keep)
+    effects = survey.effects
+    broken = {s.run_id for s in survey.runs if s.problem} | set(effects.problems)
+    summaries = _choose(
+        survey.runs, effects, runs, unresolved=unresolved, since=since, broken=broken
     )
-    checked = _inspect.verify(directory)
+    shown = {s.run_id for s in summaries}
+    checked = survey.verify
     by_run: dict[str, list[str]] = defaultdict(list)
     store_problems = []
     for problem in checked.problems:
@@ -266,27 +335,78 @@ def build(
     )
     if others:
         store_problems.append(f"{others} problem(s) in runs this page does not show")
+    loaded = _Cache(
+        {
+            run_id: history
+            for run_id, history in survey.histories.items()
+            if run_id in shown and run_id not in broken
+        }
+    )
+    rows = [row for row in effects if row.run_id in shown]
+    unresolved_ids: dict[str, set[str]] = defaultdict(set)
+    for row in rows:
+        unresolved_ids[row.run_id].add(row.effect_id)
     drawn = {s.run_id for s in summaries[-RUN_LIMIT:]}
     pages = [
-        _run_page(loaded, i, s, by_run[s.run_id], draw=s.run_id in drawn)
+        _run_page(
+            loaded.get(s.run_id),
+            i,
+            s,
+            by_run[s.run_id],
+            unresolved_ids[s.run_id],
+            draw=s.run_id in drawn,
+        )
         for i, s in enumerate(summaries)
     ]
     index = {p.summary.run_id: p.index for p in pages if p.timeline is not None}
     store = _shell_word(str(directory))
+    needs = needs_person(rows, read.held)
     return Report(
         store=directory,
         generated_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         asked=_asked(runs, unresolved=unresolved, since=since),
         verify=checked,
         store_problems=tuple(store_problems),
+        attention=tuple(
+            _attention(a, index.get(a.row.run_id), loaded.get(a.row.run_id), store)
+            for a in needs[:ATTENTION_LIMIT]
+        ),
+        attention_total=len(needs),
         incidents=tuple(
             _incident(row, index.get(row.run_id), loaded.get(row.run_id), store)
-            for row in incidents
-            if row.run_id in shown
+            for row in rows[:INCIDENT_LIMIT]
         ),
+        incidents_total=len(rows),
         runs=tuple(pages),
         drawn=len(index),
     )
+
+
+def _listed_first(rows: Sequence[_inspect.EffectRow]) -> list[_inspect.EffectRow]:
+    """The rows that may be among the first of what needs a person, whoever holds their run.
+
+    The most urgent escalations, as ``needs_person`` orders them, and every claim waiting
+    for an outcome (whether its writer is gone is asked later).
+    """
+    escalations = needs_person((r for r in rows if r.next_step == "escalate"), lambda _: set())
+    waiting = [r for r in rows if r.next_step == "wait"]
+    return [a.row for a in escalations[:ATTENTION_LIMIT]] + waiting
+
+
+class _Cache:
+    """The validated histories kept, each indexed the first time it is asked for."""
+
+    def __init__(self, histories: dict[str, History]) -> None:
+        self._histories = histories
+        self._loaded: dict[str, _Loaded] = {}
+
+    def get(self, run_id: str) -> _Loaded | None:
+        if run_id not in self._loaded:
+            history = self._histories.get(run_id)
+            if history is None:
+                return None
+            self._loaded[run_id] = _Loaded.of(history)
+        return self._loaded[run_id]
 
 
 def _asked(runs: Sequence[str], *, unresolved: bool, since: str | None) -> str:
@@ -298,52 +418,69 @@ def _asked(runs: Sequence[str], *, unresolved: bool, since: str | None) -> str:
     return what
 
 
-def _load(
-    run_ids: set[str], directory: storage.Location
-) -> dict[str, _inspect.RunReport | EffectPersistenceError]:
-    """Each run loaded and judged once, for its incidents' decisions and its timeline."""
-    loaded: dict[str, _inspect.RunReport | EffectPersistenceError] = {}
-    for run_id in sorted(run_ids):
-        try:
-            loaded[run_id] = _inspect.show_run(directory, run_id)
-        except EffectPersistenceError as e:  # it does not validate, or was written badly
-            loaded[run_id] = e
-    return loaded
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Loaded:
+    """A validated run, indexed once: its records, claims, retries, decisions on demand."""
+
+    records: tuple[Record, ...]
+    index: RunIndex
+    claims: dict[str, EffectClaim]
+    retries: dict[str, list[EffectClaim]]  # the claims that retry each effect, in order
+    resolutions: tuple[Resolution, ...]
+
+    @classmethod
+    def of(cls, history: History) -> _Loaded:
+        retries: dict[str, list[EffectClaim]] = defaultdict(list)
+        for claim in history.claims:
+            if claim.retry_of is not None:
+                retries[claim.retry_of].append(claim)
+        return cls(
+            history.records(),
+            RunIndex.of(history),
+            {c.effect_id: c for c in history.claims},
+            retries,
+            history.resolutions,
+        )
+
+    def assess(self, effect_id: str) -> Assessment:
+        claim = self.claims[effect_id]
+        return assess(claim, self.index.relevant(claim))
+
+    def reason(self, effect_id: str) -> str:
+        claim = self.claims.get(effect_id)
+        return "" if claim is None else self.index.decide(claim).reason
 
 
-def _incident(
-    row: _inspect.EffectRow,
-    run_index: int | None,
-    run: _inspect.RunReport | EffectPersistenceError | None,
-    store: str,
-) -> Incident:
+def _target(claim: EffectClaim | None) -> tuple[str, ...]:
+    """What the call touches (its impact scope) and the arguments it was called with."""
+    if claim is None:
+        return ()
+    what = [f"{r.role}: {_text.shortened(r.locator, TARGET_LIMIT)}" for r in claim.impact_scope]
+    if claim.args is not None:
+        what.append(f"args: {_recorded(claim.args, TARGET_LIMIT)}")
+    return tuple(what)
+
+
+def _settle(
+    row: _inspect.EffectRow, store: str, *, abandoned: bool = False
+) -> tuple[str, tuple[str, ...]]:
+    """What settles an effect a person must look at, and the exact commands to type.
+
+    ``abandoned``: its writer is gone before it ended (``status --attention`` says so).
+    """
     at = f"--store {store}"
-    if isinstance(run, _inspect.RunReport):
-        decisions = {d.effect_id: d for d in run.decisions}
-        reason = decisions[row.effect_id].reason if row.effect_id in decisions else ""
-    else:
-        # Recovering or resolving it would be refused: the run must be looked into first.
-        return Incident(
-            row,
-            run_index,
-            "its run does not validate: no verdict or decision of it is believed",
-            "find what changed the run before acting on any of its effects:",
-            (f"ledger verify {at}",),
+    if abandoned:
+        return (
+            "its writer is gone: mark it interrupted, then check whether it landed:",
+            (f"ledger recover {row.run_id} {at}",),
         )
     if row.execution is None:
-        return Incident(
-            row,
-            run_index,
-            reason,
+        return (
             "once its worker is dead, mark it interrupted, then check whether it landed:",
             (f"ledger recover {row.run_id} {at}",),
         )
-    effect = shlex.quote(row.effect_id)
-    resolve = f"ledger resolve {row.run_id} {effect}"
-    return Incident(
-        row,
-        run_index,
-        reason,
+    resolve = f"ledger resolve {row.run_id} {shlex.quote(row.effect_id)}"
+    return (
         "check whether it landed, then record what you found:",
         (
             f'{resolve} --applied --by "$USER" {at}',
@@ -352,28 +489,68 @@ def _incident(
     )
 
 
+_NOT_BELIEVED = (
+    "its run does not validate: no verdict or decision of it is believed",
+    "find what changed the run before acting on any of its effects:",
+)
+
+
+def _attention(a: Attention, run_index: int | None, run: _Loaded | None, store: str) -> Needs:
+    if a.row.run_problem is not None:
+        verify = (f"ledger verify --store {store}",)
+        return Needs(a, run_index, (), _NOT_BELIEVED[0], _NOT_BELIEVED[1], verify)
+    step, commands = _settle(a.row, store, abandoned=a.row.next_step == "wait")
+    claim = None if run is None else run.claims.get(a.row.effect_id)
+    return Needs(a, run_index, _target(claim), a.reason, step, commands)
+
+
+def _incident(
+    row: _inspect.EffectRow, run_index: int | None, run: _Loaded | None, store: str
+) -> Incident:
+    if row.run_problem is not None:
+        # Recovering or resolving it would be refused: the run must be looked into first.
+        return Incident(
+            row, run_index, _NOT_BELIEVED[0], _NOT_BELIEVED[1], (f"ledger verify --store {store}",)
+        )
+    step, commands = _settle(row, store)
+    if run is None:  # not kept by the survey: no reason or target, the commands hold
+        return Incident(row, run_index, "", step, commands)
+    claim = run.claims.get(row.effect_id)
+    return Incident(row, run_index, run.reason(row.effect_id), step, commands, _target(claim))
+
+
 def _run_page(
-    loaded: dict[str, _inspect.RunReport | EffectPersistenceError],
+    run: _Loaded | None,
     index: int,
     summary: _inspect.RunSummary,
     problems: list[str],
+    unresolved: set[str],
     *,
     draw: bool,
 ) -> RunPage:
     found = list(dict.fromkeys([*([summary.problem] if summary.problem else []), *problems]))
     if found or not draw:
         return RunPage(index, summary, tuple(found), 0, None, (), summary.verdicts)
-    shown = loaded[summary.run_id]
-    if isinstance(shown, EffectPersistenceError):  # written to between two reads, badly
-        return RunPage(index, summary, (str(shown),), 0, None, (), summary.verdicts)
-    records = shown.history.records()
-    verdicts = dict.fromkeys(_inspect.VERDICTS, 0)
-    for a in shown.assessments:
-        verdicts[a.verdict.value] += 1
-    timeline, drawn = _timeline(records, shown.assessments)
-    by_effect = {a.effect_id: a.verdict.value for a in shown.assessments}
-    rows = tuple(_row(r, by_effect) for r in records if r.seq in drawn)[:TABLE_LIMIT]
-    return RunPage(index, summary, (), len(records), timeline, rows, verdicts)
+    if run is None:  # cannot happen: a run drawn that validates was kept by the survey
+        return RunPage(index, summary, ("not read",), 0, None, (), summary.verdicts)
+    timeline, drawn = _timeline(run, unresolved)
+    listed = set(itertools.islice((seq for seq in sorted(drawn)), TABLE_LIMIT))
+    verdicts = {lane.effect_id: lane.verdict for lane in timeline.lanes}
+    rows = tuple(_row(r, run, listed, index, verdicts) for r in run.records if r.seq in listed)
+    resolutions = tuple(
+        _row(r, run, listed, index, verdicts) for r in run.resolutions[:TABLE_LIMIT]
+    )
+    return RunPage(
+        index,
+        summary,
+        (),
+        len(run.records),
+        timeline,
+        rows,
+        summary.verdicts,
+        resolutions,
+        len(run.resolutions),
+    )
 
 
 # --------------------------------------------------------------------------- the timeline
@@ -396,54 +573,34 @@ def _span(seconds: float) -> str:
     return f"{seconds:.1f}s"
 
 
-def _lanes_to_draw(assessments: Sequence[Assessment]) -> set[str]:
-    """Every effect when they fit; else those with unresolved impact first, then claim order."""
-    if len(assessments) <= LANE_LIMIT:
-        return {a.effect_id for a in assessments}
-    ranked = sorted(
-        range(len(assessments)), key=lambda i: (not assessments[i].unresolved_impact, i)
-    )
-    return {assessments[i].effect_id for i in ranked[:LANE_LIMIT]}
+def _lanes_to_draw(claims: Sequence[EffectClaim], unresolved: set[str]) -> list[EffectClaim]:
+    """Every effect when they fit; else those with unresolved impact first, then claim order.
+
+    Drawn in claim order.
+    """
+    if len(claims) <= LANE_LIMIT:
+        return list(claims)
+    ranked = sorted(range(len(claims)), key=lambda i: (claims[i].effect_id not in unresolved, i))
+    return [claims[i] for i in sorted(ranked[:LANE_LIMIT])]
 
 
-def _timeline(
-    records: Sequence[Record], assessments: Sequence[Assessment]
-) -> tuple[Timeline, set[int]]:
-    """The run's drawing, and the seqs of the records it draws (the table lists those)."""
+def _timeline(run: _Loaded, unresolved: set[str]) -> tuple[Timeline, set[int]]:
+    """The run's drawing, and the seqs of the records it draws (the table lists those).
+
+    Only the effects drawn are assessed; every other record is looked at once.
+    """
+    records = run.records
     last = max(len(records), 2)
 
     def x(seq: int) -> float:
         return round(_LEFT + (seq - 1) / (last - 1) * (_RIGHT - _LEFT), 1)
 
-    verdicts = {a.effect_id: a for a in assessments}
-    keep = _lanes_to_draw(assessments)
-    claims = [r for r in records if isinstance(r, EffectClaim) and r.effect_id in keep]
-    outcomes: dict[str, list[EffectOutcome]] = defaultdict(list)
-    watchers: dict[tuple[str, str], list[str]] = defaultdict(list)
-    claimed: set[tuple[str, str]] = set()
-    for record in records:
-        if isinstance(record, EffectOutcome) and record.effect_id in keep:
-            outcomes[record.effect_id].append(record)
-        if isinstance(record, EffectClaim):
-            targets = {(r.kind, r.locator) for r in record.impact_scope}
-            targets |= {(p.target.kind, p.target.locator) for p in record.obligations}
-            claimed |= targets
-            if record.effect_id in keep:
-                for target in targets:
-                    watchers[target].append(record.effect_id)
-    seen: dict[str, list[Observation]] = defaultdict(list)
-    strays: list[Observation] = []
-    for record in records:
-        if isinstance(record, Observation):
-            target = (record.resource.kind, record.resource.locator)
-            for effect_id in watchers.get(target, ()):
-                seen[effect_id].append(record)
-            if target not in claimed:
-                strays.append(record)
+    claims = _lanes_to_draw(list(run.claims.values()), unresolved)
+    outcomes, resolved, seen, strays = _gather(records, {c.effect_id for c in claims})
     drawn: set[int] = set()
     lanes = []
     for i, claim in enumerate(claims):
-        a = verdicts[claim.effect_id]
+        a = run.assess(claim.effect_id)
         marks = [Mark(x(claim.seq), "claim", _title(claim))]
         drawn.add(claim.seq)
         end: EffectOutcome | None = None
@@ -463,6 +620,10 @@ def _timeline(
             shape = "evidence" if obs.observation_id in a.evidence else "observation"
             marks.append(Mark(x(obs.seq), shape, _title(obs)))
             drawn.add(obs.seq)
+        resolution = resolved.get(claim.effect_id)
+        if resolution is not None:
+            marks.append(Mark(x(resolution.seq), "resolution", _title(resolution)))
+            drawn.add(resolution.seq)
         lanes.append(
             Lane(
                 effect_id=claim.effect_id,
@@ -475,7 +636,7 @@ def _timeline(
                 settled=end is not None,
                 interrupted=interrupted,
                 marks=tuple(marks),
-                title=_lane_title(claim, a),
+                title=_lane_title(claim, a, resolution),
             )
         )
     stray_marks = tuple(Mark(x(o.seq), "observation", _title(o)) for o in strays[-LANE_LIMIT:])
@@ -489,10 +650,50 @@ def _timeline(
             ticks=_ticks(records, x),
             gaps=_gaps(records, x),
             height=TOP + rows * LANE_H + 8,
-            effects=len(assessments),
+            effects=len(run.claims),
         ),
         drawn,
     )
+
+
+def _gather(
+    records: Sequence[Record], keep: set[str]
+) -> tuple[
+    dict[str, list[EffectOutcome]],
+    dict[str, Resolution],
+    dict[str, list[Observation]],
+    list[Observation],
+]:
+    """The outcomes, resolutions and observations of the effects ``keep`` draws.
+
+    And the observations of targets no claim names. Each record is looked at twice at most.
+    """
+    outcomes: dict[str, list[EffectOutcome]] = defaultdict(list)
+    resolved: dict[str, Resolution] = {}
+    watchers: dict[tuple[str, str], list[str]] = defaultdict(list)
+    claimed: set[tuple[str, str]] = set()
+    for record in records:
+        if isinstance(record, EffectOutcome) and record.effect_id in keep:
+            outcomes[record.effect_id].append(record)
+        elif isinstance(record, Resolution) and record.effect_id in keep:
+            resolved[record.effect_id] = record
+        elif isinstance(record, EffectClaim):
+            targets = {(r.kind, r.locator) for r in record.impact_scope}
+            targets |= {(p.target.kind, p.target.locator) for p in record.obligations}
+            claimed |= targets
+            if record.effect_id in keep:
+                for target in targets:
+                    watchers[target].append(record.effect_id)
+    seen: dict[str, list[Observation]] = defaultdict(list)
+    strays: list[Observation] = []
+    for record in records:
+        if isinstance(record, Observation):
+            target = (record.resource.kind, record.resource.locator)
+            for effect_id in watchers.get(target, ()):
+                seen[effect_id].append(record)
+            if target not in claimed:
+                strays.append(record)
+    return outcomes, resolved, seen, strays
 
 
 def _ticks(records: Sequence[Record], x: Callable[[int], float]) -> tuple[Tick, ...]:
@@ -531,7 +732,7 @@ def _outcome_shape(outcome: EffectOutcome) -> str:
     }[outcome.execution]
 
 
-def _lane_title(claim: EffectClaim, a: Assessment) -> str:
+def _lane_title(claim: EffectClaim, a: Assessment, resolution: Resolution | None) -> str:
     state = (
         f"{a.execution.value}, impact {a.impact.value}"
         if a.execution and a.impact
@@ -539,8 +740,14 @@ def _lane_title(claim: EffectClaim, a: Assessment) -> str:
     )
     unresolved = "; impact unresolved" if a.unresolved_impact else ""
     step = f" (step {_text.shortened(claim.step, TITLE_VALUE_LIMIT)})" if claim.step else ""
+    retry = f"; a retry of {claim.retry_of}" if claim.retry_of else ""
+    word = ""
+    if resolution is not None:
+        said = "applied" if resolution.applied else "not applied"
+        word = f"; resolved {said} by {resolution.by} at {_when(resolution.recorded_at)}"
     return (
-        f"{claim.effect_id}: {claim.operation.name}{step}, {state}, {a.verdict.value}{unresolved}"
+        f"{claim.effect_id}: {claim.operation.name}{step}, {state}, {a.verdict.value}"
+        f"{unresolved}{retry}{word}"
     )
 
 
@@ -598,11 +805,22 @@ def _fields(record: Record, limit: int = VALUE_LIMIT) -> list[tuple[str, str]]:
             fields.append(("args", _recorded(record.args, limit)))
         return [*fields, ("recorded at", record.recorded_at)]
     if isinstance(record, Resolution):
+        known = {"effect_id", "seq", "applied", "by", "note", "recorded_at"}
+        # Whatever else a resolution records (who wrote it: user, host, program) is shown
+        # as it is, so that the page leaves none of it out.
+        more = [
+            (key.replace("_", " "), _text.shortened(_text.compact_json(value), limit))
+            if not isinstance(value, str)
+            else (key.replace("_", " "), _text.shortened(value, limit))
+            for key, value in record.to_dict().items()
+            if key not in known and value is not None
+        ]
         return [
             ("effect", record.effect_id),
             ("resolved", "applied" if record.applied else "not applied"),
             ("by", record.by),
-            ("note", record.note or "-"),
+            *more,
+            ("note", _text.shortened(record.note, limit) if record.note else "-"),
             ("recorded at", record.recorded_at),
         ]
     if isinstance(record, EffectOutcome):
@@ -629,19 +847,38 @@ def _fields(record: Record, limit: int = VALUE_LIMIT) -> list[tuple[str, str]]:
     ]
 
 
-def _row(record: Record, verdicts: dict[str, str]) -> Row:
+def _row(
+    record: Record, run: _Loaded, listed: set[int], index: int, verdicts: dict[str, str]
+) -> Row:
+    """A record's row; an effect it names links to that effect's claim when it is listed."""
+
+    def anchor(effect_id: str | None) -> str | None:
+        claim = None if effect_id is None else run.claims.get(effect_id)
+        return f"r{index}-{claim.seq}" if claim is not None and claim.seq in listed else None
+
     action: str | None
     verdict: str | None
+    links: list[Link] = []
+    claim_anchor = None
     if isinstance(record, Observation):
         ident, action, verdict = record.observation_id, record.source_action_id, None
-    else:  # a claim or an outcome: both name their effect
+    else:  # a claim, an outcome or a resolution: each names its effect
         ident = record.effect_id
         action = record.action_id if isinstance(record, EffectClaim) else None
         verdict = verdicts.get(ident)
+        if isinstance(record, EffectClaim):
+            if record.retry_of is not None:
+                links.append(Link("retry of", record.retry_of, anchor(record.retry_of)))
+            links += [
+                Link("retried by", c.effect_id, anchor(c.effect_id))
+                for c in run.retries.get(ident, ())
+            ]
+        else:
+            claim_anchor = anchor(ident)
     shown = [
         (k, v)
         for k, v in _fields(record)
-        if k not in ("effect", "observation", "action", "recorded at")
+        if k not in ("effect", "observation", "action", "recorded at", "retry of")
     ]
     return Row(
         record.seq,
@@ -651,6 +888,9 @@ def _row(record: Record, verdicts: dict[str, str]) -> Row:
         action,
         tuple(shown),
         verdict,
+        f"r{index}-{record.seq}",
+        tuple(links),
+        claim_anchor,
     )
 
 
@@ -698,6 +938,50 @@ def _when(stamp: str | None) -> str:
     return stamp.replace("T", " ", 1).removesuffix("+00:00")
 
 
+SHORT_ID = 10  # characters of an id shown at least; more where another id shares them
+
+
+def _short_ids(report: Report) -> dict[str, str]:
+    """Each long id on the page, cut to a prefix no other id on the page shares (as git does).
+
+    An id of at most :data:`SHORT_ID` + 2 characters is shown whole; so is one no shorter
+    prefix tells apart.
+    """
+    ids: set[str] = set()
+    for needs in report.attention:
+        ids |= {needs.attention.row.run_id, needs.attention.row.effect_id}
+    for incident in report.incidents:
+        ids |= {incident.row.run_id, incident.row.effect_id}
+    for run in report.runs:
+        ids.add(run.summary.run_id)
+        if run.timeline is not None:
+            ids |= {lane.effect_id for lane in run.timeline.lanes}
+        for row in (*run.rows, *run.resolutions):
+            ids.add(row.ident)
+            ids |= {link.effect_id for link in row.links}
+    ordered = sorted(ids)
+    short = {}
+    for i, full in enumerate(ordered):
+        if len(full) <= SHORT_ID + 2:
+            continue
+        shared = max(
+            (_common(full, other) for other in ordered[max(i - 1, 0) : i + 2] if other != full),
+            default=0,
+        )
+        length = max(SHORT_ID, shared + 1)
+        if length < len(full) - 1:
+            short[full] = full[:length]
+    return short
+
+
+def _common(a: str, b: str) -> int:
+    """How many leading characters ``a`` and ``b`` share."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
 def _asset(name: str) -> str:
     return (resources.files("ledger") / "templates" / name).read_text(encoding="utf-8")
 
@@ -722,6 +1006,9 @@ def render(report: Report) -> str:
         lstrip_blocks=True,
     )
     env.filters["when"] = _when
+    short = _short_ids(report)
+    env.filters["short"] = short.get
+    env.filters["shell"] = lambda location: _shell_word(str(location))
     style, script = _asset("report.css"), _asset("report.js")
     csp = (
         f"default-src 'none'; style-src {_hash(style)}; script-src {_hash(script)}; "
@@ -738,7 +1025,13 @@ def render(report: Report) -> str:
         right=_RIGHT,
         label_w=LABEL_W,
         lane_h=LANE_H,
-        limits={"lanes": LANE_LIMIT, "table": TABLE_LIMIT, "runs": RUN_LIMIT},
+        limits={
+            "lanes": LANE_LIMIT,
+            "table": TABLE_LIMIT,
+            "runs": RUN_LIMIT,
+            "attention": ATTENTION_LIMIT,
+            "incidents": INCIDENT_LIMIT,
+        },
     )
 
 

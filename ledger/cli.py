@@ -481,8 +481,9 @@ def report(
 ) -> None:
     """Write one self-contained HTML page of a store's runs, for a person to look at.
 
-    At the top, every effect whose impact is unresolved; then, per run, a summary and a
-    timeline of its effects with each record's fields. RUN is a run id or a unique
+    At the top, what needs a person (as status --attention), with the commands that
+    settle it; then every effect whose impact is unresolved; then, per run, a summary, a
+    timeline of its effects, its resolutions and each record's fields. RUN is a run id or a unique
     prefix; without RUN, every run. The page loads nothing from anywhere.
     """
     with _library_errors():

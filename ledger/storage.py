@@ -37,6 +37,7 @@ __all__ = [
     "EffectRow",
     "EffectRows",
     "Head",
+    "Keep",
     "Lease",
     "Location",
     "Mode",
@@ -47,6 +48,7 @@ __all__ = [
     "Shell",
     "ShellMissingError",
     "Store",
+    "Survey",
     "VerifyReport",
     "Written",
     "backend",
@@ -360,6 +362,27 @@ class ShellMissingError(LookupError):
     """The store's interactive client is not installed."""
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Survey:
+    """A whole store read in one snapshot, each run read and validated once (``ledger report``).
+
+    ``verify`` is what :meth:`Reader.verify` finds (without anchors); ``runs`` are the
+    summaries of :meth:`Reader.runs`; ``effects`` the rows of
+    ``Reader.effects(None, unresolved=True)``; ``histories`` the validated histories
+    of the runs the caller picked that validate.
+    """
+
+    verify: VerifyReport
+    runs: list[RunSummary]
+    effects: EffectRows
+    histories: dict[str, History]
+
+
+Keep = Callable[[Sequence[RunSummary], EffectRows], Iterable[str]]
+"""Which runs' histories a survey keeps, picked from the summaries and the unresolved
+effects before any run is validated (their ``problem`` is not set yet)."""
+
+
 class Reader(Protocol):
     """What the ``ledger`` command reads of a store; it never writes, nor trusts the store.
 
@@ -424,6 +447,15 @@ class Reader(Protocol):
 
     def query_command(self, query: str) -> list[str]:
         """The command line that prints ``query``'s rows with the store's own client."""
+        ...
+
+    def survey(self, keep: Keep) -> Survey:
+        """The store in one snapshot: its checks, runs, unresolved effects and chosen histories.
+
+        Every run is read and validated once, for all of these; the histories kept are
+        those of the runs ``keep`` names (given the summaries and the unresolved effects,
+        before validation) that validate.
+        """
         ...
 
 

@@ -10,6 +10,7 @@ opens ``psql`` with every transaction read-only.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -33,11 +34,13 @@ from ledger.storage import (
     EffectRow,
     EffectRows,
     Head,
+    Keep,
     RecoveryHold,
     RunNotFoundError,
     RunSummary,
     Shell,
     ShellMissingError,
+    Survey,
     VerifyReport,
 )
 
@@ -326,6 +329,47 @@ class Reader:
         """The ``psql`` command line that prints ``query``'s rows."""
         return [*self._psql(), "-c", query]
 
+    def survey(self, keep: Keep) -> Survey:
+        """The store in one snapshot, each run read and validated once (ledger.storage.Reader)."""
+
+        def query(conn: Connection) -> Survey:
+            if _blank(conn):
+                return Survey(VerifyReport(0, 0, ()), [], EffectRows(), {})
+            summaries = [
+                RunSummary(
+                    run_id=row[0],
+                    first_at=row[1],
+                    last_at=row[2],
+                    writer=_writer(conn, row[0]),
+                    claims=int(row[3]),
+                    verdicts={v: int(n) for v, n in zip(VERDICTS, row[4:], strict=True)},
+                )
+                for row in conn.execute(text(with_views(_RUNS_SQL))).all()
+            ]
+            unresolved = _status_rows(conn, "WHERE unresolved_impact = 1")
+            wanted = set(keep(summaries, EffectRows(unresolved)))
+            known = {s.run_id for s in summaries}
+            strays = {row.run_id for row in unresolved} - known
+            # Read again below, in the same snapshot: not held while every run is loaded.
+            del unresolved
+            checked, problems, histories = _survey_runs(conn, wanted)
+            problems |= _problems(conn, strays)
+            if problems:  # every effect of a run that does not validate is shown
+                found = _status_rows(conn, "")
+                problems |= _problems(conn, {row.run_id for row in found} - known)
+            else:
+                found = _status_rows(conn, "WHERE unresolved_impact = 1")
+            return Survey(
+                checked,
+                [dataclasses.replace(s, problem=problems.get(s.run_id)) for s in summaries],
+                EffectRows.of(found, dict(sorted(problems.items())), unresolved=True)
+                if problems
+                else EffectRows(found),  # unresolved ones only, none to mark
+                histories,
+            )
+
+        return self._read(query)
+
     def _psql(self) -> list[str]:
         program = shutil.which("psql")
         if program is None:
@@ -337,6 +381,58 @@ class Reader:
         # libpq reads PGOPTIONS: every transaction of the session is read-only.
         conninfo = url.render_as_string(hide_password=False)
         return [program, "--no-psqlrc", "--set=ON_ERROR_STOP=1", _readonly(conninfo)]
+
+
+def _status_rows(conn: Connection, clause: str) -> list[EffectRow]:
+    """The ``effect_status`` rows ``clause`` picks, oldest claim first."""
+    found = conn.execute(
+        text(
+            with_views(
+                "SELECT run_id, seq, effect_id, operation, execution, impact, verdict,"
+                " unresolved_impact, claimed_at, kind, idempotency_key, resolution,"
+                f" next_step, step FROM effect_status {clause}"
+                " ORDER BY claimed_at, run_id, seq"
+            )
+        )
+    ).all()
+    return [EffectRow.from_view(row) for row in found]
+
+
+def _survey_runs(
+    conn: Connection, wanted: set[str]
+) -> tuple[VerifyReport, dict[str, str], dict[str, History]]:
+    """What ``verify`` checks, each run read once: the report, and each run's problem.
+
+    And the histories of the runs of ``wanted`` that validate.
+    """
+    found: list[str] = []
+    revision = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    if revision != head_revision():
+        found.append(f"schema: revision {revision} where {head_revision()} is current")
+    found.extend(f"schema: {p}" for p in _guard_problems(conn))
+    run_ids = list(conn.execute(text("SELECT run_id FROM runs ORDER BY run_id")).scalars())
+    orphans = conn.execute(
+        text(
+            "SELECT DISTINCT run_id FROM ("
+            + " UNION ALL ".join(f"SELECT run_id FROM {t}" for t in RECORD_TABLES)
+            + ") AS records WHERE run_id NOT IN (SELECT run_id FROM runs) ORDER BY run_id"
+        )
+    ).scalars()
+    found.extend(f"run {run_id}: records without a row in runs" for run_id in orphans)
+    records = 0
+    problems: dict[str, str] = {}
+    histories: dict[str, History] = {}
+    for run_id in run_ids:
+        try:
+            history = rows.load_history(conn, run_id)
+        except EffectPersistenceError as e:
+            found.append(f"run {run_id}: {e}")
+            problems[run_id] = str(e)
+        else:
+            records += len(history.records())
+            if run_id in wanted:
+                histories[run_id] = history
+    return VerifyReport(len(run_ids), records, tuple(found)), problems, histories
 
 
 def _guard_problems(conn: Connection) -> list[str]:

@@ -30,10 +30,12 @@ from ledger.storage import (
     EffectRow,
     EffectRows,
     Head,
+    Keep,
     RecoveryHold,
     RunNotFoundError,
     RunSummary,
     Shell,
+    Survey,
     VerifyReport,
 )
 
@@ -278,6 +280,68 @@ class Reader:
         """The sqlite3 command line that prints ``query``'s rows as a box."""
         return shell.query_command(self.directory, query)
 
+    def survey(self, keep: Keep) -> Survey:
+        """The store in one snapshot, each run read and validated once (ledger.storage.Reader)."""
+
+        def query(conn: Connection) -> Survey:
+            if _blank(conn):
+                return Survey(VerifyReport(0, 0, ()), [], EffectRows(), {})
+            summaries = [
+                RunSummary(
+                    run_id=row[0],
+                    first_at=row[1],
+                    last_at=row[2],
+                    writer=_writer(conn, row[0]),
+                    claims=row[3],
+                    verdicts=dict(zip(VERDICTS, row[4:], strict=True)),
+                )
+                for row in conn.exec_driver_sql(with_views(_RUNS_SQL)).all()
+            ]
+            unresolved = _status_rows(conn, "WHERE unresolved_impact = 1")
+            wanted = set(keep(summaries, EffectRows(unresolved)))
+            known = {s.run_id for s in summaries}
+            strays = {row.run_id for row in unresolved} - known
+            # Read again below, in the same snapshot: not held while every run is loaded.
+            del unresolved
+            histories: dict[str, History] = {}
+            problems: dict[str, str] = {}
+
+            def loaded(run_id: str, history: History | EffectPersistenceError) -> None:
+                if isinstance(history, EffectPersistenceError):
+                    problems[run_id] = str(history)
+                elif run_id in wanted:
+                    histories[run_id] = history
+
+            checked = _verify(conn, None, loaded)
+            problems |= _problems(conn, strays)
+            if problems:  # every effect of a run that does not validate is shown
+                found = _status_rows(conn, "")
+                problems |= _problems(conn, {row.run_id for row in found} - known)
+            else:
+                found = _status_rows(conn, "WHERE unresolved_impact = 1")
+            return Survey(
+                checked,
+                [dataclasses.replace(s, problem=problems.get(s.run_id)) for s in summaries],
+                EffectRows.of(found, dict(sorted(problems.items())), unresolved=True)
+                if problems
+                else EffectRows(found),  # unresolved ones only, none to mark
+                histories,
+            )
+
+        return read(self.directory, query)
+
+
+def _status_rows(conn: Connection, clause: str) -> list[EffectRow]:
+    """The ``effect_status`` rows ``clause`` picks, oldest claim first."""
+    found = conn.exec_driver_sql(
+        with_views(
+            "SELECT run_id, seq, effect_id, operation, execution, impact, verdict,"
+            " unresolved_impact, claimed_at, kind, idempotency_key, resolution, next_step,"
+            f" step FROM effect_status {clause} ORDER BY claimed_at, run_id, seq"
+        )
+    ).all()
+    return [EffectRow.from_view(row) for row in found]
+
 
 def _check_anchor(conn: Connection, anchor: Head) -> str | None:
     if not _HEX.fullmatch(anchor.run_id):
@@ -308,7 +372,11 @@ def _check_anchor(conn: Connection, anchor: Head) -> str | None:
     return None
 
 
-def _verify(conn: Connection, progress: Callable[[int], None] | None) -> VerifyReport:
+def _verify(
+    conn: Connection,
+    progress: Callable[[int], None] | None,
+    loaded: Callable[[str, History | EffectPersistenceError], None] | None = None,
+) -> VerifyReport:
     problems: list[str] = []
     records = 0
     integrity = [row[0] for row in conn.exec_driver_sql("PRAGMA integrity_check")]
@@ -352,8 +420,12 @@ def _verify(conn: Connection, progress: Callable[[int], None] | None) -> VerifyR
             history = rows.load_history(conn, run_id)
         except EffectPersistenceError as e:
             problems.append(f"run {run_id}: {e}")
+            if loaded is not None:
+                loaded(run_id, e)
         else:
             records += len(history.records())
+            if loaded is not None:  # a survey: the run is read once for all it shows
+                loaded(run_id, history)
         if progress is not None:
             progress(done)
     return VerifyReport(len(run_ids), records, tuple(problems))

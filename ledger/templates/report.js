@@ -1,6 +1,29 @@
 "use strict";
-// Filtering only: show the effects of the verdicts ticked whose text holds the words typed.
-// It reads the page's own attributes and text, and writes nothing but a class.
+// Filtering: show the effects of the verdicts ticked whose text holds the words typed.
+// Ids: a click shows a cut id whole, selected, and copies it. The script reads the page's
+// own attributes and text, and writes nothing but classes, text and the clipboard.
+(function () {
+  for (const id of document.querySelectorAll("code.id[data-id]")) {
+    if (id.closest("a")) {
+      continue; // a link: a click follows it (the id it leads to is copied there)
+    }
+    id.addEventListener("click", (event) => {
+      event.preventDefault();
+      id.textContent = id.dataset.id;
+      const range = document.createRange();
+      range.selectNodeContents(id);
+      const selection = window.getSelection();
+      selection.removeAllRanges();
+      selection.addRange(range);
+      if (navigator.clipboard) {
+        navigator.clipboard.writeText(id.dataset.id).then(
+          () => id.classList.add("copied"),
+          () => {},
+        );
+      }
+    });
+  }
+})();
 (function () {
   const filters = document.getElementById("filters");
   if (!filters) {

@@ -124,9 +124,10 @@ def test_attention_is_empty_and_exits_0_once_everything_is_settled(store) -> Non
     left = ledger("status", "--attention", "--json", "--store", str(directory))
     # Recovered, the abandoned write may have landed: it now needs someone's word.
     assert [r["effect_id"] for r in json.loads(left.stdout)] == ["abandoned"]
-    assert ledger(
+    settled = ledger(
         "resolve", run, "abandoned", "--not-applied", "--by", "ops", "--store", str(directory)
-    ).returncode == 0
+    )
+    assert settled.returncode == 0, settled.stderr
     live.close()  # its writer gone, the in-flight claim needs recovery: listed
     found = ledger("status", "--attention", "--store", str(directory))
     assert found.returncode == 1

@@ -7,8 +7,10 @@ screenshot; the tests read those. A run of 10,000 records gets its own store and
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import datetime as dt
+import hashlib
 import json
 import os
 import re
@@ -50,6 +52,13 @@ HOSTILE = (SCRIPT_ID, ONERROR_OP, SVG_BREAK, JS_URL, ATTR_BREAK, IFRAME)
 # A claim's recorded arguments and an outcome's recorded result, shown as compact JSON.
 HOSTILE_ARGS = {"html": ONERROR_OP, "frame": IFRAME, "bidi": BIDI}
 HOSTILE_RESULT = [SVG_BREAK, ATTR_BREAK]
+# Effect ids as workers make them (32 hex); two share their first 16 characters.
+PAY = "9f1c2e7a4b3d5c6e8f0a1b2c3d4e5f60"
+TWIN = "9f1c2e7a4b3d5c6e7777777777777777"
+LOST = "0b8e61d2f3a4c5b6d7e8f90a1b2c3d4e"
+PAY_ARGS = {"amount": 12, "to": ONERROR_OP}
+RESOLVER = "alice (on-call) <b onmouseover=x>"
+RESOLVE_NOTE = "bank says no transfer </td></tr><script>document.title='PWNED'</script>"
 
 
 def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess[bytes]:
@@ -80,19 +89,36 @@ def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess[bytes]:
 
 
 @dataclasses.dataclass
+class TableRow:
+    """A <tr> of the page: its classes, attributes, text, and its links with the id each shows."""
+
+    classes: list[str]
+    attrs: dict[str, str | None]
+    text: str = ""
+    links: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    ids: list[str] = dataclasses.field(default_factory=list)  # the whole ids it shows
+
+
+@dataclasses.dataclass
 class Dom(HTMLParser):
-    """What the tests read from Chromium's DOM: elements, text, lanes and incident rows."""
+    """What the tests read from Chromium's DOM: elements, text, lanes, incident and attention rows."""
 
     elements: list[tuple[str, dict[str, str | None]]] = dataclasses.field(default_factory=list)
     text: list[str] = dataclasses.field(default_factory=list)
     lanes: Counter[str] = dataclasses.field(default_factory=Counter)
     lane_titles: dict[str, list[str]] = dataclasses.field(default_factory=lambda: defaultdict(list))
     incidents: list[dict[str, str]] = dataclasses.field(default_factory=list)
+    attention: list[dict[str, str]] = dataclasses.field(default_factory=list)
     commands: list[str] = dataclasses.field(default_factory=list)
+    ids: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (shown, whole)
+    # Every table row: its class, its attributes, its text and the links in it (href, id).
+    rows: list[TableRow] = dataclasses.field(default_factory=list)
     title: str = ""
     _run: str | None = None
     _capture: str | None = None
     _in_lane: bool = False
+    _row: dict[str, str] | None = None
+    _in_tr: bool = False
 
     def __post_init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -106,19 +132,43 @@ class Dom(HTMLParser):
         if tag == "g" and "lane" in classes and self._run is not None:
             self.lanes[self._run] += 1
             self._in_lane = True
+        if tag == "tr":
+            self._row = None
+            self.rows.append(TableRow(classes, found))
+            self._in_tr = True
+        if tag == "a" and self._in_tr:
+            self.rows[-1].links.append((found.get("href") or "", ""))
         if tag == "tr" and "incident" in classes:
-            self.incidents.append(
-                {
-                    "run_id": found["data-run"] or "",
-                    "seq": found["data-seq"] or "",
-                    "verdict": found["data-verdict"] or "",
-                    "kind": found["data-kind"] or "",
-                    "next_step": found["data-next"] or "",
-                    "effect_id": "",
-                }
-            )
-        if tag == "code" and "effect-id" in classes:
-            self._capture = "effect_id"
+            self._row = {
+                "run_id": found["data-run"] or "",
+                "seq": found["data-seq"] or "",
+                "verdict": found["data-verdict"] or "",
+                "kind": found["data-kind"] or "",
+                "next_step": found["data-next"] or "",
+                "effect_id": "",
+            }
+            self.incidents.append(self._row)
+        if tag == "tr" and "needs" in classes:
+            self._row = {
+                "run_id": found["data-run"] or "",
+                "effect_id": found["data-effect"] or "",
+                "urgency": found["data-urgency"] or "",
+                "action": found["data-action"] or "",
+                "verdict": found["data-verdict"] or "",
+                "text": "",
+                "commands": "",
+            }
+            self.attention.append(self._row)
+        if tag == "code" and "id" in classes:
+            self.ids.append(("", found.get("data-id") or ""))
+            self._capture = "id"
+            if self._in_tr:
+                self.rows[-1].ids.append(found.get("data-id") or "")
+            if self._in_tr and self.rows[-1].links and not self.rows[-1].links[-1][1]:
+                href, _ = self.rows[-1].links[-1]
+                self.rows[-1].links[-1] = (href, found.get("data-id") or "")
+            if "effect-id" in classes and self._row is not None and "seq" in self._row:
+                self._row["effect_id"] = found.get("data-id") or ""
         if tag == "code" and "command" in classes:
             self.commands.append("")
             self._capture = "command"
@@ -132,13 +182,22 @@ class Dom(HTMLParser):
             self._capture = None
         if tag == "g":
             self._in_lane = False
+        if tag in ("tr", "table"):
+            self._row = None
+            self._in_tr = False
 
     def handle_data(self, data: str) -> None:
         self.text.append(data)
-        if self._capture == "effect_id":
-            self.incidents[-1]["effect_id"] += data
+        if self._in_tr:
+            self.rows[-1].text += data
+        if self._row is not None and "text" in self._row:
+            self._row["text"] += data
+        if self._capture == "id":
+            self.ids[-1] = (self.ids[-1][0] + data, self.ids[-1][1])
         elif self._capture == "command":
             self.commands[-1] += data
+            if self._row is not None and "commands" in self._row:
+                self._row["commands"] += data + "\n"
         elif self._capture == "lane_title" and self._run is not None:
             self.lane_titles[self._run].append(data)
         elif self._capture == "page_title":
@@ -153,6 +212,9 @@ class Dom(HTMLParser):
 
     def all_text(self) -> str:
         return "".join(self.text)
+
+    def rows_of(self, kind: str) -> list[TableRow]:
+        return [row for row in self.rows if kind in row.classes]
 
 
 def png_colours(png: bytes) -> tuple[int, float]:
@@ -205,7 +267,7 @@ def png_colours(png: bytes) -> tuple[int, float]:
 # --------------------------------------------------------------------------- the store
 
 
-def _write_store(store: Path) -> tuple[str, str]:
+def _write_store(store: Path | str) -> tuple[str, str]:
     """An ordinary run with a recovered crash, and a run whose text is hostile."""
     ordinary, hostile = new_run_id(), new_run_id()
     done, torn, tmp = fs_ref("/srv/work/done.txt"), fs_ref("/srv/work/torn.txt"), fs_ref("/srv/tmp")
@@ -295,6 +357,53 @@ def _write_store(store: Path) -> tuple[str, str]:
     return ordinary, hostile
 
 
+def _write_decided_run(store: Path | str) -> tuple[str, str]:
+    """A run a person decided on: an irreversible call interrupted, resolved not applied
+    with a hostile note, then retried; a write in doubt; a claim its worker left.
+
+    Returns the run id and the id of the retry.
+    """
+    run_id = new_run_id()
+    with EffectLog(run_id, store) as log:
+        log.claim(
+            effect_id=PAY,
+            action_id="pay",
+            operation=op("transfer"),
+            impact_scope=[fx.ResourceRef("owned", "bank:acct/42", "target")],
+            kind=fx.EffectKind.IRREVERSIBLE,
+            step="pay-invoice",
+            args=PAY_ARGS,
+        )
+        log.outcome(
+            effect_id=PAY,
+            execution=fx.ExecutionOutcome.INTERRUPTED,
+            impact=fx.Impact.POSSIBLE,
+        )
+        log.claim(
+            effect_id=TWIN,
+            action_id="twin",
+            operation=op("write_file"),
+            impact_scope=[fs_ref("/srv/work/twin.txt")],
+        )
+        log.outcome(
+            effect_id=TWIN, execution=fx.ExecutionOutcome.INTERRUPTED, impact=fx.Impact.POSSIBLE
+        )
+        log.resolve(PAY, applied=False, by=RESOLVER, note=RESOLVE_NOTE)
+        retry = log.retry(PAY)
+        log.outcome(
+            effect_id=retry.effect_id,
+            execution=fx.ExecutionOutcome.REPORTED_SUCCESS,
+            impact=fx.Impact.CERTAIN,
+        )
+        log.claim(
+            effect_id=LOST,
+            action_id="lost",
+            operation=op("send_mail"),
+            impact_scope=[fx.ResourceRef("owned", "mail:ops", "target")],
+        )
+    return run_id, retry.effect_id
+
+
 @dataclasses.dataclass(frozen=True)
 class Page:
     store: Path
@@ -304,6 +413,8 @@ class Page:
     png: bytes
     ordinary: str
     hostile: str
+    decided: str
+    retry: str
 
 
 @pytest.fixture(scope="module")
@@ -311,6 +422,7 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Page:
     tmp = tmp_path_factory.mktemp("report")
     store = tmp / "store"
     ordinary, hostile = _write_store(store)
+    decided, retry = _write_decided_run(store)
     out = tmp / "report.html"
     before = fingerprint(store)
     result = ledger("report", "--store", str(store), "-o", str(out), timeout=300)
@@ -327,7 +439,17 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Page:
         out.as_uri(),
         profile=tmp / "profile-shot",
     )
-    return Page(store, out, out.read_text(), Dom.of(dumped), shot.read_bytes(), ordinary, hostile)
+    return Page(
+        store,
+        out,
+        out.read_text(),
+        Dom.of(dumped),
+        shot.read_bytes(),
+        ordinary,
+        hostile,
+        decided,
+        retry,
+    )
 
 
 # --------------------------------------------------------------------------- the page
@@ -336,7 +458,7 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Page:
 @pytest.mark.program
 def test_one_lane_per_effect(page: Page) -> None:
     """Each run's timeline in the DOM has exactly one lane per claimed effect."""
-    assert page.dom.lanes == {page.ordinary: 4, page.hostile: 1}
+    assert page.dom.lanes == {page.ordinary: 4, page.hostile: 1, page.decided: 4}
 
 
 @pytest.mark.program
@@ -377,7 +499,8 @@ def test_the_page_s_resolve_command_settles_the_incident(page: Page, tmp_path: P
     """Typed into a shell as the page prints it, `ledger resolve` takes the effect off the list."""
     copy = tmp_path / "store"
     shutil.copytree(page.store, copy)
-    (command,) = [c for c in page.dom.commands if " write-torn --not-applied " in c]
+    # The same command settles it in the list of what needs a person and in the incidents.
+    (command,) = {c for c in page.dom.commands if " write-torn --not-applied " in c}
     command = command.replace(f"--store {page.store}", f"--store {copy}")
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "USER": "alice", "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
@@ -451,9 +574,155 @@ def test_hostile_text_shows_as_text_and_runs_nothing(page: Page) -> None:
     # Recorded values are compact JSON, as text.
     for value in (HOSTILE_ARGS, HOSTILE_RESULT):
         assert _text.compact_json(value).replace("\u202e", "\\u202e") in text
+    # A person's name and note, and recorded arguments, stay text too.
+    for planted in (RESOLVER, RESOLVE_NOTE, _text.compact_json(PAY_ARGS)):
+        assert planted in text, planted
     # A bidi override is spelled out, as the command line prints it.
     assert "invoice\\u202etxt.exe" in text
     assert "\u202e" not in page.html
+
+
+@pytest.mark.program
+def test_the_page_leads_with_what_needs_a_person(page: Page) -> None:
+    """First on the page: `ledger status --attention`, same effects and order, why, and
+    the commands that settle each, exact and ready to copy."""
+    status = ledger("status", "--attention", "--json", "--store", str(page.store))
+    assert status.returncode == 1, status.stderr
+    expected = json.loads(status.stdout)
+    rows = page.dom.rows_of("needs")
+    assert [(r.attrs["data-run"], r.attrs["data-effect"]) for r in rows] == [
+        (e["run_id"], e["effect_id"]) for e in expected
+    ]
+    assert {TWIN, LOST, "write-torn"} <= {e["effect_id"] for e in expected}
+    assert PAY not in {e["effect_id"] for e in expected}  # a person settled it
+    for row, e in zip(rows, expected, strict=True):
+        assert row.attrs["data-urgency"] == str(e["urgency"])
+        assert row.attrs["data-action"] == e["action"]
+        text = " ".join(row.text.split())
+        assert e["reason"] in text
+        store = f"--store {page.store}"
+        if e["next_step"] == "escalate":
+            resolve = f"ledger resolve {e['run_id']} {e['effect_id']}"
+            for word in ("--applied", "--not-applied"):
+                assert f'{resolve} {word} --by "$USER" {store}' in text
+        else:
+            assert f"ledger recover {e['run_id']} {store}" in text
+    # Before anything else: the first section of the page, above the incidents.
+    order = [a.get("id") for t, a in page.dom.elements if t == "section" and a.get("id")]
+    assert order[:2] == ["attention", "incidents"]
+    text = " ".join(page.dom.all_text().split())
+    assert text.index("Needs a person") < text.index("Incidents:")
+
+
+@pytest.mark.program
+def test_targets_and_arguments_are_in_the_incident_and_attention_rows(page: Page) -> None:
+    """Each row says what the call touched (its impact scope) and the arguments recorded."""
+    (hostile,) = [r for r in page.dom.rows_of("incident") if r.attrs["data-run"] == page.hostile]
+    assert f"target: {SVG_BREAK}" in hostile.text
+    # Cut to fit the row; `ledger show --json` has them whole.
+    args = _text.compact_json(HOSTILE_ARGS).replace("\u202e", "\\u202e")
+    assert "args: " + args[:100] in hostile.text
+    (twin,) = [r for r in page.dom.rows_of("needs") if r.attrs["data-effect"] == TWIN]
+    assert "target: /srv/work/twin.txt" in twin.text
+
+
+@pytest.mark.program
+def test_a_resolution_shows_who_when_and_the_note(page: Page) -> None:
+    """The person's word on an effect: applied or not, by whom, when, the note, on its lane too."""
+    shown = ledger("show", page.decided, "--json", "--store", str(page.store))
+    (resolution,) = [
+        r["record"] for r in json.loads(shown.stdout)["records"] if r["type"] == "resolution"
+    ]
+    (row,) = page.dom.rows_of("resolution")
+    text = row.text
+    assert "not applied" in text
+    assert RESOLVER in text
+    assert RESOLVE_NOTE in text
+    assert resolution["recorded_at"].replace("T", " ").removesuffix("+00:00") in text
+    # Its effect links to the effect's claim in the record table.
+    ((href, effect),) = row.links
+    assert effect == PAY
+    (claim,) = [r for r in page.dom.rows_of("record") if r.attrs.get("id") == href[1:]]
+    assert "kind-claim" in claim.classes
+    titles = " ".join(page.dom.lane_titles[page.decided])
+    assert f"{PAY}: transfer (step pay-invoice)" in titles
+    assert f"resolved not applied by {RESOLVER}" in titles
+
+
+@pytest.mark.program
+def test_a_retry_and_the_attempt_it_repeats_link_to_each_other(page: Page) -> None:
+    """The retry's claim says "retry of" and links to the first attempt's claim, and back."""
+    records = {r.attrs.get("id"): r for r in page.dom.rows_of("record")}
+
+    def claim_row(effect_id: str) -> tuple[str, TableRow]:
+        (found,) = [
+            (anchor or "", r)
+            for anchor, r in records.items()
+            if "kind-claim" in r.classes and r.ids[0] == effect_id
+        ]
+        return found
+
+    first_anchor, first = claim_row(PAY)
+    retry_anchor, retry = claim_row(page.retry)
+    assert (f"#{first_anchor}", PAY) in retry.links
+    assert "retry of" in retry.text
+    assert (f"#{retry_anchor}", page.retry) in first.links
+    assert "retried by" in first.text
+
+
+@pytest.mark.program
+def test_long_ids_are_cut_to_unique_prefixes_with_the_whole_id_in_the_title(page: Page) -> None:
+    """A 32-hex id shows 10-12 characters, more where two ids share a prefix; the whole id
+    is the element's title and what a click copies."""
+    shown_as: dict[str, set[str]] = defaultdict(set)
+    for shown, whole in page.dom.ids:
+        shown_as[shown].add(whole)
+    for shown, wholes in shown_as.items():
+        assert len(wholes) == 1, (shown, wholes)  # a prefix names one id on the page
+    cut = {whole: shown for shown, whole in page.dom.ids}
+    for whole in (LOST, page.retry, page.ordinary, page.hostile, page.decided):
+        assert cut[whole].endswith("…")
+        assert whole.startswith(cut[whole][:-1])
+        assert 10 <= len(cut[whole]) - 1 <= 12, cut[whole]
+    for whole in (PAY, TWIN):  # they share 16 characters: 17 tell them apart
+        assert cut[whole] == whole[:17] + "…"
+    for tag, attrs in page.dom.elements:
+        if tag == "code" and "id" in (attrs.get("class") or "").split():
+            assert attrs["title"] == attrs["data-id"]
+    assert cut["write-torn"] == "write-torn"  # a short id is shown whole
+
+
+@pytest.mark.program
+def test_a_click_on_a_cut_id_shows_it_whole(page: Page, tmp_path: Path) -> None:
+    """The page's own script, in Chromium: a click on a cut id (not a link) shows it whole.
+
+    The page is given one more script, allowed by its hash like the page's own, that
+    clicks the first cut id outside a link and the first one inside a link.
+    """
+    clicker = (
+        'const ids = Array.from(document.querySelectorAll("code.id[data-id]"))'
+        '.filter((c) => c.textContent.endsWith("\u2026"));'
+        'const plain = ids.find((c) => !c.closest("a"));'
+        'const linked = ids.find((c) => c.closest("a") && c.dataset.id !== plain.dataset.id);'
+        "plain.click(); linked.click();"
+        "document.body.dataset.plain = plain.dataset.id;"
+        "document.body.dataset.linked = linked.dataset.id;"
+    )
+    digest = base64.b64encode(hashlib.sha256(clicker.encode()).digest()).decode()
+    html = page.html.replace("script-src ", f"script-src 'sha256-{digest}' ", 1)
+    html = html.replace("</body>", f"<script>{clicker}</script></body>", 1)
+    clicked = tmp_path / "clicked.html"
+    clicked.write_text(html)
+    dom = Dom.of(
+        chromium("--dump-dom", clicked.as_uri(), profile=tmp_path / "profile").stdout.decode()
+    )
+    ((_, body),) = [(t, a) for t, a in dom.elements if t == "body"]
+    plain, linked = body["data-plain"], body["data-linked"]
+    assert plain
+    assert linked
+    # Every id is cut alike on the page: the one clicked alone is now whole.
+    assert plain in [text for text, whole in dom.ids if whole == plain]
+    assert all(text.endswith("…") for text, whole in dom.ids if whole == linked)
 
 
 @pytest.mark.program
@@ -476,7 +745,7 @@ def test_runs_unresolved_and_since_choose_what_is_drawn(page: Page, tmp_path: Pa
         "report", "--since", "1d", "--unresolved", "--store", str(page.store), "-o", str(out)
     )
     assert later.returncode == 0, later.stderr
-    assert set(Dom.of(out.read_text()).lanes) == {page.ordinary, page.hostile}
+    assert set(Dom.of(out.read_text()).lanes) == {page.ordinary, page.hostile, page.decided}
     future = ledger("report", "--since", "2999-01-01", "--store", str(page.store), "-o", str(out))
     assert future.returncode == 0
     assert Dom.of(out.read_text()).lanes == {}
@@ -563,7 +832,7 @@ def _large_run(directory: Path, records: int) -> Path:
                 at(),
             )
         )
-        if seq < records and i % 50:  # every 50th claim is left without an outcome
+        if seq < records and i % 10:  # every 10th claim is left without an outcome
             seq += 1
             add(
                 fx.EffectOutcome(
@@ -621,6 +890,17 @@ def test_a_run_of_ten_thousand_records_renders_summarised(tmp_path: Path) -> Non
         1 for tag, attrs in dom.elements if tag == "tr" and "record" in (attrs.get("class") or "")
     )
     assert 0 < rows <= _report.TABLE_LIMIT
+    # What needs a person and the incidents outgrow their lists: the page says how many it
+    # left out, and the command that lists them all.
+    status = ledger("status", "--attention", "--json", "--store", str(store))
+    waiting = len(json.loads(status.stdout))
+    assert waiting > _report.ATTENTION_LIMIT
+    assert len(dom.rows_of("needs")) == _report.ATTENTION_LIMIT
+    assert len(dom.incidents) == _report.INCIDENT_LIMIT
+    shown = f"{_report.ATTENTION_LIMIT} of {waiting} shown"
+    assert f"{shown}, the most urgent first; ledger status --attention --store {store}" in text
+    assert f"{shown}, the oldest claims first; ledger status --unresolved --store {store}" in text
+    assert f"ledger status --attention --store {store}" in dom.commands
 
 
 def _store_with_an_open_claim(store: Path) -> str:
@@ -658,7 +938,7 @@ def test_a_store_path_that_is_not_utf8_is_reported_and_its_commands_reach_it(
     dom = Dom.of(out.read_text(encoding="utf-8"))
     text = dom.all_text()
     assert "st\\xffore" in text  # spelled out, as `ledger` prints the path
-    (command,) = [c for c in dom.commands if c.startswith(f"ledger recover {run_id} ")]
+    (command,) = {c for c in dom.commands if c.startswith(f"ledger recover {run_id} ")}
     assert command.endswith(" --store $'" + str(tmp_path) + "/st\\xffore'")
     # Typed into bash as the page shows it, the command names the store (read with status).
     status = command.replace(f"ledger recover {run_id}", "ledger status --json")
