@@ -14,27 +14,23 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from ledger import _inspect, _jsonl, _report, storage
+import ledger
 from ledger._paths import DB_NAME, default_store
 from ledger._text import UNPRINTABLE, compact_json, printable, shortened
-from ledger.effect_log import EffectPersistenceError
-from ledger.effects import (
-    EffectClaim,
-    EffectKind,
-    EffectOutcome,
-    Impact,
-    Record,
-    Resolution,
-)
-from ledger.storage import ShellMissingError
+
+# The command line starts before it knows its command: the storage layer (SQLAlchemy,
+# Alembic, a backend), the page and the MCP SDK are imported by the commands that use
+# them, so that --version, --help and a usage mistake answer at once.
+if TYPE_CHECKING:
+    from ledger import _inspect, _jsonl, storage
+    from ledger.effects import EffectKind, Impact, Record
 
 __all__ = ["main"]
 
@@ -56,9 +52,12 @@ class _UsageMistake(click.ClickException):
 @contextlib.contextmanager
 def _library_errors() -> Iterator[None]:
     """The library's errors as one line and an exit code, never a traceback."""
+    from ledger.errors import EffectPersistenceError  # noqa: PLC0415 - see the imports
+    from ledger.storage import RunNotFoundError, ShellMissingError  # noqa: PLC0415
+
     try:
         yield
-    except _inspect.RunNotFoundError as e:
+    except RunNotFoundError as e:
         raise _UsageMistake(_one_line(e)) from None
     except (EffectPersistenceError, ValueError, ShellMissingError) as e:
         raise click.ClickException(_one_line(e)) from None
@@ -76,7 +75,7 @@ def _json_escape(match: re.Match[str]) -> str:
     return "".join(f"\\u{int.from_bytes(data[i : i + 2]):04x}" for i in range(0, len(data), 2))
 
 
-class _StoreType(click.ParamType[storage.Location]):
+class _StoreType(click.ParamType[Path | str]):
     """A store directory, or a PostgreSQL URL (postgresql://...)."""
 
     name = "store"
@@ -87,6 +86,8 @@ class _StoreType(click.ParamType[storage.Location]):
     def convert(
         self, value: object, param: click.Parameter | None, ctx: click.Context | None
     ) -> storage.Location:
+        from ledger import storage  # noqa: PLC0415 - see the imports
+
         if isinstance(value, Path) or (isinstance(value, str) and storage.is_url(value)):
             return value
         if not isinstance(value, str):
@@ -130,6 +131,8 @@ def _store_name(location: storage.Location) -> str:
     """The database file of a store directory, or a PostgreSQL store's URL without password."""
     if isinstance(location, Path):
         return str(location / DB_NAME)
+    from ledger import storage  # noqa: PLC0415 - see the imports
+
     return storage.describe(location)
 
 
@@ -162,7 +165,9 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="effect-ledger", prog_name="ledger")
+# The package's own version, which is its distribution's: reading the distribution's
+# metadata would cost more than the rest of --version.
+@click.version_option(ledger.__version__, prog_name="ledger")
 def main() -> None:
     """Inspect, verify and recover effect-ledger stores.
 
@@ -179,6 +184,8 @@ def main() -> None:
 @_json_option
 def runs(store: storage.Location | None, as_json: bool) -> None:
     """One row per run: when it wrote, its writer, its verdict counts."""
+    from ledger import _inspect  # noqa: PLC0415 - see the imports
+
     with _library_errors():
         summaries = _inspect.list_runs(_directory(store))
     if as_json:
@@ -204,8 +211,10 @@ def _refuse_to_vouch(problems: Mapping[str, str | None]) -> None:
 
 
 def _runs_table(summaries: list[_inspect.RunSummary]) -> None:
+    from ledger.storage import VERDICTS  # noqa: PLC0415 - see the imports
+
     _table(
-        ("RUN", "FIRST", "LAST", "WRITER", "CLAIMS", *(v.upper() for v in _inspect.VERDICTS)),
+        ("RUN", "FIRST", "LAST", "WRITER", "CLAIMS", *(v.upper() for v in VERDICTS)),
         [
             (
                 s.run_id,
@@ -213,7 +222,7 @@ def _runs_table(summaries: list[_inspect.RunSummary]) -> None:
                 s.last_at,
                 None if s.writer is None else s.writer.label(),
                 s.claims,
-                *(s.verdicts[v] for v in _inspect.VERDICTS),
+                *(s.verdicts[v] for v in VERDICTS),
             )
             for s in summaries
         ],
@@ -227,6 +236,8 @@ _VALUE_SHOWN = 100
 
 
 def _describe(record: Record) -> tuple[str, str]:
+    from ledger.effects import EffectClaim, EffectOutcome, Resolution  # noqa: PLC0415
+
     if isinstance(record, Resolution):
         word = "applied" if record.applied else "not applied"
         note = f": {record.note}" if record.note else ""
@@ -282,6 +293,8 @@ def show(run: str, store: storage.Location | None, as_json: bool) -> None:
 
     RUN is a run id or a unique prefix of one.
     """
+    from ledger import _inspect  # noqa: PLC0415 - see the imports
+
     with _library_errors():
         report = _inspect.show_run(_directory(store), run)
     if as_json:
@@ -365,6 +378,8 @@ def status(
             raise click.UsageError("give --attention or --unresolved, not both")
         _attention(run, store, as_json=as_json)
         return
+    from ledger import _inspect  # noqa: PLC0415 - see the imports
+
     with _library_errors():
         rows = _inspect.effect_statuses(_directory(store), run, unresolved=unresolved)
     if as_json:
@@ -377,6 +392,8 @@ def status(
 
 
 def _attention(run: str | None, store: storage.Location | None, *, as_json: bool) -> None:
+    from ledger import _inspect  # noqa: PLC0415 - see the imports
+
     with _library_errors():
         found = _inspect.attention(_directory(store), run)
     if as_json:
@@ -443,6 +460,8 @@ def _status_table(rows: list[_inspect.EffectRow]) -> None:
 def _since(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     if value is None:
         return None
+    from ledger import _report  # noqa: PLC0415 - see the imports
+
     try:
         return _report.parse_since(value)
     except ValueError as e:
@@ -485,6 +504,8 @@ def report(
     timeline of its effects with each record's fields. RUN is a run id or a unique
     prefix; without RUN, every run. The page loads nothing from anywhere.
     """
+    from ledger import _report  # noqa: PLC0415 - see the imports
+
     with _library_errors():
         built = _report.build(_directory(store), runs, unresolved=unresolved, since=since)
     try:
@@ -530,6 +551,8 @@ def recover(
     """
     if (run is None) == (not dead):
         raise click.UsageError("give a RUN or --dead (exactly one)")
+    from ledger import _inspect  # noqa: PLC0415 - see the imports
+
     with _library_errors():
         if dead:
             results = _inspect.recover_dead(_directory(store))
@@ -586,6 +609,8 @@ def resolve(
     """
     if applied is None:
         raise click.UsageError("say what you found: --applied or --not-applied")
+    from ledger import _inspect  # noqa: PLC0415 - see the imports
+
     with _library_errors():
         resolution = _inspect.resolve_effect(
             _directory(store), run, effect, applied=applied, by=by, note=note
@@ -618,6 +643,8 @@ def verify(anchors: tuple[str, ...], store: storage.Location | None, as_json: bo
     catches a truncated run, or a chain recomputed after a change. Exits 0 when the
     store is clean, 1 with a report of each problem when it is not.
     """
+    from ledger import _inspect  # noqa: PLC0415 - see the imports
+
     directory = _directory(store)
     with _library_errors():
         heads = tuple(_inspect.Head.parse(a) for a in anchors)
@@ -654,6 +681,8 @@ def head(run: str, store: storage.Location | None, as_json: bool) -> None:
     Keep it somewhere the store's users cannot write; ledger verify --anchor then
     proves the run was neither truncated nor rewritten up to that point.
     """
+    from ledger import _inspect  # noqa: PLC0415 - see the imports
+
     with _library_errors():
         found = _inspect.run_head(_directory(store), run)
     if as_json:
@@ -679,6 +708,8 @@ def export(run: str, output: Path | None, store: storage.Location | None) -> Non
     This is the format of the earlier file-based effect logs: each line is an object
     with "v" (1), "type" (claim, outcome or observation) and "record".
     """
+    from ledger import _jsonl  # noqa: PLC0415 - see the imports
+
     with _library_errors():
         _run_id, lines = _jsonl.export_lines(_directory(store), run)
     text = "".join(line + "\n" for line in lines)
@@ -727,6 +758,8 @@ def import_(
     """
     if run is not None and len(files) > 1:
         raise click.UsageError("--run goes with a single file")
+    from ledger import _jsonl  # noqa: PLC0415 - see the imports
+
     directory = _directory(store)
     imported = []
     with _library_errors():
@@ -766,6 +799,8 @@ def path(store: storage.Location | None, as_json: bool) -> None:
     """
     location = _directory(store)
     if not isinstance(location, Path):
+        from ledger import storage  # noqa: PLC0415 - see the imports
+
         if as_json:
             _print_json({"path": None, "store": storage.describe(location), "exists": None})
         else:
@@ -781,6 +816,43 @@ def path(store: storage.Location | None, as_json: bool) -> None:
     sys.stdout.buffer.flush()
 
 
+@main.command(short_help="Create the store, or bring its schema to this version's.")
+@_store_option
+@_json_option
+def migrate(store: storage.Location | None, as_json: bool) -> None:
+    """Create the store, or bring its schema to the newest revision this version knows.
+
+    A worker's first write does the same; run it beforehand to create a store, to
+    upgrade one before its workers are upgraded, or as the role that owns a PostgreSQL
+    schema when the workers' role may not change it. Running it again changes nothing.
+    A store a newer version wrote is refused, and so is a database that holds other
+    tables: nothing is changed.
+    """
+    from ledger import storage  # noqa: PLC0415 - see the imports
+
+    location = _directory(store)
+    with _library_errors():
+        storage.backend(location)  # the driver it needs, or why it is missing
+        if isinstance(location, Path):
+            from ledger.sqlite import engine  # noqa: PLC0415 - see the imports
+
+            before, after = engine.migrate(location)
+        else:
+            from ledger.postgresql import engine as server  # noqa: PLC0415 - see the imports
+
+            before, after = server.migrate(location)
+    name = storage.describe(location)
+    action = "created" if before is None else "current" if before == after else "upgraded"
+    if as_json:
+        _print_json({"store": name, "action": action, "from": before, "revision": after})
+    elif action == "created":
+        click.echo(printable(f"created the store {name} at schema revision {after}"))
+    elif action == "upgraded":
+        click.echo(printable(f"upgraded the store {name} from schema revision {before} to {after}"))
+    else:
+        click.echo(printable(f"the store {name} is already at schema revision {after}"))
+
+
 @main.command(context_settings={"ignore_unknown_options": True})
 @click.argument("sqlite3_args", nargs=-1, type=click.UNPROCESSED)
 @_store_option
@@ -791,6 +863,8 @@ def sql(sqlite3_args: tuple[str, ...], store: storage.Location | None) -> None:
     A store owned by another user is opened from a private copy. A PostgreSQL store
     opens in psql, every transaction read-only.
     """
+    from ledger import _inspect  # noqa: PLC0415 - see the imports
+
     directory = _directory(store)
     with _library_errors(), _inspect.reader(directory).shell(sqlite3_args) as shell:
         for note in shell.notes:
@@ -807,6 +881,8 @@ def _wait_for_shell(argv: list[str]) -> int:
     interrupts a query and goes on: this process must neither die of it nor ignore it
     (an ignored signal stays ignored in the child), so it catches it and does nothing.
     """
+    import subprocess  # noqa: PLC0415 - see the imports
+
     with subprocess.Popen(argv) as child:  # noqa: S603 - the user's own shell
         forward = lambda signum, _frame: child.send_signal(signum)  # noqa: E731
         previous = {
@@ -821,35 +897,35 @@ def _wait_for_shell(argv: list[str]) -> int:
                 signal.signal(signum, handler)
 
 
-_KINDS = {kind.value: kind for kind in EffectKind}
-
-
 def _kind_option(
     _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
 ) -> dict[str, EffectKind]:
+    from ledger.effects import EffectKind  # noqa: PLC0415 - see the imports
+
+    known = {kind.value: kind for kind in EffectKind}
     kinds = {}
     for value in values:
         tool, sep, word = value.rpartition("=")
-        if not sep or not tool or word.lower() not in _KINDS:
+        if not sep or not tool or word.lower() not in known:
             raise click.BadParameter(
-                printable(f"{value!r} is not TOOL=KIND, KIND one of {', '.join(_KINDS)}")
+                printable(f"{value!r} is not TOOL=KIND, KIND one of {', '.join(known)}")
             )
-        kinds[tool] = _KINDS[word.lower()]
+        kinds[tool] = known[word.lower()]
     return kinds
-
-
-_ERROR_IMPACTS = {"possible": Impact.POSSIBLE, "none": Impact.NONE}
 
 
 def _error_impact_option(
     _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
 ) -> dict[str, Impact]:
+    from ledger.effects import Impact  # noqa: PLC0415 - see the imports
+
+    known = {"possible": Impact.POSSIBLE, "none": Impact.NONE}
     impacts = {}
     for value in values:
         tool, sep, word = value.rpartition("=")
-        if not sep or not tool or word.lower() not in _ERROR_IMPACTS:
+        if not sep or not tool or word.lower() not in known:
             raise click.BadParameter(printable(f"{value!r} is not TOOL=possible or TOOL=none"))
-        impacts[tool] = _ERROR_IMPACTS[word.lower()]
+        impacts[tool] = known[word.lower()]
     return impacts
 
 

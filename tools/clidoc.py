@@ -206,6 +206,7 @@ def _examples() -> dict[str, object]:
         ],
         "import": [_jsonl.Imported(Path(f"{_RUN_A}.jsonl"), _RUN_A, 3, torn_tail=False).to_dict()],
         "path": {"path": f"{_STORE}/ledger.sqlite3", "exists": True},
+        "migrate": {"store": _STORE, "action": "created", "from": None, "revision": "0012"},
         "head": _inspect.Head(_RUN_A, len(history_a.records()), "5" * 64).to_dict(),
     }
 
@@ -223,6 +224,7 @@ _EXAMPLE_COMMANDS = {
     "export": "ledger export 3f9c",
     "import": f"ledger import {_RUN_A}.jsonl --json",
     "path": "ledger path --json",
+    "migrate": "ledger migrate --json",
     "head": "ledger head 3f9c --json",
 }
 
@@ -454,6 +456,12 @@ _SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
     "store path": (
         ("path", "string", "the absolute path of the database file"),
         ("exists", "boolean", "whether that file exists"),
+    ),
+    "migration": (
+        ("store", "string", "the store: its directory, or its URL without the password"),
+        ("action", "string", "`created`, `upgraded` or `current` (nothing to do)"),
+        ("from", "string or null", "the schema revision before; `null` for a store created"),
+        ("revision", "string", "the schema revision now: the newest this version knows"),
     ),
     # the records, from ledger.effects
     "claim": (
@@ -807,6 +815,22 @@ whose chain was recomputed after a change: `ledger verify --anchor RUN:SEQ:HASH`
 `--json` prints one [run head](#run-head) object.
 
 {_shape("run head")}""",
+    "migrate": f"""\
+Writes the store: creates it (a directory and its database, or the tables of a
+PostgreSQL schema), or applies the migrations it lacks, exactly as a worker's first
+write would, with every check of its files and schema. It prints what it did: created,
+upgraded from one schema revision to the next, or already at the newest. Running it
+again changes nothing. A store at a revision this version does not know (a newer
+version wrote it) and a database that holds tables but no ledger schema are refused in
+one line (exit 1), unchanged.
+
+On PostgreSQL, run it as the role that owns the schema, before the workers start (or
+after upgrading the package, before the workers are upgraded): see
+[postgresql.md](postgresql.md#roles).
+
+`--json` prints one [migration](#migration) object.
+
+{_shape("migration")}""",
     "path": f"""\
 Prints the path of the database file, `ledger.sqlite3` in the store directory (see
 [Which store](#which-store)), without opening it: it creates nothing and works when

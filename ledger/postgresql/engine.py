@@ -19,7 +19,8 @@ from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from ledger.errors import StoreFileRefusedError
+from ledger.errors import StoreCorruptError, StoreFileRefusedError
+from ledger.postgresql.errors import storage_errors
 from ledger.sqlite.engine import alembic_config, check_known, head_revision, revision_mismatch
 from ledger.sqlite.schema import metadata
 from ledger.storage import describe
@@ -161,3 +162,32 @@ _ALREADY_THERE = {"42701", "42P07", "42P06", "42710"}
 
 def _already_there(error: DBAPIError) -> bool:
     return getattr(error.orig, "sqlstate", None) in _ALREADY_THERE
+
+
+def migrate(location: str) -> tuple[str | None, str]:
+    """Create the store at ``location``, or bring its schema to head: (revision before, after).
+
+    The revision before is ``None`` for a store created now. Refused, with nothing
+    changed: a schema holding tables but no ledger schema (not a store), and a store at
+    a revision this library does not know. Run it as the role that owns the schema.
+    """
+    store = display(location)
+    found = engine(location, pool_size=1)
+    try:
+        with storage_errors(f"cannot migrate the store {store}"):
+            with found.connect() as conn:
+                before = MigrationContext.configure(conn).get_current_revision()
+                tables = conn.exec_driver_sql(
+                    "SELECT count(*) FROM information_schema.tables"
+                    " WHERE table_schema = current_schema()"
+                ).scalar()
+                conn.rollback()
+            if before is None and tables:
+                raise StoreCorruptError(
+                    f"the database {store} holds tables but no ledger schema: it is not a "
+                    "store; nothing was changed"
+                )
+            upgrade(found, store)
+    finally:
+        found.dispose()
+    return before, head_revision()
