@@ -30,7 +30,7 @@ from ledger._text import UNPRINTABLE, compact_json, printable, shortened
 # them, so that --version, --help and a usage mistake answer at once.
 if TYPE_CHECKING:
     from ledger import _inspect, _jsonl, storage
-    from ledger.effects import EffectKind, Impact, Record
+    from ledger.effects import EffectKind, History, Impact, Record
 
 __all__ = ["main"]
 
@@ -81,6 +81,7 @@ class _StoreType(click.ParamType[Path | str]):
     name = "store"
 
     def __init__(self, *, file_okay: bool = False) -> None:
+        self._file_okay = file_okay
         self._path = click.Path(file_okay=file_okay, path_type=Path)
 
     def convert(
@@ -97,6 +98,18 @@ class _StoreType(click.ParamType[Path | str]):
                 storage.backend(value)
             except ValueError as e:
                 self.fail(str(e), param, ctx)
+        named = Path(value)
+        if not self._file_okay and named.name == DB_NAME and not named.is_dir():
+            # The file `ledger path` prints, given where its directory is wanted.
+            holder = named.absolute().parent
+            self.fail(
+                printable(
+                    f"{value} is the store's database file: give the directory that holds "
+                    f"it: {holder}"
+                ),
+                param,
+                ctx,
+            )
         converted: Path = self._path.convert(value, param, ctx)
         return converted
 
@@ -106,8 +119,9 @@ def _store_option(f: F) -> F:
         "--store",
         type=_StoreType(),
         default=None,
-        help="Store directory, or a PostgreSQL URL postgresql://... Default: $LEDGER_URL, "
-        "else $LEDGER_DIR, else $XDG_STATE_HOME/ledger, else ~/.local/state/ledger.",
+        metavar="DIR|URL",
+        help="The store: a directory (SQLite), or a PostgreSQL URL postgresql://... Default: "
+        "$LEDGER_URL, else $LEDGER_DIR, else $XDG_STATE_HOME/ledger, else ~/.local/state/ledger.",
     )(f)
 
 
@@ -171,8 +185,10 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
 def main() -> None:
     """Inspect, verify and recover effect-ledger stores.
 
-    A store is a directory holding one SQLite database shared by every run on the
-    machine. Reading commands never change it.
+    A store is where workers record their effects: a directory holding one SQLite
+    database, shared by every run on the machine, or a PostgreSQL database named by its
+    URL (postgresql://...), shared by every host. --store names it; ledger migrate
+    creates it. Reading commands never change it.
     """
 
 
@@ -544,10 +560,11 @@ def recover(
     """Mark claims that never got an outcome as interrupted, with possible impact.
 
     Give RUN (an id or a unique prefix), or --dead. A run is in use while a live
-    process has it loaded: the kernel holds a lock for it in the store's ledger.lock,
-    whatever its pid namespace or container. RUN is refused while in use, unless
-    --force; --dead leaves such runs alone. A run another recover is recovering at the
-    same moment is left alone (exit 0).
+    process has it loaded: that process holds a lock on it, gone with the process
+    whatever its pid namespace, container or host (a kernel lock in a store
+    directory's ledger.lock, a session's advisory lock on PostgreSQL). RUN is refused
+    while in use, unless --force; --dead leaves such runs alone. A run another recover
+    is recovering at the same moment is left alone (exit 0).
     """
     if (run is None) == (not dead):
         raise click.UsageError("give a RUN or --dead (exactly one)")
@@ -602,7 +619,8 @@ def resolve(
 ) -> None:
     """Settle EFFECT of RUN after checking the world: it landed (--applied) or not.
 
-    RUN is a run id or a unique prefix of one. The resolution is a record of the run,
+    RUN is a run id or a unique prefix of one; EFFECT an effect id of that run or a
+    unique prefix of one. The resolution is a record of the run,
     chained like the others, at most one per effect. It leaves the verdict as the
     evidence says and settles the effect: it leaves the incident list, and its next
     step becomes done (applied) or retry with the same idempotency key (not applied).
@@ -611,9 +629,12 @@ def resolve(
         raise click.UsageError("say what you found: --applied or --not-applied")
     from ledger import _inspect  # noqa: PLC0415 - see the imports
 
+    location = _directory(store)
     with _library_errors():
+        run_id, history, _writer = _inspect.reader(location).run(run)
+        effect = _effect_id(run_id, history, effect)
         resolution = _inspect.resolve_effect(
-            _directory(store), run, effect, applied=applied, by=by, note=note
+            location, run_id, effect, applied=applied, by=by, note=note
         )
     if as_json:
         _print_json(resolution.to_dict())
@@ -626,7 +647,35 @@ def resolve(
     )
 
 
-@main.command(short_help="Check the file, the schema and every run; exit 1 on a problem.")
+# How many candidates a message about an ambiguous effect prefix names.
+_CANDIDATES_SHOWN = 4
+
+
+def _effect_id(run_id: str, history: History, given: str) -> str:
+    """The effect of the run that ``given`` names: its whole id, or a unique prefix of one.
+
+    A whole id wins over the ids it is a prefix of. One that names no effect, or more
+    than one, is a usage mistake: one line, with a few of the candidates.
+    """
+    ids = list(dict.fromkeys(claim.effect_id for claim in history.claims))
+    if given in ids:
+        return given
+    found = [effect_id for effect_id in ids if given and effect_id.startswith(given)]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise _UsageMistake(printable(f"no effect of run {run_id} matches {given!r}"))
+    shown = ", ".join(found[:_CANDIDATES_SHOWN])
+    more = f" and {len(found) - _CANDIDATES_SHOWN} more" if len(found) > _CANDIDATES_SHOWN else ""
+    raise _UsageMistake(
+        printable(
+            f"{given!r} matches {len(found)} effects of run {run_id} ({shown}{more}); "
+            "give more characters"
+        )
+    )
+
+
+@main.command(short_help="Check the store's schema and every run; exit 1 on a problem.")
 @click.option(
     "--anchor",
     "anchors",
@@ -637,7 +686,7 @@ def resolve(
 @_store_option
 @_json_option
 def verify(anchors: tuple[str, ...], store: storage.Location | None, as_json: bool) -> None:
-    """Check the database file, the schema and its guards, and every row and chain of every run.
+    """Check the database, the schema and its guards, and every row and chain of every run.
 
     With --anchor, also check that a run still holds the head recorded earlier: this
     catches a truncated run, or a chain recomputed after a change. Exits 0 when the
@@ -788,14 +837,13 @@ def _report_imports(imported: list[_jsonl.Imported], *, as_json: bool) -> None:
 # --------------------------------------------------------------------------- the store
 
 
-@main.command()
+@main.command(short_help="Print the store's database file, or its URL.")
 @_store_option
 @_json_option
 def path(store: storage.Location | None, as_json: bool) -> None:
-    """Print the path of the store's database file.
+    """Print the path of the store's database file, or a PostgreSQL store's URL.
 
-    For a PostgreSQL store, its URL with the password removed (and, with --json, a null
-    path).
+    The URL is printed with its password removed (and, with --json, a null path).
     """
     location = _directory(store)
     if not isinstance(location, Path):
@@ -853,15 +901,19 @@ def migrate(store: storage.Location | None, as_json: bool) -> None:
         click.echo(printable(f"the store {name} is already at schema revision {after}"))
 
 
-@main.command(context_settings={"ignore_unknown_options": True})
-@click.argument("sqlite3_args", nargs=-1, type=click.UNPROCESSED)
+@main.command(
+    short_help="Open the store's own shell (sqlite3 or psql), read-only.",
+    context_settings={"ignore_unknown_options": True},
+)
+@click.argument("sqlite3_args", nargs=-1, type=click.UNPROCESSED, metavar="[ARG]...")
 @_store_option
 def sql(sqlite3_args: tuple[str, ...], store: storage.Location | None) -> None:
-    """Open the stock sqlite3 shell on the store, read-only, in its safe mode.
+    """Open the store's own shell, read-only: sqlite3 in its safe mode, or psql.
 
-    Extra arguments go to sqlite3, e.g. ledger sql -box "SELECT * FROM effect_status".
-    A store owned by another user is opened from a private copy. A PostgreSQL store
-    opens in psql, every transaction read-only.
+    Extra arguments go to the shell, e.g. ledger sql -box "SELECT * FROM effect_status"
+    (sqlite3) or ledger sql -c "SELECT * FROM effect_status" (psql). A store directory
+    owned by another user is opened from a private copy. On PostgreSQL every
+    transaction is read-only.
     """
     from ledger import _inspect  # noqa: PLC0415 - see the imports
 

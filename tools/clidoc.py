@@ -245,17 +245,20 @@ for people, or JSON for scripts with `--json`.
 _GENERAL = """\
 ## Which store
 
-Every command takes `--store DIR`, the store directory. Without it the store is the
-first of:
+Every command takes `--store DIR|URL`: a store directory (SQLite), or the URL of a
+PostgreSQL store, `postgresql://...` ([postgresql.md](postgresql.md)). Without it the
+store is the first of:
 
-1. `$LEDGER_DIR`, when it is set and not empty;
-2. `$XDG_STATE_HOME/ledger`, when `XDG_STATE_HOME` is an absolute path;
-3. `~/.local/state/ledger`.
+1. `$LEDGER_URL`, when it is set and not empty;
+2. `$LEDGER_DIR`, when it is set and not empty;
+3. `$XDG_STATE_HOME/ledger`, when `XDG_STATE_HOME` is an absolute path;
+4. `~/.local/state/ledger`.
 
-That is the library's default (`effects_dir()`), so `ledger` finds the store a worker
+That is the library's default store, so `ledger` finds the store a worker
 uses when it runs with the worker's environment. A relative `DIR` is taken from the
 current directory. The database is the file `ledger.sqlite3` in the store directory:
-`ledger path` prints its path. A `--store` that names a file is a usage mistake.
+`ledger path` prints its path. A `--store` that names a file is a usage mistake; given
+that database file, it names the directory to give instead.
 
 ## Reading commands never change the store
 
