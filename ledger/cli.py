@@ -160,22 +160,56 @@ def _json_text(text: str) -> str:
     return text if text.isprintable() else UNPRINTABLE.sub(_json_escape, text)
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    """An aligned table; a verdict column is coloured when the output is a terminal."""
+# The narrowest the last column of a wrapped table gets, however wide the others are.
+_MIN_WRAP = 50
+
+
+def _wrapped(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width``, broken after "; " (a longer part stays whole)."""
+    parts = text.split("; ")
+    lines = [parts[0]]
+    for part in parts[1:]:
+        if len(lines[-1]) + 2 + len(part) <= width:
+            lines[-1] += f"; {part}"
+        else:
+            lines[-1] += ";"
+            lines.append(part)
+    return lines
+
+
+def _table(
+    headers: Sequence[str], rows: Sequence[Sequence[object]], *, wrap: int | None = None
+) -> None:
+    """An aligned table; a verdict column is coloured when the output is a terminal.
+
+    ``wrap``: the last column's text goes on as many lines as it takes to keep lines
+    within ``wrap`` columns, each broken after a "; " and aligned under its column.
+    """
     text = [["-" if cell is None else printable(str(cell)) for cell in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in text), 0) for i, h in enumerate(headers)]
     last = len(headers) - 1
+    lines: list[list[str]] = [[row[last]] for row in text]
+    if wrap is not None:
+        offset = sum(
+            max(len(h), *(len(r[i]) for r in text), 0) + 2 for i, h in enumerate(headers[:last])
+        )
+        lines = [_wrapped(row[last], max(wrap - offset, _MIN_WRAP)) for row in text]
+        for row, wrapped in zip(text, lines, strict=True):
+            row[last] = wrapped[0]
+    widths = [max(len(h), *(len(r[i]) for r in text), 0) for i, h in enumerate(headers)]
 
     def pad(cell: str, i: int) -> str:
         return cell if i == last else cell.ljust(widths[i])  # no trailing spaces
 
     click.echo("  ".join(click.style(pad(h, i), bold=True) for i, h in enumerate(headers)))
-    for row in text:
+    for row, cell_lines in zip(text, lines, strict=True):
         cells = []
         for i, cell in enumerate(row):
             colour = _VERDICT_COLOURS.get(cell) if headers[i] == "VERDICT" else None
             cells.append(click.style(pad(cell, i), fg=colour) if colour else pad(cell, i))
         click.echo("  ".join(cells))
+        indent = " " * sum(width + 2 for width in widths[:last])
+        for more in cell_lines[1:]:
+            click.echo(indent + more)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -247,8 +281,23 @@ def _runs_table(summaries: list[_inspect.RunSummary]) -> None:
 
 # How much of a claim's step and of a recorded value (arguments, result) a line of
 # `ledger show` holds; `ledger show --json` and `ledger export` hold them whole.
-_STEP_SHOWN = 60
-_VALUE_SHOWN = 100
+_STEP_SHOWN = 40
+_VALUE_SHOWN = 50
+# How much of an id, a key and a locator (its end: a path's file name) the text of
+# `ledger show` holds: its lines fit about 120 columns.
+_ID_SHOWN = 12
+_LOCATOR_SHOWN = 40
+_WIDTH = 118
+
+
+def _short_id(ident: str) -> str:
+    """An id cut to a prefix (a run's or an effect's is enough to name it, as git's)."""
+    return ident if len(ident) <= _ID_SHOWN + 2 else ident[:_ID_SHOWN] + "\u2026"
+
+
+def _tail(locator: str, limit: int = _LOCATOR_SHOWN) -> str:
+    """A locator cut to its end, which names the thing (a path's directories come first)."""
+    return locator if len(locator) <= limit else "\u2026" + locator[-(limit - 1) :]
 
 
 def _describe(record: Record) -> tuple[str, str]:
@@ -259,11 +308,15 @@ def _describe(record: Record) -> tuple[str, str]:
         note = f": {record.note}" if record.note else ""
         return record.effect_id, f"resolved {word} by {record.by}{note}"
     if isinstance(record, EffectClaim):
-        scope = ", ".join(r.locator for r in record.impact_scope) or "-"
+        scope = ", ".join(_tail(r.locator) for r in record.impact_scope[:2]) or "-"
+        if len(record.impact_scope) > 2:
+            scope += f" and {len(record.impact_scope) - 2} more"
+        alone = {r.locator for r in record.impact_scope} if len(record.impact_scope) == 1 else ()
         duties = ", ".join(
             p.predicate.value
             + (f"={p.expected[:12]}" if p.expected else "")
-            + f" {p.target.locator}"
+            # The scope's one resource is not named twice.
+            + ("" if p.target.locator in alone else f" {_tail(p.target.locator)}")
             for p in record.obligations
         )
         retry = f", retry of {record.retry_of}" if record.retry_of else ""
@@ -277,7 +330,7 @@ def _describe(record: Record) -> tuple[str, str]:
             record.effect_id,
             f"{record.operation.name} ({record.kind.value}{retry}) on {scope}"
             + (f"; expects {duties}" if duties else "")
-            + f"; key {record.idempotency_key}{step}{args}",
+            + f"; key {_short_id(record.idempotency_key)}{step}{args}",
         )
     if isinstance(record, EffectOutcome):
         replayed = " (recovery)" if record.replayed else ""
@@ -297,32 +350,40 @@ def _describe(record: Record) -> tuple[str, str]:
         if value
     )
     how = f"{record.mechanism.value}, {record.coverage.value}"
-    return record.observation_id, f"{record.resource.locator}: {seen}{extra} ({how})"
+    return record.observation_id, f"{_tail(record.resource.locator)}: {seen}{extra}; by {how}"
 
 
 @main.command(short_help="A run's timeline and the verdict on each effect.")
-@click.argument("run")
+@click.argument("run", required=False)
 @_store_option
 @_json_option
-def show(run: str, store: storage.Location | None, as_json: bool) -> None:
+def show(run: str | None, store: storage.Location | None, as_json: bool) -> None:
     """A run's timeline, every record in seq order, and the verdict on each effect.
 
-    RUN is a run id or a unique prefix of one.
+    RUN is a run id or a unique prefix of one; without RUN, the run that wrote last
+    (said on stderr). Long fields (ids, keys, paths, recorded values) are cut to fit
+    the lines in about 120 columns; --json holds everything whole.
     """
     from ledger import _inspect  # noqa: PLC0415 - see the imports
 
+    location = _directory(store)
     with _library_errors():
-        report = _inspect.show_run(_directory(store), run)
+        if run is None:
+            run = _newest_run(location)
+        report = _inspect.show_run(location, run)
     if as_json:
         _print_json(report.to_dict())
         return
     writer = "unknown" if report.writer is None else report.writer.label()
-    click.echo(printable(f"run {report.run_id}  writer {writer}") + "\n")
+    records = report.history.records()
+    day, times = _times([r.recorded_at or "" for r in records])
+    on = f"  on {day} (UTC)" if day else ""
+    click.echo(printable(f"run {report.run_id}  writer {writer}{on}") + "\n")
     rows = []
-    for record in report.history.records():
+    for record, time in zip(records, times, strict=True):
         ident, what = _describe(record)
-        rows.append((record.seq, record.recorded_at, record.record_type, ident, what))
-    _table(("SEQ", "RECORDED", "KIND", "ID", "WHAT"), rows)
+        rows.append((record.seq, time, record.record_type, _short_id(ident), what))
+    _table(("SEQ", "RECORDED", "KIND", "ID", "WHAT"), rows, wrap=_WIDTH)
     click.echo()
     operations = {c.effect_id: c.operation.name for c in report.history.claims}
     _table(
@@ -339,22 +400,58 @@ def show(run: str, store: storage.Location | None, as_json: bool) -> None:
         ),
         [
             (
-                a.effect_id,
+                _short_id(a.effect_id),
                 operations[a.effect_id],
                 None if a.execution is None else a.execution.value,
                 None if a.impact is None else a.impact.value,
                 a.verdict.value,
                 "yes" if a.unresolved_impact else "no",
                 d.step.value,
-                ",".join(a.evidence) or None,
-                ",".join(a.stale) or None,
+                _ids(a.evidence),
+                _ids(a.stale),
             )
             for a, d in zip(report.assessments, report.decisions, strict=True)
         ],
     )
     click.echo()
-    for d in report.decisions:
+    for d in report.decisions:  # each effect's whole id, to copy
         click.echo(printable(f"{d.effect_id}: {d.step.value.upper()}: {d.reason}"))
+
+
+def _newest_run(location: storage.Location) -> str:
+    """The id of the run that wrote last, said on stderr; a usage mistake if there is none."""
+    from ledger import _inspect  # noqa: PLC0415 - see the imports
+
+    summaries = _inspect.list_runs(location)
+    if not summaries:
+        raise _UsageMistake("no RUN given, and the store holds no run yet")
+    newest = max(summaries, key=lambda s: (s.last_at or "", s.run_id))
+    click.echo(
+        printable(f"no RUN given: the run that wrote last, {newest.run_id}, at {newest.last_at}"),
+        err=True,
+    )
+    return newest.run_id
+
+
+def _times(stamps: Sequence[str]) -> tuple[str | None, list[str]]:
+    """The day of a run's records and their times of day (to the millisecond), if one day.
+
+    A run whose records span days, or any time not in UTC, keeps its times whole.
+    """
+    days = {stamp[:10] for stamp in stamps}
+    if len(days) == 1 and all(len(t) > 23 and t.endswith("+00:00") for t in stamps):
+        return days.pop(), [stamp[11:23] for stamp in stamps]
+    return None, list(stamps)
+
+
+# How many ids a cell of evidence or stale observations names before it counts the rest.
+_IDS_SHOWN = 2
+
+
+def _ids(idents: Sequence[str]) -> str | None:
+    shown = ",".join(_short_id(i) for i in idents[:_IDS_SHOWN])
+    more = f" +{len(idents) - _IDS_SHOWN} more" if len(idents) > _IDS_SHOWN else ""
+    return shown + more or None
 
 
 @main.command()

@@ -639,18 +639,29 @@ recovered it.
     "show": f"""\
 Reads the store. RUN is a run id or a unique prefix of one, in lowercase hex, the way
 git takes commit prefixes; a RUN that matches no run or more than one is a usage
-mistake (exit 2). The run is validated as `EffectLog.load` validates it: a record that
+mistake (exit 2). Without RUN, it shows the run that wrote last (the newest record of
+the store), and says which on stderr; on a store with no run, that is a usage mistake.
+The run is validated as `EffectLog.load` validates it: a record that
 does not validate is an error (exit 1), never skipped. It prints the writer, then the
 timeline (every claim, outcome and observation in `seq` order), then one row per
 effect: its operation, the execution and impact of its current outcome, its verdict,
 whether its impact is unresolved, and the observations that are evidence for it or
 stale.
 
+The text is made to be read in about 120 columns. When every record of the run is of
+one day, the title says which (UTC) and each record shows its time of day. Ids longer
+than 14 characters (and idempotency keys) show their first 12, then `…`; a unique
+prefix names a run or an effect anywhere a command takes one, and each effect's whole
+id starts its line of advice at the end. A locator longer than 40 characters shows its
+end, `…` first (a path's file name is at its end), and a claim does not name its one
+resource again in what it expects of it. A record's text goes on over several lines,
+under its column, broken after a `;`.
+
 In the timeline a claim shows its step, when it has one, and its recorded arguments;
 an outcome shows its recorded result (`result null` for a recorded `null`). Nothing is
-shown of a value that was not recorded. Each is compact JSON on one line, cut after 100
-characters (60 for a step) with the whole length said, `... (2417 chars)`;
-`--json` and `ledger export` hold them whole.
+shown of a value that was not recorded. Each is compact JSON, cut after 50 characters
+(40 for a step) with the whole length said, `... (2417 chars)`; `--json` and
+`ledger export` hold them whole.
 
 `--json` prints one [run report](#run-report) object.
 
