@@ -12,9 +12,6 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from alembic import command
-from alembic.autogenerate import compare_metadata
-from alembic.runtime.migration import MigrationContext
 from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.pool import ConnectionPoolEntry
@@ -109,6 +106,8 @@ def engine(location: str, *, pool_size: int = 4) -> Engine:
 
 def has_schema(conn: Connection) -> bool:
     """Whether the database holds a ledger store (its Alembic version table)."""
+    from alembic.runtime.migration import MigrationContext  # noqa: PLC0415 - as in sqlite
+
     return MigrationContext.configure(conn).get_current_revision() is not None
 
 
@@ -118,6 +117,11 @@ def upgrade(engine_: Engine, store: object = "") -> bool:
     A store at a revision this library does not know is refused; one whose migration
     meets objects its revision lacks is refused too, the migration rolled back whole.
     """
+    # Alembic is imported by what migrates, never by a reader (see ledger.sqlite.engine).
+    from alembic import command  # noqa: PLC0415
+    from alembic.autogenerate import compare_metadata  # noqa: PLC0415
+    from alembic.runtime.migration import MigrationContext  # noqa: PLC0415
+
     head = head_revision()
     with engine_.connect() as conn:
         current = MigrationContext.configure(conn).get_current_revision()
@@ -171,6 +175,8 @@ def migrate(location: str) -> tuple[str | None, str]:
     changed: a schema holding tables but no ledger schema (not a store), and a store at
     a revision this library does not know. Run it as the role that owns the schema.
     """
+    from alembic.runtime.migration import MigrationContext  # noqa: PLC0415 - as in upgrade
+
     store = display(location)
     found = engine(location, pool_size=1)
     try:

@@ -7,7 +7,10 @@ other tables, are refused in one line with exit 1 and left as they were.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +20,7 @@ from alembic import command
 from ledger._paths import DB_NAME
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.sqlite.engine import alembic_config, head_revision, revisions
-from tests.builders import fs_ref, ledger, op
+from tests.builders import CHILD_TIMEOUT, fs_ref, ledger, op, subprocess_env
 from tests.postgresql import driver
 from tests.postgresql.server import server
 
@@ -119,6 +122,18 @@ def test_migrate_creates_and_upgrades_a_postgresql_store() -> None:
     assert again.stdout.endswith(f"is already at schema revision {head_revision()}\n")
     with EffectLog(new_run_id(), url) as log:  # a store the library writes
         log.claim(effect_id="e1", action_id="a1", operation=op(), impact_scope=[fs_ref("/a")])
+    # A reader of it needs no Alembic (it never migrates).
+    read = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "ledger", "runs", "--store", url],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=CHILD_TIMEOUT,
+        check=False,
+    )
+    assert read.returncode == 0, read.stderr[-2000:]
+    assert re.search(r"\|\s*psycopg$", read.stderr, re.MULTILINE)
+    assert not re.search(r"\|\s*alembic(\.\S*)?$", read.stderr, re.MULTILINE)
 
     other = server().new_database()
     driver.execute(other, "CREATE TABLE customers (name text)")

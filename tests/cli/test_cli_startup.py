@@ -15,6 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from ledger.sqlite.engine import (
+    _migrations_dir,
+    _read_revisions,
+    _walk_revisions,
+    head_revision,
+    revisions,
+)
 from tests.builders import CHILD_TIMEOUT, ledger, subprocess_env
 
 pytestmark = pytest.mark.program
@@ -81,8 +88,47 @@ def test_version_and_help_import_nothing_of_storage(args: tuple[str, ...]) -> No
     assert _heavy(_imported(*args)) == []
 
 
-def test_a_command_that_reads_a_store_imports_the_storage_layer(tmp_path: Path) -> None:
-    """The check above can fail: a command that reads a store does import SQLAlchemy."""
+def test_a_command_that_reads_a_store_imports_sqlalchemy_but_not_alembic(tmp_path: Path) -> None:
+    """A reader needs SQLAlchemy (so the check above can fail), but never migrates."""
     assert ledger("migrate", "--store", str(tmp_path)).returncode == 0
-    modules = _imported("runs", "--store", str(tmp_path))
-    assert {"sqlalchemy", "ledger._inspect", "ledger.sqlite.forensics"} <= modules
+    for args in (("runs",), ("status", "--json"), ("verify",)):
+        modules = _imported(*args, "--store", str(tmp_path))
+        assert {"sqlalchemy", "ledger._inspect", "ledger.sqlite.forensics"} <= modules
+        assert not [m for m in modules if m.partition(".")[0] == "alembic"], args
+
+
+def test_the_revisions_read_from_the_scripts_are_alembics() -> None:
+    """Read without running the scripts, the schema's history is the one Alembic walks."""
+    versions = _migrations_dir() / "versions"
+    assert _read_revisions(versions) == _walk_revisions(str(_migrations_dir()))
+    assert revisions() == _walk_revisions(str(_migrations_dir()))
+    assert head_revision() == revisions()[-1]
+
+
+@pytest.mark.parametrize(
+    "scripts",
+    [
+        # a branch: two scripts on one parent
+        {"a": ("0001", None), "b": ("0002", "0001"), "c": ("0003", "0001")},
+        # a parent no script holds
+        {"a": ("0001", None), "b": ("0003", "0002")},
+        # two roots
+        {"a": ("0001", None), "b": ("0002", None)},
+    ],
+    ids=["branch", "missing parent", "two roots"],
+)
+def test_a_history_that_is_not_one_line_is_left_to_alembic(
+    tmp_path: Path, scripts: dict[str, tuple[str, str | None]]
+) -> None:
+    for name, (revision, parent) in scripts.items():
+        (tmp_path / f"{name}.py").write_text(
+            f"revision: str = {revision!r}\ndown_revision: str | None = {parent!r}\n"
+        )
+    assert _read_revisions(tmp_path) is None
+
+
+def test_a_revision_that_is_not_a_literal_is_left_to_alembic(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text('revision = "00" + "01"\ndown_revision = None\n')
+    assert _read_revisions(tmp_path) is None
+    (tmp_path / "a.py").write_text('revision = "0001"\ndown_revision = None\n')
+    assert _read_revisions(tmp_path) == ("0001",)
