@@ -98,6 +98,7 @@ def test_show_without_run_shows_the_run_that_wrote_last(store: tuple[Path, str, 
 
 
 def test_show_without_run_on_a_store_without_runs_is_a_usage_mistake(tmp_path: Path) -> None:
+    """No run to show: exit 2, one line."""
     assert ledger("migrate", "--store", str(tmp_path)).returncode == 0
     shown = ledger("show", "--store", str(tmp_path))
     assert shown.returncode == 2

@@ -120,6 +120,7 @@ def test_the_revisions_read_from_the_scripts_are_alembics() -> None:
 def test_a_history_that_is_not_one_line_is_left_to_alembic(
     tmp_path: Path, scripts: dict[str, tuple[str, str | None]]
 ) -> None:
+    """A branch, a missing parent or two roots: not read, Alembic's walk decides."""
     for name, (revision, parent) in scripts.items():
         (tmp_path / f"{name}.py").write_text(
             f"revision: str = {revision!r}\ndown_revision: str | None = {parent!r}\n"
@@ -128,6 +129,7 @@ def test_a_history_that_is_not_one_line_is_left_to_alembic(
 
 
 def test_a_revision_that_is_not_a_literal_is_left_to_alembic(tmp_path: Path) -> None:
+    """A revision computed by code is not guessed at; a literal one is read."""
     (tmp_path / "a.py").write_text('revision = "00" + "01"\ndown_revision = None\n')
     assert _read_revisions(tmp_path) is None
     (tmp_path / "a.py").write_text('revision = "0001"\ndown_revision = None\n')

@@ -65,6 +65,7 @@ def _pid(path: Path) -> int:
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc; PR_SET_PDEATHSIG is Linux's")
 def test_a_server_that_ignores_its_stdin_dies_with_a_killed_proxy(tmp_path: Path) -> None:
+    """SIGKILL the proxy: its server, which never reads its stdin, is stopped all the same."""
     setup = Setup.make(tmp_path)
     pidfile = setup.state / "pid"
     client = RawClient(
