@@ -292,12 +292,12 @@ _WIDTH = 118
 
 def _short_id(ident: str) -> str:
     """An id cut to a prefix (a run's or an effect's is enough to name it, as git's)."""
-    return ident if len(ident) <= _ID_SHOWN + 2 else ident[:_ID_SHOWN] + "\u2026"
+    return ident if len(ident) <= _ID_SHOWN + 3 else ident[:_ID_SHOWN] + "..."
 
 
 def _tail(locator: str, limit: int = _LOCATOR_SHOWN) -> str:
     """A locator cut to its end, which names the thing (a path's directories come first)."""
-    return locator if len(locator) <= limit else "\u2026" + locator[-(limit - 1) :]
+    return locator if len(locator) <= limit else "..." + locator[-(limit - 3) :]
 
 
 def _describe(record: Record) -> tuple[str, str]:

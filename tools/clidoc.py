@@ -650,10 +650,10 @@ stale.
 
 The text is made to be read in about 120 columns. When every record of the run is of
 one day, the title says which (UTC) and each record shows its time of day. Ids longer
-than 14 characters (and idempotency keys) show their first 12, then `…`; a unique
+than 15 characters (and idempotency keys) show their first 12, then `...`; a unique
 prefix names a run or an effect anywhere a command takes one, and each effect's whole
 id starts its line of advice at the end. A locator longer than 40 characters shows its
-end, `…` first (a path's file name is at its end), and a claim does not name its one
+end, `...` first (a path's file name is at its end), and a claim does not name its one
 resource again in what it expects of it. A record's text goes on over several lines,
 under its column, broken after a `;`.
 

@@ -553,12 +553,12 @@ def test_show_prints_the_timeline_and_the_verdicts(built, cli) -> None:
     ]
     assert [r["ID"] for r in rows] == ["e-torn", "e-lost", "e-torn", "e-lost", "o-b"]
     b = history.claims[0].impact_scope[0].locator
-    shown = b if len(b) <= 40 else "\u2026" + b[-39:]  # a long path's end: its file name
+    shown = b if len(b) <= 40 else "..." + b[-37:]  # a long path's end: its file name
     key = history.claims[0].idempotency_key
     # The scope's one file is named once; the key by a prefix, as ids are.
     assert rows[0]["WHAT"] == (
         f"write_file (write) on {shown}; expects sha256={sha(b'bravo bravo')[:12]}; "
-        f"key {key[:12]}\u2026"
+        f"key {key[:12]}..."
     )
     assert rows[2]["WHAT"] == "interrupted, impact possible (recovery)"
     assert rows[4]["WHAT"] == (

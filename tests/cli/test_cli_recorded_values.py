@@ -187,7 +187,7 @@ def test_show_says_nothing_of_values_not_recorded(built, outputs) -> None:
     claim, outcome = _claim(built, "e-bare"), _outcome(built, "e-bare")
     assert (claim.step, claim.args, outcome.result_recorded) == ("", None, False)
     claim_line = _timeline_line(outputs.show, claim.seq)
-    assert claim_line.endswith(f"; key {claim.idempotency_key[:12]}\u2026")
+    assert claim_line.endswith(f"; key {claim.idempotency_key[:12]}...")
     assert _timeline_line(outputs.show, outcome.seq).endswith("reported_success, impact certain")
 
 

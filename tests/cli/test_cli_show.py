@@ -72,7 +72,7 @@ def test_show_fits_its_lines_in_120_columns(store: tuple[Path, str, str]) -> Non
         history = log.history()
     for claim in history.claims:
         # Ids by a prefix in the tables, whole on each effect's line of advice.
-        assert f"{claim.effect_id[:12]}\u2026" in shown.stdout
+        assert f"{claim.effect_id[:12]}..." in shown.stdout
         assert f"\n{claim.effect_id}: " in shown.stdout
         assert claim.idempotency_key not in shown.stdout
     whole = json.loads(ledger("show", older, "--json", "--store", str(directory)).stdout)
