@@ -35,10 +35,14 @@ What the proxy answers itself instead of passing on, never crashing:
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import dataclasses
 import os
+import shlex
 import signal
 import subprocess
+import sys
 import threading
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
@@ -86,6 +90,39 @@ _GRACE = 5.0
 
 class ProxyError(Exception):
     """The proxy cannot start (the server's command cannot be run)."""
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _dies_with_parent() -> Callable[[], None] | None:
+    """What the server's child process runs before exec: SIGTERM when the proxy dies.
+
+    A proxy killed outright (SIGKILL, the OOM killer) runs no code to stop its server,
+    and a server busy in a call, or one that does not read its stdin, would outlive
+    it; Linux's parent-death signal stops it. The signal is tied to the thread that
+    started the child, which is the proxy's main thread, alive until the proxy ends.
+    A proxy that died between the fork and the request leaves the child orphaned
+    already: it exits instead of running the server. ``None`` where there is no
+    ``prctl`` (not Linux): the server is then stopped only when the proxy can act.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
+    prctl.restype = ctypes.c_int
+    parent, term = os.getpid(), int(signal.SIGTERM)
+
+    # Runs in the child between fork and exec: no import, no lock, nothing allocated
+    # that another thread of the parent could have held.
+    def before_exec() -> None:
+        if prctl(_PR_SET_PDEATHSIG, term, 0, 0, 0) != 0 or os.getppid() != parent:
+            os._exit(1)
+
+    return before_exec
 
 
 @dataclasses.dataclass(slots=True)
@@ -149,7 +186,10 @@ class Proxy:
             self._ensure_run()  # recovery first: before the server runs any call
         try:
             self._child = subprocess.Popen(  # noqa: S603 - the user's own server
-                self._command, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+                self._command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                preexec_fn=_dies_with_parent(),  # noqa: PLW1509 - see _dies_with_parent
             )
         except OSError as e:
             raise ProxyError(f"cannot start {self._command[0]}: {e.strerror or e}") from None
@@ -475,9 +515,10 @@ class Proxy:
             self._settle(pending.claim, ExecutionOutcome.INTERRUPTED, Impact.POSSIBLE)
             run = self._run
             assert run is not None  # noqa: S101 - the claim was made through it
+            settle = self._settle_with(run.run_id, pending.claim.effect_id)
             why += (
                 f"; the call may have happened: effect {pending.claim.effect_id} of run "
-                f"{run.run_id} is recorded as interrupted (ledger show {run.run_id})"
+                f"{run.run_id} is recorded as interrupted ({settle})"
             )
         self._to_client(error_line(pending.request_id, INTERNAL_ERROR, why))
 
@@ -517,14 +558,23 @@ class Proxy:
         run = self._run
         assert run is not None  # noqa: S101 - the claim was made through it
         self._say(f"the answer to effect {pending.claim.effect_id} is not JSON: {brief(why)}")
+        settle = self._settle_with(run.run_id, pending.claim.effect_id)
         self._to_client(
             error_line(
                 pending.request_id,
                 INTERNAL_ERROR,
                 f"the MCP server's answer could not be read ({brief(why)}); the call may have "
                 f"happened: effect {pending.claim.effect_id} of run {run.run_id} is recorded "
-                f"as failed, impact possible (ledger show {run.run_id})",
+                f"as failed, impact possible ({settle})",
             )
+        )
+
+    def _settle_with(self, run_id: str, effect_id: str) -> str:
+        """The commands that show the run and settle the effect, ready to paste."""
+        store = f"--store {shlex.quote(storage.describe(self._directory))}"
+        return (
+            f"ledger show {run_id} {store}; once you know whether it landed: ledger resolve "
+            f"{run_id} {effect_id} --applied --by NAME {store} (or --not-applied)"
         )
 
     def _answered(self, pending: _Pending, message: dict[str, Any]) -> None:

@@ -14,27 +14,23 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from ledger import _inspect, _jsonl, _report, storage
+import ledger
 from ledger._paths import DB_NAME, default_store
 from ledger._text import UNPRINTABLE, compact_json, printable, shortened
-from ledger.effect_log import EffectPersistenceError
-from ledger.effects import (
-    EffectClaim,
-    EffectKind,
-    EffectOutcome,
-    Impact,
-    Record,
-    Resolution,
-)
-from ledger.storage import ShellMissingError
+
+# The command line starts before it knows its command: the storage layer (SQLAlchemy,
+# Alembic, a backend), the page and the MCP SDK are imported by the commands that use
+# them, so that --version, --help and a usage mistake answer at once.
+if TYPE_CHECKING:
+    from ledger import _inspect, _jsonl, storage
+    from ledger.effects import EffectKind, History, Impact, Record
 
 __all__ = ["main"]
 
@@ -56,9 +52,12 @@ class _UsageMistake(click.ClickException):
 @contextlib.contextmanager
 def _library_errors() -> Iterator[None]:
     """The library's errors as one line and an exit code, never a traceback."""
+    from ledger.errors import EffectPersistenceError  # noqa: PLC0415 - see the imports
+    from ledger.storage import RunNotFoundError, ShellMissingError  # noqa: PLC0415
+
     try:
         yield
-    except _inspect.RunNotFoundError as e:
+    except RunNotFoundError as e:
         raise _UsageMistake(_one_line(e)) from None
     except (EffectPersistenceError, ValueError, ShellMissingError) as e:
         raise click.ClickException(_one_line(e)) from None
@@ -76,17 +75,20 @@ def _json_escape(match: re.Match[str]) -> str:
     return "".join(f"\\u{int.from_bytes(data[i : i + 2]):04x}" for i in range(0, len(data), 2))
 
 
-class _StoreType(click.ParamType[storage.Location]):
+class _StoreType(click.ParamType[Path | str]):
     """A store directory, or a PostgreSQL URL (postgresql://...)."""
 
     name = "store"
 
     def __init__(self, *, file_okay: bool = False) -> None:
+        self._file_okay = file_okay
         self._path = click.Path(file_okay=file_okay, path_type=Path)
 
     def convert(
         self, value: object, param: click.Parameter | None, ctx: click.Context | None
     ) -> storage.Location:
+        from ledger import storage  # noqa: PLC0415 - see the imports
+
         if isinstance(value, Path) or (isinstance(value, str) and storage.is_url(value)):
             return value
         if not isinstance(value, str):
@@ -96,6 +98,18 @@ class _StoreType(click.ParamType[storage.Location]):
                 storage.backend(value)
             except ValueError as e:
                 self.fail(str(e), param, ctx)
+        named = Path(value)
+        if not self._file_okay and named.name == DB_NAME and not named.is_dir():
+            # The file `ledger path` prints, given where its directory is wanted.
+            holder = named.absolute().parent
+            self.fail(
+                printable(
+                    f"{value} is the store's database file: give the directory that holds "
+                    f"it: {holder}"
+                ),
+                param,
+                ctx,
+            )
         converted: Path = self._path.convert(value, param, ctx)
         return converted
 
@@ -105,8 +119,9 @@ def _store_option(f: F) -> F:
         "--store",
         type=_StoreType(),
         default=None,
-        help="Store directory, or a PostgreSQL URL postgresql://... Default: $LEDGER_URL, "
-        "else $LEDGER_DIR, else $XDG_STATE_HOME/ledger, else ~/.local/state/ledger.",
+        metavar="DIR|URL",
+        help="The store: a directory (SQLite), or a PostgreSQL URL postgresql://... Default: "
+        "$LEDGER_URL, else $LEDGER_DIR, else $XDG_STATE_HOME/ledger, else ~/.local/state/ledger.",
     )(f)
 
 
@@ -130,6 +145,8 @@ def _store_name(location: storage.Location) -> str:
     """The database file of a store directory, or a PostgreSQL store's URL without password."""
     if isinstance(location, Path):
         return str(location / DB_NAME)
+    from ledger import storage  # noqa: PLC0415 - see the imports
+
     return storage.describe(location)
 
 
@@ -143,31 +160,69 @@ def _json_text(text: str) -> str:
     return text if text.isprintable() else UNPRINTABLE.sub(_json_escape, text)
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    """An aligned table; a verdict column is coloured when the output is a terminal."""
+# The narrowest the last column of a wrapped table gets, however wide the others are.
+_MIN_WRAP = 50
+
+
+def _wrapped(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width``, broken after "; " (a longer part stays whole)."""
+    parts = text.split("; ")
+    lines = [parts[0]]
+    for part in parts[1:]:
+        if len(lines[-1]) + 2 + len(part) <= width:
+            lines[-1] += f"; {part}"
+        else:
+            lines[-1] += ";"
+            lines.append(part)
+    return lines
+
+
+def _table(
+    headers: Sequence[str], rows: Sequence[Sequence[object]], *, wrap: int | None = None
+) -> None:
+    """An aligned table; a verdict column is coloured when the output is a terminal.
+
+    ``wrap``: the last column's text goes on as many lines as it takes to keep lines
+    within ``wrap`` columns, each broken after a "; " and aligned under its column.
+    """
     text = [["-" if cell is None else printable(str(cell)) for cell in row] for row in rows]
-    widths = [max(len(h), *(len(r[i]) for r in text), 0) for i, h in enumerate(headers)]
     last = len(headers) - 1
+    lines: list[list[str]] = [[row[last]] for row in text]
+    if wrap is not None:
+        offset = sum(
+            max(len(h), *(len(r[i]) for r in text), 0) + 2 for i, h in enumerate(headers[:last])
+        )
+        lines = [_wrapped(row[last], max(wrap - offset, _MIN_WRAP)) for row in text]
+        for row, wrapped in zip(text, lines, strict=True):
+            row[last] = wrapped[0]
+    widths = [max(len(h), *(len(r[i]) for r in text), 0) for i, h in enumerate(headers)]
 
     def pad(cell: str, i: int) -> str:
         return cell if i == last else cell.ljust(widths[i])  # no trailing spaces
 
     click.echo("  ".join(click.style(pad(h, i), bold=True) for i, h in enumerate(headers)))
-    for row in text:
+    for row, cell_lines in zip(text, lines, strict=True):
         cells = []
         for i, cell in enumerate(row):
             colour = _VERDICT_COLOURS.get(cell) if headers[i] == "VERDICT" else None
             cells.append(click.style(pad(cell, i), fg=colour) if colour else pad(cell, i))
         click.echo("  ".join(cells))
+        indent = " " * sum(width + 2 for width in widths[:last])
+        for more in cell_lines[1:]:
+            click.echo(indent + more)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="effect-ledger", prog_name="ledger")
+# The package's own version, which is its distribution's: reading the distribution's
+# metadata would cost more than the rest of --version.
+@click.version_option(ledger.__version__, prog_name="ledger")
 def main() -> None:
     """Inspect, verify and recover effect-ledger stores.
 
-    A store is a directory holding one SQLite database shared by every run on the
-    machine. Reading commands never change it.
+    A store is where workers record their effects: a directory holding one SQLite
+    database, shared by every run on the machine, or a PostgreSQL database named by its
+    URL (postgresql://...), shared by every host. --store names it; ledger migrate
+    creates it. Reading commands never change it.
     """
 
 
@@ -179,6 +234,8 @@ def main() -> None:
 @_json_option
 def runs(store: storage.Location | None, as_json: bool) -> None:
     """One row per run: when it wrote, its writer, its verdict counts."""
+    from ledger import _inspect  # noqa: PLC0415 - see the imports
+
     with _library_errors():
         summaries = _inspect.list_runs(_directory(store))
     if as_json:
@@ -204,8 +261,10 @@ def _refuse_to_vouch(problems: Mapping[str, str | None]) -> None:
 
 
 def _runs_table(summaries: list[_inspect.RunSummary]) -> None:
+    from ledger.storage import VERDICTS  # noqa: PLC0415 - see the imports
+
     _table(
-        ("RUN", "FIRST", "LAST", "WRITER", "CLAIMS", *(v.upper() for v in _inspect.VERDICTS)),
+        ("RUN", "FIRST", "LAST", "WRITER", "CLAIMS", *(v.upper() for v in VERDICTS)),
         [
             (
                 s.run_id,
@@ -213,7 +272,7 @@ def _runs_table(summaries: list[_inspect.RunSummary]) -> None:
                 s.last_at,
                 None if s.writer is None else s.writer.label(),
                 s.claims,
-                *(s.verdicts[v] for v in _inspect.VERDICTS),
+                *(s.verdicts[v] for v in VERDICTS),
             )
             for s in summaries
         ],
@@ -222,21 +281,42 @@ def _runs_table(summaries: list[_inspect.RunSummary]) -> None:
 
 # How much of a claim's step and of a recorded value (arguments, result) a line of
 # `ledger show` holds; `ledger show --json` and `ledger export` hold them whole.
-_STEP_SHOWN = 60
-_VALUE_SHOWN = 100
+_STEP_SHOWN = 40
+_VALUE_SHOWN = 50
+# How much of an id, a key and a locator (its end: a path's file name) the text of
+# `ledger show` holds: its lines fit about 120 columns.
+_ID_SHOWN = 12
+_LOCATOR_SHOWN = 40
+_WIDTH = 118
+
+
+def _short_id(ident: str) -> str:
+    """An id cut to a prefix (a run's or an effect's is enough to name it, as git's)."""
+    return ident if len(ident) <= _ID_SHOWN + 3 else ident[:_ID_SHOWN] + "..."
+
+
+def _tail(locator: str, limit: int = _LOCATOR_SHOWN) -> str:
+    """A locator cut to its end, which names the thing (a path's directories come first)."""
+    return locator if len(locator) <= limit else "..." + locator[-(limit - 3) :]
 
 
 def _describe(record: Record) -> tuple[str, str]:
+    from ledger.effects import EffectClaim, EffectOutcome, Resolution  # noqa: PLC0415
+
     if isinstance(record, Resolution):
         word = "applied" if record.applied else "not applied"
         note = f": {record.note}" if record.note else ""
         return record.effect_id, f"resolved {word} by {record.by}{note}"
     if isinstance(record, EffectClaim):
-        scope = ", ".join(r.locator for r in record.impact_scope) or "-"
+        scope = ", ".join(_tail(r.locator) for r in record.impact_scope[:2]) or "-"
+        if len(record.impact_scope) > 2:
+            scope += f" and {len(record.impact_scope) - 2} more"
+        alone = {r.locator for r in record.impact_scope} if len(record.impact_scope) == 1 else ()
         duties = ", ".join(
             p.predicate.value
             + (f"={p.expected[:12]}" if p.expected else "")
-            + f" {p.target.locator}"
+            # The scope's one resource is not named twice.
+            + ("" if p.target.locator in alone else f" {_tail(p.target.locator)}")
             for p in record.obligations
         )
         retry = f", retry of {record.retry_of}" if record.retry_of else ""
@@ -250,7 +330,7 @@ def _describe(record: Record) -> tuple[str, str]:
             record.effect_id,
             f"{record.operation.name} ({record.kind.value}{retry}) on {scope}"
             + (f"; expects {duties}" if duties else "")
-            + f"; key {record.idempotency_key}{step}{args}",
+            + f"; key {_short_id(record.idempotency_key)}{step}{args}",
         )
     if isinstance(record, EffectOutcome):
         replayed = " (recovery)" if record.replayed else ""
@@ -270,30 +350,40 @@ def _describe(record: Record) -> tuple[str, str]:
         if value
     )
     how = f"{record.mechanism.value}, {record.coverage.value}"
-    return record.observation_id, f"{record.resource.locator}: {seen}{extra} ({how})"
+    return record.observation_id, f"{_tail(record.resource.locator)}: {seen}{extra}; by {how}"
 
 
 @main.command(short_help="A run's timeline and the verdict on each effect.")
-@click.argument("run")
+@click.argument("run", required=False)
 @_store_option
 @_json_option
-def show(run: str, store: storage.Location | None, as_json: bool) -> None:
+def show(run: str | None, store: storage.Location | None, as_json: bool) -> None:
     """A run's timeline, every record in seq order, and the verdict on each effect.
 
-    RUN is a run id or a unique prefix of one.
+    RUN is a run id or a unique prefix of one; without RUN, the run that wrote last
+    (said on stderr). Long fields (ids, keys, paths, recorded values) are cut to fit
+    the lines in about 120 columns; --json holds everything whole.
     """
+    from ledger import _inspect  # noqa: PLC0415 - see the imports
+
+    location = _directory(store)
     with _library_errors():
-        report = _inspect.show_run(_directory(store), run)
+        if run is None:
+            run = _newest_run(location)
+        report = _inspect.show_run(location, run)
     if as_json:
         _print_json(report.to_dict())
         return
     writer = "unknown" if report.writer is None else report.writer.label()
-    click.echo(printable(f"run {report.run_id}  writer {writer}") + "\n")
+    records = report.history.records()
+    day, times = _times([r.recorded_at or "" for r in records])
+    on = f"  on {day} (UTC)" if day else ""
+    click.echo(printable(f"run {report.run_id}  writer {writer}{on}") + "\n")
     rows = []
-    for record in report.history.records():
+    for record, time in zip(records, times, strict=True):
         ident, what = _describe(record)
-        rows.append((record.seq, record.recorded_at, record.record_type, ident, what))
-    _table(("SEQ", "RECORDED", "KIND", "ID", "WHAT"), rows)
+        rows.append((record.seq, time, record.record_type, _short_id(ident), what))
+    _table(("SEQ", "RECORDED", "KIND", "ID", "WHAT"), rows, wrap=_WIDTH)
     click.echo()
     operations = {c.effect_id: c.operation.name for c in report.history.claims}
     _table(
@@ -310,22 +400,58 @@ def show(run: str, store: storage.Location | None, as_json: bool) -> None:
         ),
         [
             (
-                a.effect_id,
+                _short_id(a.effect_id),
                 operations[a.effect_id],
                 None if a.execution is None else a.execution.value,
                 None if a.impact is None else a.impact.value,
                 a.verdict.value,
                 "yes" if a.unresolved_impact else "no",
                 d.step.value,
-                ",".join(a.evidence) or None,
-                ",".join(a.stale) or None,
+                _ids(a.evidence),
+                _ids(a.stale),
             )
             for a, d in zip(report.assessments, report.decisions, strict=True)
         ],
     )
     click.echo()
-    for d in report.decisions:
+    for d in report.decisions:  # each effect's whole id, to copy
         click.echo(printable(f"{d.effect_id}: {d.step.value.upper()}: {d.reason}"))
+
+
+def _newest_run(location: storage.Location) -> str:
+    """The id of the run that wrote last, said on stderr; a usage mistake if there is none."""
+    from ledger import _inspect  # noqa: PLC0415 - see the imports
+
+    summaries = _inspect.list_runs(location)
+    if not summaries:
+        raise _UsageMistake("no RUN given, and the store holds no run yet")
+    newest = max(summaries, key=lambda s: (s.last_at or "", s.run_id))
+    click.echo(
+        printable(f"no RUN given: the run that wrote last, {newest.run_id}, at {newest.last_at}"),
+        err=True,
+    )
+    return newest.run_id
+
+
+def _times(stamps: Sequence[str]) -> tuple[str | None, list[str]]:
+    """The day of a run's records and their times of day (to the millisecond), if one day.
+
+    A run whose records span days, or any time not in UTC, keeps its times whole.
+    """
+    days = {stamp[:10] for stamp in stamps}
+    if len(days) == 1 and all(len(t) > 23 and t.endswith("+00:00") for t in stamps):
+        return days.pop(), [stamp[11:23] for stamp in stamps]
+    return None, list(stamps)
+
+
+# How many ids a cell of evidence or stale observations names before it counts the rest.
+_IDS_SHOWN = 2
+
+
+def _ids(idents: Sequence[str]) -> str | None:
+    shown = ",".join(_short_id(i) for i in idents[:_IDS_SHOWN])
+    more = f" +{len(idents) - _IDS_SHOWN} more" if len(idents) > _IDS_SHOWN else ""
+    return shown + more or None
 
 
 @main.command()
@@ -365,6 +491,8 @@ def status(
             raise click.UsageError("give --attention or --unresolved, not both")
         _attention(run, store, as_json=as_json)
         return
+    from ledger import _inspect  # noqa: PLC0415 - see the imports
+
     with _library_errors():
         rows = _inspect.effect_statuses(_directory(store), run, unresolved=unresolved)
     if as_json:
@@ -377,6 +505,8 @@ def status(
 
 
 def _attention(run: str | None, store: storage.Location | None, *, as_json: bool) -> None:
+    from ledger import _inspect  # noqa: PLC0415 - see the imports
+
     with _library_errors():
         found = _inspect.attention(_directory(store), run)
     if as_json:
@@ -443,6 +573,8 @@ def _status_table(rows: list[_inspect.EffectRow]) -> None:
 def _since(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     if value is None:
         return None
+    from ledger import _report  # noqa: PLC0415 - see the imports
+
     try:
         return _report.parse_since(value)
     except ValueError as e:
@@ -486,6 +618,8 @@ def report(
     timeline of its effects, its resolutions and each record's fields. RUN is a run id or a unique
     prefix; without RUN, every run. The page loads nothing from anywhere.
     """
+    from ledger import _report  # noqa: PLC0415 - see the imports
+
     with _library_errors():
         built = _report.build(_directory(store), runs, unresolved=unresolved, since=since)
     try:
@@ -524,13 +658,16 @@ def recover(
     """Mark claims that never got an outcome as interrupted, with possible impact.
 
     Give RUN (an id or a unique prefix), or --dead. A run is in use while a live
-    process has it loaded: the kernel holds a lock for it in the store's ledger.lock,
-    whatever its pid namespace or container. RUN is refused while in use, unless
-    --force; --dead leaves such runs alone. A run another recover is recovering at the
-    same moment is left alone (exit 0).
+    process has it loaded: that process holds a lock on it, gone with the process
+    whatever its pid namespace, container or host (a kernel lock in a store
+    directory's ledger.lock, a session's advisory lock on PostgreSQL). RUN is refused
+    while in use, unless --force; --dead leaves such runs alone. A run another recover
+    is recovering at the same moment is left alone (exit 0).
     """
     if (run is None) == (not dead):
         raise click.UsageError("give a RUN or --dead (exactly one)")
+    from ledger import _inspect  # noqa: PLC0415 - see the imports
+
     with _library_errors():
         if dead:
             results = _inspect.recover_dead(_directory(store))
@@ -580,16 +717,22 @@ def resolve(
 ) -> None:
     """Settle EFFECT of RUN after checking the world: it landed (--applied) or not.
 
-    RUN is a run id or a unique prefix of one. The resolution is a record of the run,
+    RUN is a run id or a unique prefix of one; EFFECT an effect id of that run or a
+    unique prefix of one. The resolution is a record of the run,
     chained like the others, at most one per effect. It leaves the verdict as the
     evidence says and settles the effect: it leaves the incident list, and its next
     step becomes done (applied) or retry with the same idempotency key (not applied).
     """
     if applied is None:
         raise click.UsageError("say what you found: --applied or --not-applied")
+    from ledger import _inspect  # noqa: PLC0415 - see the imports
+
+    location = _directory(store)
     with _library_errors():
+        run_id, history, _writer = _inspect.reader(location).run(run)
+        effect = _effect_id(run_id, history, effect)
         resolution = _inspect.resolve_effect(
-            _directory(store), run, effect, applied=applied, by=by, note=note
+            location, run_id, effect, applied=applied, by=by, note=note
         )
     if as_json:
         _print_json(resolution.to_dict())
@@ -602,7 +745,35 @@ def resolve(
     )
 
 
-@main.command(short_help="Check the file, the schema and every run; exit 1 on a problem.")
+# How many candidates a message about an ambiguous effect prefix names.
+_CANDIDATES_SHOWN = 4
+
+
+def _effect_id(run_id: str, history: History, given: str) -> str:
+    """The effect of the run that ``given`` names: its whole id, or a unique prefix of one.
+
+    A whole id wins over the ids it is a prefix of. One that names no effect, or more
+    than one, is a usage mistake: one line, with a few of the candidates.
+    """
+    ids = list(dict.fromkeys(claim.effect_id for claim in history.claims))
+    if given in ids:
+        return given
+    found = [effect_id for effect_id in ids if given and effect_id.startswith(given)]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise _UsageMistake(printable(f"no effect of run {run_id} matches {given!r}"))
+    shown = ", ".join(found[:_CANDIDATES_SHOWN])
+    more = f" and {len(found) - _CANDIDATES_SHOWN} more" if len(found) > _CANDIDATES_SHOWN else ""
+    raise _UsageMistake(
+        printable(
+            f"{given!r} matches {len(found)} effects of run {run_id} ({shown}{more}); "
+            "give more characters"
+        )
+    )
+
+
+@main.command(short_help="Check the store's schema and every run; exit 1 on a problem.")
 @click.option(
     "--anchor",
     "anchors",
@@ -613,12 +784,14 @@ def resolve(
 @_store_option
 @_json_option
 def verify(anchors: tuple[str, ...], store: storage.Location | None, as_json: bool) -> None:
-    """Check the database file, the schema and its guards, and every row and chain of every run.
+    """Check the database, the schema and its guards, and every row and chain of every run.
 
     With --anchor, also check that a run still holds the head recorded earlier: this
     catches a truncated run, or a chain recomputed after a change. Exits 0 when the
     store is clean, 1 with a report of each problem when it is not.
     """
+    from ledger import _inspect  # noqa: PLC0415 - see the imports
+
     directory = _directory(store)
     with _library_errors():
         heads = tuple(_inspect.Head.parse(a) for a in anchors)
@@ -655,6 +828,8 @@ def head(run: str, store: storage.Location | None, as_json: bool) -> None:
     Keep it somewhere the store's users cannot write; ledger verify --anchor then
     proves the run was neither truncated nor rewritten up to that point.
     """
+    from ledger import _inspect  # noqa: PLC0415 - see the imports
+
     with _library_errors():
         found = _inspect.run_head(_directory(store), run)
     if as_json:
@@ -680,6 +855,8 @@ def export(run: str, output: Path | None, store: storage.Location | None) -> Non
     This is the format of the earlier file-based effect logs: each line is an object
     with "v" (1), "type" (claim, outcome or observation) and "record".
     """
+    from ledger import _jsonl  # noqa: PLC0415 - see the imports
+
     with _library_errors():
         _run_id, lines = _jsonl.export_lines(_directory(store), run)
     text = "".join(line + "\n" for line in lines)
@@ -728,6 +905,8 @@ def import_(
     """
     if run is not None and len(files) > 1:
         raise click.UsageError("--run goes with a single file")
+    from ledger import _jsonl  # noqa: PLC0415 - see the imports
+
     directory = _directory(store)
     imported = []
     with _library_errors():
@@ -756,17 +935,18 @@ def _report_imports(imported: list[_jsonl.Imported], *, as_json: bool) -> None:
 # --------------------------------------------------------------------------- the store
 
 
-@main.command()
+@main.command(short_help="Print the store's database file, or its URL.")
 @_store_option
 @_json_option
 def path(store: storage.Location | None, as_json: bool) -> None:
-    """Print the path of the store's database file.
+    """Print the path of the store's database file, or a PostgreSQL store's URL.
 
-    For a PostgreSQL store, its URL with the password removed (and, with --json, a null
-    path).
+    The URL is printed with its password removed (and, with --json, a null path).
     """
     location = _directory(store)
     if not isinstance(location, Path):
+        from ledger import storage  # noqa: PLC0415 - see the imports
+
         if as_json:
             _print_json({"path": None, "store": storage.describe(location), "exists": None})
         else:
@@ -782,16 +962,59 @@ def path(store: storage.Location | None, as_json: bool) -> None:
     sys.stdout.buffer.flush()
 
 
-@main.command(context_settings={"ignore_unknown_options": True})
-@click.argument("sqlite3_args", nargs=-1, type=click.UNPROCESSED)
+@main.command(short_help="Create the store, or bring its schema to this version's.")
+@_store_option
+@_json_option
+def migrate(store: storage.Location | None, as_json: bool) -> None:
+    """Create the store, or bring its schema to the newest revision this version knows.
+
+    A worker's first write does the same; run it beforehand to create a store, to
+    upgrade one before its workers are upgraded, or as the role that owns a PostgreSQL
+    schema when the workers' role may not change it. Running it again changes nothing.
+    A store a newer version wrote is refused, and so is a database that holds other
+    tables: nothing is changed.
+    """
+    from ledger import storage  # noqa: PLC0415 - see the imports
+
+    location = _directory(store)
+    with _library_errors():
+        storage.backend(location)  # the driver it needs, or why it is missing
+        if isinstance(location, Path):
+            from ledger.sqlite import engine  # noqa: PLC0415 - see the imports
+
+            before, after = engine.migrate(location)
+        else:
+            from ledger.postgresql import engine as server  # noqa: PLC0415 - see the imports
+
+            before, after = server.migrate(location)
+    name = storage.describe(location)
+    action = "created" if before is None else "current" if before == after else "upgraded"
+    if as_json:
+        _print_json({"store": name, "action": action, "from": before, "revision": after})
+    elif action == "created":
+        click.echo(printable(f"created the store {name} at schema revision {after}"))
+    elif action == "upgraded":
+        click.echo(printable(f"upgraded the store {name} from schema revision {before} to {after}"))
+    else:
+        click.echo(printable(f"the store {name} is already at schema revision {after}"))
+
+
+@main.command(
+    short_help="Open the store's own shell (sqlite3 or psql), read-only.",
+    context_settings={"ignore_unknown_options": True},
+)
+@click.argument("sqlite3_args", nargs=-1, type=click.UNPROCESSED, metavar="[ARG]...")
 @_store_option
 def sql(sqlite3_args: tuple[str, ...], store: storage.Location | None) -> None:
-    """Open the stock sqlite3 shell on the store, read-only, in its safe mode.
+    """Open the store's own shell, read-only: sqlite3 in its safe mode, or psql.
 
-    Extra arguments go to sqlite3, e.g. ledger sql -box "SELECT * FROM effect_status".
-    A store owned by another user is opened from a private copy. A PostgreSQL store
-    opens in psql, every transaction read-only.
+    Extra arguments go to the shell, e.g. ledger sql -box "SELECT * FROM effect_status"
+    (sqlite3) or ledger sql -c "SELECT * FROM effect_status" (psql). A store directory
+    owned by another user is opened from a private copy. On PostgreSQL every
+    transaction is read-only.
     """
+    from ledger import _inspect  # noqa: PLC0415 - see the imports
+
     directory = _directory(store)
     with _library_errors(), _inspect.reader(directory).shell(sqlite3_args) as shell:
         for note in shell.notes:
@@ -808,6 +1031,8 @@ def _wait_for_shell(argv: list[str]) -> int:
     interrupts a query and goes on: this process must neither die of it nor ignore it
     (an ignored signal stays ignored in the child), so it catches it and does nothing.
     """
+    import subprocess  # noqa: PLC0415 - see the imports
+
     with subprocess.Popen(argv) as child:  # noqa: S603 - the user's own shell
         forward = lambda signum, _frame: child.send_signal(signum)  # noqa: E731
         previous = {
@@ -822,35 +1047,35 @@ def _wait_for_shell(argv: list[str]) -> int:
                 signal.signal(signum, handler)
 
 
-_KINDS = {kind.value: kind for kind in EffectKind}
-
-
 def _kind_option(
     _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
 ) -> dict[str, EffectKind]:
+    from ledger.effects import EffectKind  # noqa: PLC0415 - see the imports
+
+    known = {kind.value: kind for kind in EffectKind}
     kinds = {}
     for value in values:
         tool, sep, word = value.rpartition("=")
-        if not sep or not tool or word.lower() not in _KINDS:
+        if not sep or not tool or word.lower() not in known:
             raise click.BadParameter(
-                printable(f"{value!r} is not TOOL=KIND, KIND one of {', '.join(_KINDS)}")
+                printable(f"{value!r} is not TOOL=KIND, KIND one of {', '.join(known)}")
             )
-        kinds[tool] = _KINDS[word.lower()]
+        kinds[tool] = known[word.lower()]
     return kinds
-
-
-_ERROR_IMPACTS = {"possible": Impact.POSSIBLE, "none": Impact.NONE}
 
 
 def _error_impact_option(
     _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
 ) -> dict[str, Impact]:
+    from ledger.effects import Impact  # noqa: PLC0415 - see the imports
+
+    known = {"possible": Impact.POSSIBLE, "none": Impact.NONE}
     impacts = {}
     for value in values:
         tool, sep, word = value.rpartition("=")
-        if not sep or not tool or word.lower() not in _ERROR_IMPACTS:
+        if not sep or not tool or word.lower() not in known:
             raise click.BadParameter(printable(f"{value!r} is not TOOL=possible or TOOL=none"))
-        impacts[tool] = _ERROR_IMPACTS[word.lower()]
+        impacts[tool] = known[word.lower()]
     return impacts
 
 

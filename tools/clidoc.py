@@ -206,6 +206,7 @@ def _examples() -> dict[str, object]:
         ],
         "import": [_jsonl.Imported(Path(f"{_RUN_A}.jsonl"), _RUN_A, 3, torn_tail=False).to_dict()],
         "path": {"path": f"{_STORE}/ledger.sqlite3", "exists": True},
+        "migrate": {"store": _STORE, "action": "created", "from": None, "revision": "0012"},
         "head": _inspect.Head(_RUN_A, len(history_a.records()), "5" * 64).to_dict(),
     }
 
@@ -223,6 +224,7 @@ _EXAMPLE_COMMANDS = {
     "export": "ledger export 3f9c",
     "import": f"ledger import {_RUN_A}.jsonl --json",
     "path": "ledger path --json",
+    "migrate": "ledger migrate --json",
     "head": "ledger head 3f9c --json",
 }
 
@@ -243,17 +245,20 @@ for people, or JSON for scripts with `--json`.
 _GENERAL = """\
 ## Which store
 
-Every command takes `--store DIR`, the store directory. Without it the store is the
-first of:
+Every command takes `--store DIR|URL`: a store directory (SQLite), or the URL of a
+PostgreSQL store, `postgresql://...` ([postgresql.md](postgresql.md)). Without it the
+store is the first of:
 
-1. `$LEDGER_DIR`, when it is set and not empty;
-2. `$XDG_STATE_HOME/ledger`, when `XDG_STATE_HOME` is an absolute path;
-3. `~/.local/state/ledger`.
+1. `$LEDGER_URL`, when it is set and not empty;
+2. `$LEDGER_DIR`, when it is set and not empty;
+3. `$XDG_STATE_HOME/ledger`, when `XDG_STATE_HOME` is an absolute path;
+4. `~/.local/state/ledger`.
 
-That is the library's default (`effects_dir()`), so `ledger` finds the store a worker
+That is the library's default store, so `ledger` finds the store a worker
 uses when it runs with the worker's environment. A relative `DIR` is taken from the
 current directory. The database is the file `ledger.sqlite3` in the store directory:
-`ledger path` prints its path. A `--store` that names a file is a usage mistake.
+`ledger path` prints its path. A `--store` that names a file is a usage mistake; given
+that database file, it names the directory to give instead.
 
 ## Reading commands never change the store
 
@@ -455,6 +460,12 @@ _SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("path", "string", "the absolute path of the database file"),
         ("exists", "boolean", "whether that file exists"),
     ),
+    "migration": (
+        ("store", "string", "the store: its directory, or its URL without the password"),
+        ("action", "string", "`created`, `upgraded` or `current` (nothing to do)"),
+        ("from", "string or null", "the schema revision before; `null` for a store created"),
+        ("revision", "string", "the schema revision now: the newest this version knows"),
+    ),
     # the records, from ledger.effects
     "claim": (
         ("effect_id", "string", "the effect, unique in its run"),
@@ -628,18 +639,29 @@ recovered it.
     "show": f"""\
 Reads the store. RUN is a run id or a unique prefix of one, in lowercase hex, the way
 git takes commit prefixes; a RUN that matches no run or more than one is a usage
-mistake (exit 2). The run is validated as `EffectLog.load` validates it: a record that
+mistake (exit 2). Without RUN, it shows the run that wrote last (the newest record of
+the store), and says which on stderr; on a store with no run, that is a usage mistake.
+The run is validated as `EffectLog.load` validates it: a record that
 does not validate is an error (exit 1), never skipped. It prints the writer, then the
 timeline (every claim, outcome and observation in `seq` order), then one row per
 effect: its operation, the execution and impact of its current outcome, its verdict,
 whether its impact is unresolved, and the observations that are evidence for it or
 stale.
 
+The text is made to be read in about 120 columns. When every record of the run is of
+one day, the title says which (UTC) and each record shows its time of day. Ids longer
+than 15 characters (and idempotency keys) show their first 12, then `...`; a unique
+prefix names a run or an effect anywhere a command takes one, and each effect's whole
+id starts its line of advice at the end. A locator longer than 40 characters shows its
+end, `...` first (a path's file name is at its end), and a claim does not name its one
+resource again in what it expects of it. A record's text goes on over several lines,
+under its column, broken after a `;`.
+
 In the timeline a claim shows its step, when it has one, and its recorded arguments;
 an outcome shows its recorded result (`result null` for a recorded `null`). Nothing is
-shown of a value that was not recorded. Each is compact JSON on one line, cut after 100
-characters (60 for a step) with the whole length said, `... (2417 chars)`;
-`--json` and `ledger export` hold them whole.
+shown of a value that was not recorded. Each is compact JSON, cut after 50 characters
+(40 for a step) with the whole length said, `... (2417 chars)`; `--json` and
+`ledger export` hold them whole.
 
 `--json` prints one [run report](#run-report) object.
 
@@ -818,6 +840,22 @@ whose chain was recomputed after a change: `ledger verify --anchor RUN:SEQ:HASH`
 `--json` prints one [run head](#run-head) object.
 
 {_shape("run head")}""",
+    "migrate": f"""\
+Writes the store: creates it (a directory and its database, or the tables of a
+PostgreSQL schema), or applies the migrations it lacks, exactly as a worker's first
+write would, with every check of its files and schema. It prints what it did: created,
+upgraded from one schema revision to the next, or already at the newest. Running it
+again changes nothing. A store at a revision this version does not know (a newer
+version wrote it) and a database that holds tables but no ledger schema are refused in
+one line (exit 1), unchanged.
+
+On PostgreSQL, run it as the role that owns the schema, before the workers start (or
+after upgrading the package, before the workers are upgraded): see
+[postgresql.md](postgresql.md#roles).
+
+`--json` prints one [migration](#migration) object.
+
+{_shape("migration")}""",
     "path": f"""\
 Prints the path of the database file, `ledger.sqlite3` in the store directory (see
 [Which store](#which-store)), without opening it: it creates nothing and works when

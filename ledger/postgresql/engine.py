@@ -12,14 +12,12 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from alembic import command
-from alembic.autogenerate import compare_metadata
-from alembic.runtime.migration import MigrationContext
 from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from ledger.errors import StoreFileRefusedError
+from ledger.errors import StoreCorruptError, StoreFileRefusedError
+from ledger.postgresql.errors import storage_errors
 from ledger.sqlite.engine import alembic_config, check_known, head_revision, revision_mismatch
 from ledger.sqlite.schema import metadata
 from ledger.storage import describe
@@ -108,6 +106,8 @@ def engine(location: str, *, pool_size: int = 4) -> Engine:
 
 def has_schema(conn: Connection) -> bool:
     """Whether the database holds a ledger store (its Alembic version table)."""
+    from alembic.runtime.migration import MigrationContext  # noqa: PLC0415 - as in sqlite
+
     return MigrationContext.configure(conn).get_current_revision() is not None
 
 
@@ -117,6 +117,11 @@ def upgrade(engine_: Engine, store: object = "") -> bool:
     A store at a revision this library does not know is refused; one whose migration
     meets objects its revision lacks is refused too, the migration rolled back whole.
     """
+    # Alembic is imported by what migrates, never by a reader (see ledger.sqlite.engine).
+    from alembic import command  # noqa: PLC0415
+    from alembic.autogenerate import compare_metadata  # noqa: PLC0415
+    from alembic.runtime.migration import MigrationContext  # noqa: PLC0415
+
     head = head_revision()
     with engine_.connect() as conn:
         current = MigrationContext.configure(conn).get_current_revision()
@@ -161,3 +166,34 @@ _ALREADY_THERE = {"42701", "42P07", "42P06", "42710"}
 
 def _already_there(error: DBAPIError) -> bool:
     return getattr(error.orig, "sqlstate", None) in _ALREADY_THERE
+
+
+def migrate(location: str) -> tuple[str | None, str]:
+    """Create the store at ``location``, or bring its schema to head: (revision before, after).
+
+    The revision before is ``None`` for a store created now. Refused, with nothing
+    changed: a schema holding tables but no ledger schema (not a store), and a store at
+    a revision this library does not know. Run it as the role that owns the schema.
+    """
+    from alembic.runtime.migration import MigrationContext  # noqa: PLC0415 - as in upgrade
+
+    store = display(location)
+    found = engine(location, pool_size=1)
+    try:
+        with storage_errors(f"cannot migrate the store {store}"):
+            with found.connect() as conn:
+                before = MigrationContext.configure(conn).get_current_revision()
+                tables = conn.exec_driver_sql(
+                    "SELECT count(*) FROM information_schema.tables"
+                    " WHERE table_schema = current_schema()"
+                ).scalar()
+                conn.rollback()
+            if before is None and tables:
+                raise StoreCorruptError(
+                    f"the database {store} holds tables but no ledger schema: it is not a "
+                    "store; nothing was changed"
+                )
+            upgrade(found, store)
+    finally:
+        found.dispose()
+    return before, head_revision()

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 
 import psycopg
 import sqlalchemy.exc
-from alembic.util import CommandError
 
 from ledger.errors import (
     EffectPersistenceError,
@@ -21,8 +20,15 @@ from ledger.errors import (
     StoreCorruptError,
     StoreUnavailableError,
 )
+from ledger.sqlite.errors import _command_error
 
-_STORAGE_ERRORS = (sqlalchemy.exc.SQLAlchemyError, psycopg.Error, CommandError, OSError)
+# Alembic's CommandError too, found without importing Alembic (see ledger.sqlite.errors).
+_STORAGE_ERRORS = (sqlalchemy.exc.SQLAlchemyError, psycopg.Error, OSError)
+
+
+def _storage_error(error: BaseException) -> bool:
+    return isinstance(error, _STORAGE_ERRORS) or _command_error(error)
+
 
 # SQLSTATE classes and codes by the leaf they mean. The store may work later after a
 # connection exception, insufficient resources (a full disk, too many connections), an
@@ -43,7 +49,9 @@ def storage_errors(action: str) -> Iterator[None]:
         yield
     except EffectPersistenceError:
         raise
-    except _STORAGE_ERRORS as e:
+    except Exception as e:
+        if not _storage_error(e):
+            raise
         raise _translated(e, action) from e
 
 
@@ -71,7 +79,7 @@ def classify(error: BaseException) -> type[EffectPersistenceError]:
         return EffectPersistenceError
     if isinstance(error, sqlalchemy.exc.DBAPIError) and error.connection_invalidated:
         return StoreUnavailableError
-    if isinstance(error, CommandError):
+    if _command_error(error):
         return (
             SchemaTooNewError if _UNKNOWN_REVISION in str(error).lower() else EffectPersistenceError
         )
@@ -84,7 +92,7 @@ def translate(action: str, error: BaseException) -> BaseException:
     """The error a caller sees for ``error`` met while doing ``action``; a new one per caller."""
     if isinstance(error, EffectPersistenceError):
         translated = type(error)(f"{action}: {error}")  # the same kind of trouble
-    elif isinstance(error, _STORAGE_ERRORS):
+    elif _storage_error(error):
         translated = _translated(error, action)
     else:
         return error  # not the store's trouble: a bug, raised as it is

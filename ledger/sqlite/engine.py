@@ -9,20 +9,21 @@ busy handler). The schema is Alembic's, from the scripts shipped with the packag
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic.config import Config
-from alembic.script import ScriptDirectory
 from sqlalchemy import Connection
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from ledger._chain import sha3
+from ledger._paths import DB_NAME
 from ledger.errors import (
     EffectPersistenceError,
     SchemaTooNewError,
@@ -31,6 +32,11 @@ from ledger.errors import (
     StoreUnavailableError,
 )
 from ledger.sqlite.schema import WRITER_SOURCE_ID
+
+# Alembic (a third of a reading command's start-up, most of it the DDL of every
+# database it supports) is imported by what migrates: readers only need the revisions.
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 BUSY_TIMEOUT_MS = 60_000
 READ_ONLY = "ledger_read_only"
@@ -126,6 +132,8 @@ def _migrations_dir() -> Path:
 
 def alembic_config(connection: Connection | None = None) -> Config:
     """An Alembic configuration driven from code, sharing ``connection`` if given."""
+    from alembic.config import Config  # noqa: PLC0415 - see the imports
+
     cfg = Config()
     cfg.set_main_option("script_location", str(_migrations_dir()))
     if connection is not None:
@@ -135,12 +143,63 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 @functools.cache
 def _revisions(location: str) -> tuple[str | None, tuple[str, ...], frozenset[str]]:
-    # Reading the scripts imports every migration module: once per process, not per open.
+    # Once per process, not per open.
+    ordered = _read_revisions(Path(location) / "versions") or _walk_revisions(location)
+    return (ordered[-1] if ordered else None), ordered, frozenset(ordered)
+
+
+def _walk_revisions(location: str) -> tuple[str, ...]:
+    """The revisions, oldest first, as Alembic finds them: it imports every script."""
+    from alembic.config import Config  # noqa: PLC0415 - see the imports
+    from alembic.script import ScriptDirectory  # noqa: PLC0415
+
     cfg = Config()
     cfg.set_main_option("script_location", location)
     script = ScriptDirectory.from_config(cfg)
-    ordered = tuple(reversed([r.revision for r in script.walk_revisions()]))
-    return script.get_current_head(), ordered, frozenset(ordered)
+    return tuple(reversed([r.revision for r in script.walk_revisions()]))
+
+
+def _read_revisions(versions: Path) -> tuple[str, ...] | None:
+    """The revisions, oldest first, read from the scripts' text without running them.
+
+    Each script names its ``revision`` and ``down_revision`` as string literals, one
+    line of history from a single root to a single head: read so, they are what Alembic
+    would find by importing every script (with SQLAlchemy and Alembic's DDL for every
+    database). ``None`` for anything else (a branch, a merge, a name that is not a
+    literal): Alembic's own walk then decides.
+    """
+    down: dict[str, str | None] = {}
+    for path in sorted(versions.glob("*.py")):
+        names: dict[str, object] = {}
+        for node in ast.parse(path.read_bytes(), str(path)).body:
+            target, value = None, None
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target, value = node.targets[0], node.value
+            elif isinstance(node, ast.AnnAssign):
+                target, value = node.target, node.value
+            if isinstance(target, ast.Name) and target.id in ("revision", "down_revision"):
+                if not isinstance(value, ast.Constant):
+                    return None
+                names[target.id] = value.value
+        revision, parent = names.get("revision"), names.get("down_revision")
+        if (
+            not isinstance(revision, str)
+            or not (parent is None or isinstance(parent, str))
+            or revision in down
+        ):
+            return None
+        down[revision] = parent
+    children: dict[str | None, str] = {}
+    for revision, parent in down.items():
+        if parent in children or (parent is not None and parent not in down):
+            return None  # a branch, or a parent no script holds
+        children[parent] = revision
+    ordered: list[str] = []
+    current = children.get(None)
+    while current is not None:
+        ordered.append(current)
+        current = children.get(current)
+    return tuple(ordered) if len(ordered) == len(down) else None
 
 
 def head_revision() -> str:
@@ -238,3 +297,49 @@ def _foreign_keys_off(conn: Connection) -> Iterator[None]:
         raw.execute("PRAGMA foreign_keys = ON")
         if raw.execute("PRAGMA foreign_keys").fetchone() != (1,):  # pragma: no cover
             conn.invalidate()  # never hand a connection without foreign keys to a writer
+
+
+# --------------------------------------------------------------------------- ledger migrate
+
+
+def migrate(directory: Path) -> tuple[str | None, str]:
+    """Create the store at ``directory``, or bring its schema to head: (revision before, after).
+
+    The revision before is ``None`` for a store created now (or a database its creator
+    left blank). The store is opened as a worker's first write opens it, with every check
+    of its files and schema. Refused, with nothing changed: a database holding tables but
+    no ledger schema (not a store), and a store at a revision this library does not know.
+    """
+    # store.py imports this module; ledger migrate is the one caller that needs both.
+    from ledger.sqlite import store as _store  # noqa: PLC0415
+    from ledger.sqlite.errors import storage_errors  # noqa: PLC0415
+
+    opened = _store.acquire(directory)
+    try:
+        before = None
+        db = directory / DB_NAME
+        with storage_errors(f"cannot migrate the store {directory}"):
+            if os.path.lexists(db):
+                _store.check_files(directory, db)
+                engine = opened._engine()  # noqa: SLF001 - the store's own, checked connections
+                with engine.execution_options(**{READ_ONLY: True}).begin() as conn:
+                    tables = {
+                        name
+                        for (name,) in conn.exec_driver_sql(
+                            "SELECT name FROM sqlite_master WHERE type = 'table'"
+                        )
+                    }
+                    if "alembic_version" in tables:
+                        before = conn.exec_driver_sql(
+                            "SELECT version_num FROM alembic_version"
+                        ).scalar()
+                if before is None and tables - {"alembic_version"}:
+                    raise StoreCorruptError(
+                        f"{db} holds tables but no ledger schema: it is not a store; "
+                        "nothing was changed"
+                    )
+                check_known(before, directory)
+        opened.open_for_writing()
+    finally:
+        _store.release(opened)
+    return before, head_revision()

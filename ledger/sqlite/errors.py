@@ -11,10 +11,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import sqlite3
+import sys
 from collections.abc import Iterator
 
 import sqlalchemy.exc
-from alembic.util import CommandError
 
 from ledger.errors import (
     EffectPersistenceError,
@@ -32,7 +32,9 @@ def storage_errors(action: str) -> Iterator[None]:
         yield
     except EffectPersistenceError:
         raise
-    except _STORAGE_ERRORS as e:
+    except Exception as e:
+        if not _storage_error(e):
+            raise
         raise _translated(e, action) from e
 
 
@@ -43,7 +45,23 @@ def _translated(error: BaseException, action: str) -> EffectPersistenceError:
         return EffectPersistenceError(f"{action}: {type(error).__name__}")
 
 
-_STORAGE_ERRORS = (sqlalchemy.exc.SQLAlchemyError, sqlite3.Error, CommandError, OSError)
+_STORAGE_ERRORS = (sqlalchemy.exc.SQLAlchemyError, sqlite3.Error, OSError)
+
+
+def _command_error(error: BaseException) -> bool:
+    """Whether ``error`` is Alembic's CommandError, without importing Alembic.
+
+    Alembic is imported only by what migrates (a reader never does): when it is not
+    imported, nothing raised can be one of its errors.
+    """
+    exc = sys.modules.get("alembic.util.exc")
+    command_error = getattr(exc, "CommandError", None)
+    return isinstance(command_error, type) and isinstance(error, command_error)
+
+
+def _storage_error(error: BaseException) -> bool:
+    return isinstance(error, _STORAGE_ERRORS) or _command_error(error)
+
 
 # SQLite's primary result codes (the low byte of an extended one) by the leaf they mean.
 _SQLITE_CORRUPT = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
@@ -89,7 +107,7 @@ def classify(error: BaseException) -> type[EffectPersistenceError]:
         return next(
             (leaf for words, leaf in _SQLITE_MESSAGES if words in text), EffectPersistenceError
         )
-    if isinstance(error, CommandError):
+    if _command_error(error):
         return (
             SchemaTooNewError if _UNKNOWN_REVISION in str(error).lower() else EffectPersistenceError
         )
@@ -103,7 +121,7 @@ def translate(action: str, error: BaseException) -> BaseException:
     """The error a caller sees for ``error`` met while doing ``action``; a new one per caller."""
     if isinstance(error, EffectPersistenceError):
         translated = type(error)(f"{action}: {error}")  # the same kind of trouble
-    elif isinstance(error, _STORAGE_ERRORS):
+    elif _storage_error(error):
         translated = _translated(error, action)
     else:
         return error  # not the store's trouble: a bug, raised as it is

@@ -22,8 +22,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from alembic import command
-from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.exc import DBAPIError
 
@@ -150,6 +148,8 @@ def _revision_of_tables(master: Sequence[Any]) -> str | None:
     Each revision is built in turn in a scratch database, as the library migrates, and
     compared with these. Only a store refused for a mismatched revision asks.
     """
+    from alembic import command  # noqa: PLC0415 - readers never import Alembic
+
     want = _tables(master)
     found = None
     with tempfile.TemporaryDirectory() as scratch:
@@ -291,6 +291,9 @@ class Store:
         taken; one whose migration meets objects its revision lacks is refused, the
         migration rolled back whole.
         """
+        from alembic import command  # noqa: PLC0415 - readers never import Alembic
+        from alembic.runtime.migration import MigrationContext  # noqa: PLC0415
+
         head = head_revision()
         engine = self._engine()
         # Most opens find the schema current and whole: ask in a read, without the lock.

@@ -143,9 +143,19 @@ def _split(line: str) -> list[str]:
 
 
 def _table(text: str) -> list[dict[str, str]]:
-    """An aligned table as one dict per row, split on runs of two or more spaces."""
-    header, *rows = [line for line in text.splitlines() if line.strip()]
+    """An aligned table as one dict per row, split on runs of two or more spaces.
+
+    A line that starts with a space goes on the last cell of the row above (a wrapped
+    table's text, broken after "; ").
+    """
+    header, *lines = [line for line in text.splitlines() if line.strip()]
     names = _split(header)
+    rows: list[str] = []
+    for line in lines:
+        if line.startswith(" "):
+            rows[-1] += " " + line.strip()
+        else:
+            rows.append(line)
     parsed = []
     for row in rows:
         cells = _split(row)
@@ -527,25 +537,32 @@ def test_show_prints_the_timeline_and_the_verdicts(built, cli) -> None:
     """`show RUN` prints the writer, each record in seq order and each effect's verdict."""
     out = _ok(cli("show", built.run("crash")))
     title, timeline, effects, reasons = out.strip().split("\n\n")
+    history = built.history("crash")
+    stamps = [r.recorded_at or "" for r in history.records()]
     assert _split(title) == [
         f"run {built.run('crash')}",
         f"writer {socket.gethostname()}:{os.getpid()}",
+        f"on {stamps[0][:10]} (UTC)",
     ]
-    history = built.history("crash")
     rows = _table(timeline)
     assert list(rows[0]) == ["SEQ", "RECORDED", "KIND", "ID", "WHAT"]
+    # One day: the title says which, each record its time of day.
     assert [(r["SEQ"], r["RECORDED"], r["KIND"]) for r in rows] == [
-        (str(r.seq), r.recorded_at, r.record_type) for r in history.records()
+        (str(r.seq), stamp[11:23], r.record_type)
+        for r, stamp in zip(history.records(), stamps, strict=True)
     ]
     assert [r["ID"] for r in rows] == ["e-torn", "e-lost", "e-torn", "e-lost", "o-b"]
     b = history.claims[0].impact_scope[0].locator
+    shown = b if len(b) <= 40 else "..." + b[-37:]  # a long path's end: its file name
     key = history.claims[0].idempotency_key
+    # The scope's one file is named once; the key by a prefix, as ids are.
     assert rows[0]["WHAT"] == (
-        f"write_file (write) on {b}; expects sha256={sha(b'bravo bravo')[:12]} {b}; key {key}"
+        f"write_file (write) on {shown}; expects sha256={sha(b'bravo bravo')[:12]}; "
+        f"key {key[:12]}..."
     )
     assert rows[2]["WHAT"] == "interrupted, impact possible (recovery)"
     assert rows[4]["WHAT"] == (
-        f"{b}: exists, sha256 {sha(b'bravo')[:12]} (filesystem_read, complete)"
+        f"{shown}: exists, sha256 {sha(b'bravo')[:12]}; by filesystem_read, complete"
     )
     verdicts = _table(effects)
     assert list(verdicts[0]) == [

@@ -285,6 +285,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     results["import"] = ledger(
         "import", str(exported), "--json", "--store", str(other_store), env=env
     )
+    results["migrate"] = ledger("migrate", "--json", "--store", str(tmp / "migrated"), env=env)
     outputs: dict[str, Any] = {}
     for name, result in results.items():
         assert result.returncode == 0, f"ledger {name}: {result.stderr}"

@@ -38,7 +38,7 @@ def test_show_prints_a_calls_step_arguments_and_result_with_control_characters_e
     assert shown.returncode == 0, shown.stderr
     assert 'step "call-7"' in shown.stdout
     assert 'args {"to":"<script>alert(1)</script>\\u001b[31m"}' in shown.stdout
-    assert '; result {"id":"m-1"' in shown.stdout
+    assert 'result {"id":"m-1"' in shown.stdout
     assert "\x1b" not in shown.stdout
     quiet = [line for line in shown.stdout.splitlines() if " quiet (" in line]
     assert quiet

@@ -9,9 +9,8 @@ import re
 import psycopg
 import pytest
 
-from ledger import storage
 from ledger.effect_log import EffectLog, new_run_id
-from tests.builders import REPO, write_five_records
+from tests.builders import REPO, ledger, write_five_records
 from tests.postgresql.server import server
 
 DOC = REPO / "docs" / "postgresql.md"
@@ -42,10 +41,8 @@ def roles() -> tuple[str, str]:
             if statement.strip():
                 admin.execute(statement)
     owner_url = _url(owner, database)
-    served = storage.backend(owner_url)
-    store = served.acquire(owner_url)
-    store.open_for_writing()  # the doc's migration step, as the owner
-    served.release(store)
+    migrated = ledger("migrate", "--store", owner_url)  # the doc's migration step, as the owner
+    assert migrated.returncode == 0, migrated.stderr
     with psycopg.connect(host=str(server().socket_dir), dbname=database, user=owner) as conn:
         conn.execute(named(granting))
     return _url(owner, database), _url(writer, database)
