@@ -249,6 +249,9 @@ class EffectLog:
         self._started = False  # whether the run's row is in the store
         self._continuing = False  # loaded: the run may already exist
         self._writer_pid = 0  # the process recorded as the run's writer, once it wrote
+        # The ledger command's log on a worker's run (see _visit): what it writes leaves
+        # the worker as the run's writer, and its resolutions are a person's.
+        self._visitor: str | None = None
         # The run's shared lock (a storage.Lease): while this log is open, recovery
         # by another process cannot take the run. Taken at load, or before a new run's
         # first write (until then the run has no row to recover, and no file is created).
@@ -339,6 +342,18 @@ class EffectLog:
             self._drop_lease()
             self._drop_store()
             raise
+        return self
+
+    @classmethod
+    def _visit(cls, run_id: str, directory: storage.Location, program: str) -> Self:
+        """Load a run for the ``ledger`` command (``program``: ``ledger resolve``, say).
+
+        Not public: what this log writes leaves the run's writer (the worker, its name)
+        as it was, and a resolution it writes is a person's, recorded as written by
+        ``program``. It holds the run as any loaded log does.
+        """
+        self = cls.load(run_id, directory)
+        self._visitor = program
         return self
 
     @classmethod
@@ -607,7 +622,9 @@ class EffectLog:
             now=utc_now(),
             start=not self._started,
             continuing=self._continuing,
-            writer=None if self._writer_pid == os.getpid() else Writer.current(self._writer_name),
+            writer=None
+            if self._visitor is not None or self._writer_pid == os.getpid()
+            else Writer.current(self._writer_name),
             # A loaded run that was empty must still be: had another process started it
             # since, this log's first record would clash with that one's.
             ends_at=0 if self._continuing and not self._started else None,
@@ -1311,7 +1328,7 @@ class EffectLog:
             records=appended,
             head=self._head,
             now=now,
-            writer=Writer.current(self._writer_name),
+            writer=None if self._visitor is not None else Writer.current(self._writer_name),
             ends_at=base,  # or another writer touched the run: refused
         )
         settling = {o.effect_id for o in appended}
