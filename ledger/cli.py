@@ -33,6 +33,7 @@ from ledger.effects import (
     Impact,
     Record,
     Resolution,
+    ResolutionOrigin,
 )
 from ledger.storage import ShellMissingError
 
@@ -226,11 +227,22 @@ _STEP_SHOWN = 60
 _VALUE_SHOWN = 100
 
 
+def _written(resolution: Resolution) -> str:
+    """Which process wrote a resolution, for ``ledger show``: a person's command or a worker."""
+    if resolution.origin is None:
+        return "writer not recorded"
+    who = f"user {resolution.os_user} on {resolution.host}"
+    if resolution.origin is ResolutionOrigin.PERSON:
+        return f"written by {resolution.program}, {who}"
+    kind = "the worker itself" if resolution.origin is ResolutionOrigin.WORKER else "a reconciler"
+    return f"written by {kind}, not a person ({resolution.program}, pid {resolution.pid}, {who})"
+
+
 def _describe(record: Record) -> tuple[str, str]:
     if isinstance(record, Resolution):
         word = "applied" if record.applied else "not applied"
         note = f": {record.note}" if record.note else ""
-        return record.effect_id, f"resolved {word} by {record.by}{note}"
+        return record.effect_id, f"resolved {word} by {record.by}{note}; {_written(record)}"
     if isinstance(record, EffectClaim):
         scope = ", ".join(r.locator for r in record.impact_scope) or "-"
         duties = ", ".join(

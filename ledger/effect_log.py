@@ -35,9 +35,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Self, TypedDict, Unpack
+from typing import Any, Self, TypedDict, Unpack
 
-from ledger import _calls, _dropped, _paths, _resume, storage
+from ledger import _calls, _dropped, _owner, _paths, _resume, storage
 from ledger._calls import Recording, Seen, current_call, new_effect_id
 from ledger._chain import GENESIS
 from ledger._combiner import Combiner, Entry, acquire_uninterrupted
@@ -62,6 +62,7 @@ from ledger.effects import (
     OperationRef,
     Postcondition,
     Resolution,
+    ResolutionOrigin,
     ResourceRef,
     assess,
     check_identifier,
@@ -1203,7 +1204,15 @@ class EffectLog:
                 f"{step.value.upper()} ({reason})"
             )
 
-    def resolve(self, effect_id: str, *, applied: bool, by: str, note: str = "") -> Resolution:
+    def resolve(
+        self,
+        effect_id: str,
+        *,
+        applied: bool,
+        by: str,
+        note: str = "",
+        allow_self: bool = False,
+    ) -> Resolution:
         """Record that a person checked whether ``effect_id`` landed: ``applied`` or not.
 
         Append-only and chained like every record; at most one per effect. It leaves
@@ -1212,12 +1221,22 @@ class EffectLog:
         :meth:`decide` says ``DONE`` (applied) or ``RETRY`` (not applied). ``by`` is an
         identifier of the person. Returns once durable; if it cannot be persisted,
         raises :class:`EffectPersistenceError` and the resolution exists nowhere.
+
+        The resolution records this process beside ``by`` (OS user, host, program,
+        pid) and its origin: ``worker``, or ``reconciler`` when ``allow_self`` says this
+        program is an automated reconciler. Neither is a person's word: ``ledger show``
+        says which process wrote it, and the MCP guard does not take it (only
+        ``ledger resolve`` records ``person``).
         """
         with self._cond:
             self._check_open()
             self._claim_of(effect_id)
             if not isinstance(applied, bool):
                 raise InvalidTypeError(f"applied must be a bool, not {type(applied).__name__}")
+            if not isinstance(allow_self, bool):
+                raise InvalidTypeError(
+                    f"allow_self must be a bool, not {type(allow_self).__name__}"
+                )
             if (
                 self._index.resolution(effect_id) is not None
                 or effect_id in self._queued_resolutions
@@ -1230,6 +1249,7 @@ class EffectLog:
                 by=by,
                 recorded_at=utc_now(),
                 note=note,
+                **self._written_by(allow_self=allow_self),
             )
             if self._degraded:
                 raise _degraded_error(self._run_id)
@@ -1240,6 +1260,21 @@ class EffectLog:
             if pending.error is not None:
                 raise pending.error
             return pending.records[0]  # type: ignore[return-value]  # the resolution
+
+    def _written_by(self, *, allow_self: bool) -> dict[str, Any]:
+        """The fields of a resolution that say which process wrote it, and as what."""
+        if self._visitor is not None:
+            origin, program = ResolutionOrigin.PERSON, self._visitor
+        else:
+            origin = ResolutionOrigin.RECONCILER if allow_self else ResolutionOrigin.WORKER
+            program = _owner.program()
+        return {
+            "origin": origin,
+            "os_user": _owner.os_user(),
+            "host": _owner.host_name(),
+            "program": program,
+            "pid": os.getpid(),
+        }
 
     def _claim_of(self, effect_id: str) -> EffectClaim:
         check_identifier(effect_id, "effect_id")
