@@ -158,3 +158,22 @@ def test_a_programs_own_resolution_says_so(store: Path | str, tmp_path: Path, or
     assert f"written by {kind}, not a person (agent.py, pid {pid}, user " in _line(
         store, run_id, "e1"
     )
+
+
+def test_export_and_import_carry_who_wrote_a_resolution(store: Path | str, tmp_path: Path) -> None:
+    run_id = new_run_id()
+    _worker(store, run_id, settle=True)
+    resolved = ledger("resolve", run_id, "e1", "--applied", "--by", "alice", "--store", str(store))
+    assert resolved.returncode == 0, resolved.stderr
+    written = _resolution(store, run_id, "e1")
+    assert (written["origin"], written["program"]) == ("person", "ledger resolve")
+    exported = tmp_path / f"{run_id}.jsonl"
+    done = ledger("export", run_id, "-o", str(exported), "--store", str(store))
+    assert done.returncode == 0, done.stderr
+    (line,) = [json.loads(x) for x in exported.read_text().splitlines() if '"resolution"' in x]
+    assert line["record"] == written
+    other = tmp_path / "other"
+    done = ledger("import", str(exported), "--store", str(other))
+    assert done.returncode == 0, done.stderr
+    assert _resolution(other, run_id, "e1") == written
+    assert ledger("verify", "--store", str(other)).returncode == 0
