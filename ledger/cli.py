@@ -231,11 +231,10 @@ def _written(resolution: Resolution) -> str:
     """Which process wrote a resolution, for ``ledger show``: a person's command or a worker."""
     if resolution.origin is None:
         return "writer not recorded"
-    who = f"user {resolution.os_user} on {resolution.host}"
     if resolution.origin is ResolutionOrigin.PERSON:
-        return f"written by {resolution.program}, {who}"
+        return f"written by {resolution.program}, user {resolution.os_user} on {resolution.host}"
     kind = "the worker itself" if resolution.origin is ResolutionOrigin.WORKER else "a reconciler"
-    return f"written by {kind}, not a person ({resolution.program}, pid {resolution.pid}, {who})"
+    return f"written by {kind}, not a person ({resolution.program}, pid {resolution.pid})"
 
 
 def _describe(record: Record) -> tuple[str, str]:

@@ -155,8 +155,8 @@ def test_a_programs_own_resolution_says_so(store: Path | str, tmp_path: Path, or
         "pid": pid,
     }
     kind = "the worker itself" if origin == "worker" else "a reconciler"
-    assert f"written by {kind}, not a person (agent.py, pid {pid}, user " in _line(
-        store, run_id, "e1"
+    assert _line(store, run_id, "e1").endswith(
+        f"resolved applied by alice (on-call); written by {kind}, not a person (agent.py, pid {pid})"
     )
 
 
