@@ -184,7 +184,7 @@ def _recover(directory: storage.Location, run_id: str, *, force: bool = False) -
             return Recovery(run_id, skipped=hold.value)
         if hold is RecoveryHold.IN_USE and not force:
             return Recovery(run_id, skipped=hold.value)
-        with EffectLog.load(run_id, directory) as log:
+        with EffectLog._visit(run_id, directory, "ledger recover") as log:  # noqa: SLF001 - the command's own way in
             # --force: recovering under a process that holds the run, known dead or hung
             # by its user. The library offers this to nobody else.
             return Recovery(run_id, log._recover(force=force))  # noqa: SLF001
@@ -238,7 +238,7 @@ def resolve_effect(
 ) -> Resolution:
     """Record a person's word on an effect of the matching run: it landed, or it did not."""
     run_id, _writer = reader(directory).writer(prefix)
-    with EffectLog.load(run_id, directory) as log:
+    with EffectLog._visit(run_id, directory, "ledger resolve") as log:  # noqa: SLF001 - the command's own way in
         return log.resolve(effect_id, applied=applied, by=by, note=note)
 
 

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ledger import _inspect, storage
+from ledger._index import RunIndex
 from ledger._paths import DB_NAME
 from ledger._recorded import MAX_RECORDED_BYTES, recordable
 from ledger.effect_log import EffectLog, new_effect_id, new_run_id
@@ -32,6 +33,7 @@ from ledger.effects import (
     Impact,
     NextStep,
     OperationRef,
+    ResolutionOrigin,
     args_digest,
     check_identifier,
     resource_ref,
@@ -62,6 +64,41 @@ def _is_named(claim: EffectClaim, name: str) -> bool:
     return claim.action_id == action_prefix(name) + claim.effect_id
 
 
+def _escalated(run_id: str, history: History, effect_id: str) -> Refusal | None:
+    """The refusal an earlier effect calls for: its decision is ESCALATE for the guard.
+
+    The guard takes a person's word only: a resolution the worker wrote itself (or a
+    reconciler) is not counted, so an effect settled by nothing else is still escalated.
+    """
+    claim = history.claim(effect_id)
+    if claim is None:
+        return None
+    index = RunIndex.of(history)
+    decision = index.decide(claim)
+    if decision.step is NextStep.ESCALATE:
+        return Refusal(run_id, effect_id, decision.reason)
+    attempts = {a.effect_id for a in index.attempts(claim)}
+    unheeded = [r for r in history.resolutions if r.effect_id in attempts and not r.by_person]
+    if not unheeded:
+        return None
+    trusted = dataclasses.replace(
+        history, resolutions=tuple(r for r in history.resolutions if r.by_person)
+    )
+    decision = RunIndex.of(trusted).decide(claim)
+    if decision.step is not NextStep.ESCALATE:
+        return None
+    first = unheeded[0]
+    kind = "the worker itself" if first.origin is ResolutionOrigin.WORKER else "a reconciler"
+    return Refusal(
+        run_id,
+        effect_id,
+        f"{decision.reason} It was resolved by {kind} ({first.program}, pid {first.pid}, "
+        f"as {first.by}), not by a person: the guard takes only a resolution recorded with "
+        "`ledger resolve`.",
+        self_resolved=True,
+    )
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Earlier:
     """What starting a proxy did to the earlier runs of its NAME."""
@@ -77,10 +114,20 @@ class Refusal:
     run_id: str
     effect_id: str
     reason: str
+    # Resolved already, by a worker or reconciler: ``ledger resolve`` cannot add a
+    # person's word to it (one resolution per effect).
+    self_resolved: bool = False
 
     def message(self, directory: storage.Location) -> str:
         """The tool error the client gets: the effect, why, and how to settle it."""
         store = f" --store {storage.describe(directory)}"
+        if self.self_resolved:
+            return (
+                f"ledger mcp-proxy did not forward this call: an identical call (effect "
+                f"{self.effect_id} of run {self.run_id}) may already have happened. "
+                f"{self.reason} The effect holds that resolution already, so this call stays "
+                f"refused; `ledger show {self.run_id}{store}` shows the run."
+            )
         return (
             f"ledger mcp-proxy did not forward this call: an identical call (effect "
             f"{self.effect_id} of run {self.run_id}) may already have happened. {self.reason} "
@@ -159,10 +206,18 @@ class ProxyRun:
                 operations[recovery.run_id, outcome.effect_id] = claims[
                     outcome.effect_id
                 ].operation.name
-        # ESCALATE needs an impact nobody settled: the incident list holds every candidate.
+        # ESCALATE needs an impact no person settled: the incident list holds every
+        # candidate, and so do the effects a worker resolved itself (the guard does not
+        # take its word).
         for recovery in recovered:
             named.pop(recovery.run_id)  # read again below: recovery wrote to it
-        for row in reader.effects(None, unresolved=True):
+        for row in reader.effects(None, unresolved=False):
+            if not row.unresolved_impact and row.resolution is None:
+                continue
+            if not row.unresolved_impact and all(
+                r.by_person for r in history(row.run_id).resolutions
+            ):
+                continue
             claim = history(row.run_id).claim(row.effect_id)
             if claim is not None and _is_named(claim, self.name):
                 key = (claim.operation.name, claim.operation.args_sha256)
@@ -184,11 +239,13 @@ class ProxyRun:
         if kind not in (EffectKind.WRITE, EffectKind.IRREVERSIBLE):
             return None
         key = (tool, args_digest({} if args is None else args))
-        for run_id, effect_id in self._earlier.get(key, ()):
-            report = _inspect.show_run(self.directory, run_id)
-            for decision in report.decisions:
-                if decision.effect_id == effect_id and decision.step is NextStep.ESCALATE:
-                    return Refusal(run_id, effect_id, decision.reason)
+        earlier = self._earlier.get(key, ())
+        if earlier:
+            reader = _inspect.reader(self.directory)
+            for run_id, effect_id in earlier:
+                refusal = _escalated(run_id, reader.run(run_id)[1], effect_id)
+                if refusal is not None:
+                    return refusal
         with self._lock:
             doubtful = self._doubtful.get(key)
             if not doubtful:
@@ -198,6 +255,11 @@ class ProxyRun:
                 decision = self._log.decide(effect_id)
                 if decision.step is NextStep.ESCALATE:
                     return Refusal(self.run_id, effect_id, decision.reason)
+                # Settled: by a person, or by a worker whose word the guard does not take
+                # (rare: the whole run is read only then).
+                refusal = _escalated(self.run_id, self._log.history(), effect_id)
+                if refusal is not None:
+                    return refusal
                 doubtful.discard(effect_id)
         return None
 

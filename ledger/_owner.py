@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pwd
 import socket
+import sys
 from pathlib import Path
 
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -54,3 +56,33 @@ class Writer:
         """How ``ledger runs`` and ``ledger show`` print it: ``name (host:pid)`` or ``host:pid``."""
         where = f"{self.host}:{self.pid}"
         return where if self.name is None else f"{self.name} ({where})"
+
+
+def host_name() -> str:
+    """This machine's host name, as a resolution records it ("?" when it has none)."""
+    return socket.gethostname()[:200] or "?"
+
+
+def os_user() -> str:
+    """The name of this process's effective user, or its uid when it has no name."""
+    uid = os.geteuid()
+    try:
+        return pwd.getpwuid(uid).pw_name or str(uid)
+    except KeyError:  # a uid with no entry (a container's)
+        return str(uid)
+
+
+def program() -> str:
+    """A short, printable name of the program this process runs, for people.
+
+    The script's file name (``agent.py``), ``python -m PACKAGE`` for a package run
+    so, ``python -c`` or ``python`` for code given otherwise.
+    """
+    argv0 = sys.argv[0] if sys.argv else ""
+    if argv0 in ("", "-c"):
+        name = f"python {argv0}".strip()
+    else:
+        path = Path(argv0)
+        name = f"python -m {path.parent.name}" if path.name == "__main__.py" else path.name
+    text = "".join(c if c.isprintable() else "?" for c in name)[:200]
+    return text or "python"

@@ -30,7 +30,7 @@ from ledger._text import UNPRINTABLE, compact_json, printable, shortened
 # them, so that --version, --help and a usage mistake answer at once.
 if TYPE_CHECKING:
     from ledger import _inspect, _jsonl, storage
-    from ledger.effects import EffectKind, History, Impact, Record
+    from ledger.effects import EffectKind, History, Impact, Record, Resolution
 
 __all__ = ["main"]
 
@@ -300,13 +300,25 @@ def _tail(locator: str, limit: int = _LOCATOR_SHOWN) -> str:
     return locator if len(locator) <= limit else "..." + locator[-(limit - 3) :]
 
 
+def _written(resolution: Resolution) -> str:
+    """Which process wrote a resolution, for ``ledger show``: a person's command or a worker."""
+    from ledger.effects import ResolutionOrigin  # noqa: PLC0415
+
+    if resolution.origin is None:
+        return "writer not recorded"
+    if resolution.origin is ResolutionOrigin.PERSON:
+        return f"written by {resolution.program}, user {resolution.os_user} on {resolution.host}"
+    kind = "the worker itself" if resolution.origin is ResolutionOrigin.WORKER else "a reconciler"
+    return f"written by {kind}, not a person ({resolution.program}, pid {resolution.pid})"
+
+
 def _describe(record: Record) -> tuple[str, str]:
     from ledger.effects import EffectClaim, EffectOutcome, Resolution  # noqa: PLC0415
 
     if isinstance(record, Resolution):
         word = "applied" if record.applied else "not applied"
         note = f": {record.note}" if record.note else ""
-        return record.effect_id, f"resolved {word} by {record.by}{note}"
+        return record.effect_id, f"resolved {word} by {record.by}{note}; {_written(record)}"
     if isinstance(record, EffectClaim):
         scope = ", ".join(_tail(r.locator) for r in record.impact_scope[:2]) or "-"
         if len(record.impact_scope) > 2:

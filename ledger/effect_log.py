@@ -35,9 +35,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Self, TypedDict, Unpack
+from typing import Any, Self, TypedDict, Unpack
 
-from ledger import _calls, _dropped, _paths, _resume, storage
+from ledger import _calls, _dropped, _owner, _paths, _resume, storage
 from ledger._calls import Recording, Seen, current_call, new_effect_id
 from ledger._chain import GENESIS
 from ledger._combiner import Combiner, Entry, acquire_uninterrupted
@@ -62,6 +62,7 @@ from ledger.effects import (
     OperationRef,
     Postcondition,
     Resolution,
+    ResolutionOrigin,
     ResourceRef,
     assess,
     check_identifier,
@@ -249,6 +250,9 @@ class EffectLog:
         self._started = False  # whether the run's row is in the store
         self._continuing = False  # loaded: the run may already exist
         self._writer_pid = 0  # the process recorded as the run's writer, once it wrote
+        # The ledger command's log on a worker's run (see _visit): what it writes leaves
+        # the worker as the run's writer, and its resolutions are a person's.
+        self._visitor: str | None = None
         # The run's shared lock (a storage.Lease): while this log is open, recovery
         # by another process cannot take the run. Taken at load, or before a new run's
         # first write (until then the run has no row to recover, and no file is created).
@@ -339,6 +343,18 @@ class EffectLog:
             self._drop_lease()
             self._drop_store()
             raise
+        return self
+
+    @classmethod
+    def _visit(cls, run_id: str, directory: storage.Location, program: str) -> Self:
+        """Load a run for the ``ledger`` command (``program``: ``ledger resolve``, say).
+
+        Not public: what this log writes leaves the run's writer (the worker, its name)
+        as it was, and a resolution it writes is a person's, recorded as written by
+        ``program``. It holds the run as any loaded log does.
+        """
+        self = cls.load(run_id, directory)
+        self._visitor = program
         return self
 
     @classmethod
@@ -607,7 +623,9 @@ class EffectLog:
             now=utc_now(),
             start=not self._started,
             continuing=self._continuing,
-            writer=None if self._writer_pid == os.getpid() else Writer.current(self._writer_name),
+            writer=None
+            if self._visitor is not None or self._writer_pid == os.getpid()
+            else Writer.current(self._writer_name),
             # A loaded run that was empty must still be: had another process started it
             # since, this log's first record would clash with that one's.
             ends_at=0 if self._continuing and not self._started else None,
@@ -1186,7 +1204,15 @@ class EffectLog:
                 f"{step.value.upper()} ({reason})"
             )
 
-    def resolve(self, effect_id: str, *, applied: bool, by: str, note: str = "") -> Resolution:
+    def resolve(
+        self,
+        effect_id: str,
+        *,
+        applied: bool,
+        by: str,
+        note: str = "",
+        allow_self: bool = False,
+    ) -> Resolution:
         """Record that a person checked whether ``effect_id`` landed: ``applied`` or not.
 
         Append-only and chained like every record; at most one per effect. It leaves
@@ -1195,12 +1221,22 @@ class EffectLog:
         :meth:`decide` says ``DONE`` (applied) or ``RETRY`` (not applied). ``by`` is an
         identifier of the person. Returns once durable; if it cannot be persisted,
         raises :class:`EffectPersistenceError` and the resolution exists nowhere.
+
+        The resolution records this process beside ``by`` (OS user, host, program,
+        pid) and its origin: ``worker``, or ``reconciler`` when ``allow_self`` says this
+        program is an automated reconciler. Neither is a person's word: ``ledger show``
+        says which process wrote it, and the MCP guard does not take it (only
+        ``ledger resolve`` records ``person``).
         """
         with self._cond:
             self._check_open()
             self._claim_of(effect_id)
             if not isinstance(applied, bool):
                 raise InvalidTypeError(f"applied must be a bool, not {type(applied).__name__}")
+            if not isinstance(allow_self, bool):
+                raise InvalidTypeError(
+                    f"allow_self must be a bool, not {type(allow_self).__name__}"
+                )
             if (
                 self._index.resolution(effect_id) is not None
                 or effect_id in self._queued_resolutions
@@ -1213,6 +1249,7 @@ class EffectLog:
                 by=by,
                 recorded_at=utc_now(),
                 note=note,
+                **self._written_by(allow_self=allow_self),
             )
             if self._degraded:
                 raise _degraded_error(self._run_id)
@@ -1223,6 +1260,21 @@ class EffectLog:
             if pending.error is not None:
                 raise pending.error
             return pending.records[0]  # type: ignore[return-value]  # the resolution
+
+    def _written_by(self, *, allow_self: bool) -> dict[str, Any]:
+        """The fields of a resolution that say which process wrote it, and as what."""
+        if self._visitor is not None:
+            origin, program = ResolutionOrigin.PERSON, self._visitor
+        else:
+            origin = ResolutionOrigin.RECONCILER if allow_self else ResolutionOrigin.WORKER
+            program = _owner.program()
+        return {
+            "origin": origin,
+            "os_user": _owner.os_user(),
+            "host": _owner.host_name(),
+            "program": program,
+            "pid": os.getpid(),
+        }
 
     def _claim_of(self, effect_id: str) -> EffectClaim:
         check_identifier(effect_id, "effect_id")
@@ -1311,7 +1363,7 @@ class EffectLog:
             records=appended,
             head=self._head,
             now=now,
-            writer=Writer.current(self._writer_name),
+            writer=None if self._visitor is not None else Writer.current(self._writer_name),
             ends_at=base,  # or another writer touched the run: refused
         )
         settling = {o.effect_id for o in appended}

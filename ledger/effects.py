@@ -47,6 +47,7 @@ __all__ = [
     "Postcondition",
     "Predicate",
     "Resolution",
+    "ResolutionOrigin",
     "ResourceRef",
     "args_digest",
     "assess",
@@ -132,6 +133,14 @@ class NextStep(enum.Enum):
     WAIT = "wait"
     RETRY = "retry"
     ESCALATE = "escalate"
+
+
+class ResolutionOrigin(enum.Enum):
+    """What kind of process wrote a resolution (:attr:`Resolution.origin`)."""
+
+    PERSON = "person"  # the ``ledger resolve`` command
+    WORKER = "worker"  # a program's ``EffectLog.resolve``
+    RECONCILER = "reconciler"  # a program's ``EffectLog.resolve(..., allow_self=True)``
 
 
 class EffectVerdict(enum.Enum):
@@ -869,6 +878,12 @@ class Resolution:
 
     It leaves the verdict alone (that is the ledger's own evidence) and settles the
     effect's impact: :func:`decide` follows it.
+
+    ``by`` is whom the writer names; the process that wrote the record is recorded
+    beside it: ``origin`` (``person`` for the ``ledger resolve`` command, ``worker`` for
+    a program's ``EffectLog.resolve``, ``reconciler`` for one that said
+    ``allow_self=True``), and that process's OS user, host, program and pid. A
+    resolution written before the store recorded them has none: all five are None.
     """
 
     effect_id: str
@@ -877,6 +892,11 @@ class Resolution:
     by: str
     recorded_at: str
     note: str = ""
+    origin: ResolutionOrigin | None = None
+    os_user: str | None = None
+    host: str | None = None
+    program: str | None = None
+    pid: int | None = None
 
     record_type: ClassVar[str] = "resolution"
 
@@ -888,11 +908,35 @@ class Resolution:
         check_identifier(self.by, "by")
         _check_timestamp(self.recorded_at)
         _check_str(self.note, "note", empty=True)
+        if self.origin is None:
+            given = [f for f in _WRITTEN_BY if getattr(self, f) is not None]
+            if given:
+                raise ValueError(
+                    f"a resolution without an origin records no writing process, yet {given[0]} "
+                    "is set"
+                )
+            return
+        _check_enum(self.origin, ResolutionOrigin, "origin")
+        for name in ("os_user", "host", "program"):
+            check_identifier(getattr(self, name), name)
+        if type(self.pid) is not int:
+            raise InvalidTypeError(f"pid must be an int, not {type(self.pid).__name__}")
+        if not 0 < self.pid < 2**31:  # a 32-bit column on PostgreSQL
+            raise ValueError(f"pid must be a positive integer, not {self.pid}")
 
     @property
     def word(self) -> str:
         """``"applied"`` or ``"not_applied"``, as :attr:`Assessment.resolution` says it."""
         return "applied" if self.applied else "not_applied"
+
+    @property
+    def by_person(self) -> bool:
+        """Whether a person's command wrote it, or it predates the record of who wrote it.
+
+        A worker's or reconciler's own resolution is not a person's word, whatever
+        ``by`` names: the MCP guard does not take it.
+        """
+        return self.origin is None or self.origin is ResolutionOrigin.PERSON
 
     def to_dict(self) -> dict[str, Any]:
         """Return the resolution as JSON types."""
@@ -903,12 +947,21 @@ class Resolution:
             "by": self.by,
             "recorded_at": self.recorded_at,
             "note": self.note,
+            "origin": None if self.origin is None else self.origin.value,
+            "os_user": self.os_user,
+            "host": self.host,
+            "program": self.program,
+            "pid": self.pid,
         }
 
     @classmethod
     def from_dict(cls, data: object) -> Self:
-        """Validate and rebuild a resolution from :meth:`to_dict` output."""
-        f = _Fields(data, cls)
+        """Validate and rebuild a resolution from :meth:`to_dict` output.
+
+        A dict written before resolutions recorded their writer (without the five keys)
+        stands for one that records none.
+        """
+        f = _Fields(data, cls, later=dict.fromkeys(_WRITTEN_BY))
         return _build(
             cls,
             effect_id=f.raw("effect_id"),
@@ -917,7 +970,16 @@ class Resolution:
             by=f.raw("by"),
             recorded_at=f.raw("recorded_at"),
             note=f.raw("note"),
+            origin=f.optional_enum("origin", ResolutionOrigin),
+            os_user=f.raw("os_user"),
+            host=f.raw("host"),
+            program=f.raw("program"),
+            pid=f.raw("pid"),
         )
+
+
+# A resolution's writing process: all set, or (written before they were recorded) none.
+_WRITTEN_BY = ("origin", "os_user", "host", "program", "pid")
 
 
 Record = EffectClaim | EffectOutcome | Observation | Resolution

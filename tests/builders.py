@@ -9,6 +9,7 @@ Fixtures live in the ``conftest.py`` files; what only SQLite's tests share is in
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.server
 import json
@@ -22,7 +23,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -323,13 +324,29 @@ def orphan_run(store: Path, run_id: str | None = None) -> str:
     return run_id
 
 
-def write_every_column(directory: Path, run_id: str, *, recorded: bool = False) -> None:
+@contextlib.contextmanager
+def resolutions_before_0013() -> Iterator[None]:
+    """Inside the block, resolutions record no writing process, as before migration 0013.
+
+    For the tests that take a store written now down to an earlier revision: a resolution
+    that records its writer loses it there, and with it its hash.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(EffectLog, "_written_by", lambda _log, *, allow_self: {})
+        yield
+
+
+def write_every_column(
+    directory: Path, run_id: str, *, recorded: bool = False, before_0013: bool = False
+) -> None:
     """Write run ``run_id`` so that every column of every record table is set in some row.
 
     A recovered outcome has ``replayed`` set; an observation has every optional field.
     With ``recorded``, claims with a step and recorded arguments and outcomes with a
     recorded result (chain version 3, migration 0012) follow, a recorded JSON null among
-    them; without, the run holds no record a store before 0012 could not.
+    them; without, the run holds no record a store before 0012 could not. With
+    ``before_0013``, its resolution records no writing process (as before migration
+    0013), and the columns that would hold it are NULL.
     """
     a = fx.ResourceRef("fs", "/w/a", "target", revision="r1")
     b = fs_ref("/w/b")
@@ -370,7 +387,8 @@ def write_every_column(directory: Path, run_id: str, *, recorded: bool = False) 
     with EffectLog.load(run_id, directory) as log:  # after a crash: e2 is recovered
         assert len(log.recover_interrupted()) == 1
         # A person finds e2 did not land; e3 repeats it (a version 2 claim, with a retry).
-        log.resolve("e2", applied=False, by="ops", note="b untouched")
+        with resolutions_before_0013() if before_0013 else contextlib.nullcontext():
+            log.resolve("e2", applied=False, by="ops", note="b untouched")
         log.claim(
             effect_id="e3",
             action_id="a3",

@@ -42,6 +42,7 @@ from ledger.effects import (
     Postcondition,
     Predicate,
     Resolution,
+    ResolutionOrigin,
     ResourceRef,
     args_digest,
     assess,
@@ -186,6 +187,11 @@ def _examples() -> dict[str, object]:
         by="alice",
         recorded_at="2026-03-01T09:40:12.004518+00:00",
         note="notes.md unchanged since before the call",
+        origin=ResolutionOrigin.PERSON,
+        os_user="alice",
+        host="ops-1",
+        program="ledger resolve",
+        pid=48213,
     )
     recover = [
         _inspect.Recovery(_RUN_B, (recovered,)),
@@ -499,6 +505,19 @@ _SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("by", "string", "who checked"),
         ("recorded_at", "string", "when it was written"),
         ("note", "string", "what they saw; may be empty"),
+        (
+            "origin",
+            "string or null",
+            (
+                "what wrote it: `person` (`ledger resolve`), `worker` (a program's"
+                " `EffectLog.resolve`) or `reconciler` (one that said `allow_self=True`);"
+                " `null` when written before the store recorded it"
+            ),
+        ),
+        ("os_user", "string or null", "the OS user of the process that wrote it"),
+        ("host", "string or null", "the host it ran on"),
+        ("program", "string or null", "`ledger resolve`, or the program's script name"),
+        ("pid", "integer or null", "its process id"),
     ),
     "decision": (
         ("effect_id", "string", "the claimed effect"),
@@ -745,8 +764,10 @@ about EFFECT of RUN (a run id or a unique prefix): `--applied` (it landed) or
 `--not-applied` (it did not); one of the two is required. `--by` names who checked, and
 `--note` says what they saw. The resolution is a record of the run, append-only and
 chained like the others; an effect is resolved at most once (a second resolve is an
-error, exit 1). It leaves the verdict as the evidence says, takes the effect off the
-incident list (`status --unresolved`), and sets its next step: `done` when applied,
+error, exit 1). It records the command's process beside `--by` (origin `person`, the OS
+user, host, program and pid), which `ledger show` prints. It leaves the verdict as the
+evidence says, takes the effect off the incident list (`status --unresolved`), and sets
+its next step: `done` when applied,
 `retry` (with the same idempotency key) when not
 ([concepts.md](concepts.md#kinds-keys-and-decisions)).
 The run is loaded as a worker loads it, so it is refused while another process is

@@ -28,6 +28,7 @@ from ledger.sqlite.schema import (
     OTHER_WRITER,
     SCOPE_INDEX_TRIGGER,
     SQLITE_TRIGGERS,
+    TRIGGER_COLUMNS,
     VIEW_QUERIES,
     entries_message,
     entries_refused,
@@ -249,17 +250,20 @@ def install_derived(connection: Connection) -> None:
     for name, table in TRIGGER_TABLE.items():
         if table in tables:
             run(f'DROP TRIGGER IF EXISTS "{name}" ON "{table}"')
-    for ddl in FUNCTIONS.values():
-        run(ddl)
-    for name, ddl in TRIGGERS.items():
-        if TRIGGER_TABLE[name] in tables:
-            run(ddl)
     columns: dict[str, set[str]] = {}
     for table, column in connection.exec_driver_sql(
         "SELECT table_name, column_name FROM information_schema.columns"
         " WHERE table_schema = current_schema()"
     ):
         columns.setdefault(table, set()).add(column)
+    for ddl in FUNCTIONS.values():
+        run(ddl)
+    for name, ddl in TRIGGERS.items():
+        table = TRIGGER_TABLE[name]
+        # A guard reading a column a later revision adds (a resolution's origin) waits
+        # for it: PL/pgSQL would fail every insert of a store at an older revision.
+        if table in tables and TRIGGER_COLUMNS.get(name, frozenset()) <= columns.get(table, set()):
+            run(ddl)
     # The views read every table, and columns a later revision adds (a claim's step).
     if has_every_column(columns):
         for ddl in VIEWS.values():

@@ -45,6 +45,7 @@ from ledger.effects import (
     Postcondition,
     Predicate,
     Resolution,
+    ResolutionOrigin,
     ResourceRef,
     check_history,
     recorded_json,
@@ -193,6 +194,11 @@ def rows_of(run_id: str, record: Record) -> Rows:
             "resolved_by": record.by,
             "note": record.note,
             "recorded_at": record.recorded_at,
+            "origin": None if record.origin is None else record.origin.value,
+            "os_user": record.os_user,
+            "host": record.host,
+            "program": record.program,
+            "pid": record.pid,
         }
         return row, [], []
     exists = None if record.exists is None else int(record.exists)
@@ -437,6 +443,11 @@ def _resolution(row: Any) -> Resolution:
         by=row["resolved_by"],
         recorded_at=row["recorded_at"],
         note=row["note"],
+        origin=None if row["origin"] is None else ResolutionOrigin(row["origin"]),
+        os_user=row["os_user"],
+        host=row["host"],
+        program=row["program"],
+        pid=row["pid"],
     )
 
 

@@ -41,6 +41,7 @@ from ledger.effects import (
     Impact,
     ObservationMechanism,
     Predicate,
+    ResolutionOrigin,
 )
 
 NAMING_CONVENTION = {
@@ -265,6 +266,15 @@ resolutions = Table(
     CheckConstraint(_identifier("resolved_by"), name="resolved_by"),
     CheckConstraint(_hex("prev_hash", 64), name="prev_hash"),
     CheckConstraint(_hex("hash", 64), name="hash"),
+    # The process that wrote it (migration 0013): its origin (person: the ledger resolve
+    # command; worker: a program's EffectLog.resolve; reconciler: one that said
+    # allow_self=True), OS user, host, program and pid. All NULL in a resolution written
+    # before (a guard refuses any other mix).
+    Column("origin", Text, nullable=True),
+    Column("os_user", Text, nullable=True),
+    Column("host", Text, nullable=True),
+    Column("program", Text, nullable=True),
+    Column("pid", Integer, nullable=True),
     sqlite_strict=True,
 )
 
@@ -386,6 +396,19 @@ def _sqlite_triggers() -> dict[str, str]:
             "NOT EXISTS (SELECT 1 FROM claims WHERE run_id = NEW.run_id"
             " AND effect_id = NEW.effect_id AND seq < NEW.seq)",
             "a resolution must come after its claim",
+        ),
+        _guard(
+            "resolutions",
+            "guard_origin",
+            "CASE WHEN NEW.origin IS NULL THEN NEW.os_user IS NOT NULL OR NEW.host IS NOT NULL"
+            " OR NEW.program IS NOT NULL OR NEW.pid IS NOT NULL"
+            " ELSE NEW.os_user IS NULL OR NEW.host IS NULL OR NEW.program IS NULL"
+            " OR NEW.pid IS NULL"
+            f" OR NEW.origin NOT IN ({', '.join(repr(o.value) for o in ResolutionOrigin)})"
+            " OR length(NEW.os_user) NOT BETWEEN 1 AND 200"
+            " OR length(NEW.host) NOT BETWEEN 1 AND 200"
+            " OR length(NEW.program) NOT BETWEEN 1 AND 200 OR NEW.pid < 1 END",
+            "a resolution records its origin and the process that wrote it, or none of them",
         ),
         _guard(
             "claims",

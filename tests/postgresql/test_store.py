@@ -242,7 +242,9 @@ def test_a_store_with_scope_and_obligation_tables_moves_them_into_its_claims(
 ) -> None:
     """Migration 0009 on PostgreSQL: a store at 0008 with records keeps them, and their hashes."""
     model = new_run_id()
-    write_every_column(tmp_path / "model", model)  # version 1 and 2 claims, a resolution
+    write_every_column(
+        tmp_path / "model", model, before_0013=True
+    )  # version 1 and 2 claims, a resolution
     with EffectLog.load(model, tmp_path / "model") as log:
         records = log.history().records()
     engine = create_engine(parse(url))
@@ -294,7 +296,7 @@ def test_a_store_at_0011_gains_steps_and_recorded_values_on_its_next_write(url: 
     in effect_status; ``ledger verify`` passes.
     """
     run_id = new_run_id()
-    write_every_column(url, run_id)  # type: ignore[arg-type]  # a URL names the store
+    write_every_column(url, run_id, before_0013=True)  # type: ignore[arg-type]  # a URL names the store
     links = "SELECT seq, hash FROM claims WHERE run_id = ? UNION ALL SELECT seq, hash FROM outcomes WHERE run_id = ? ORDER BY 1"
     before = driver.POSTGRESQL.query(url, links, (run_id, run_id))
     engine = create_engine(parse(url))

@@ -23,8 +23,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from ledger import _chain, storage
 from ledger import effects as fx
-from ledger import storage
 from ledger._chain import GENESIS
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite.rows import chain_hash, rows_of
@@ -280,6 +280,41 @@ GUARDS: dict[str, tuple[Forgery, str]] = {
         "that run_id is already recorded",
     ),
 }
+
+WRITTEN_BY = {"origin": "worker", "os_user": "u", "host": "h", "program": "agent.py", "pid": 7}
+
+
+def _half_written(r: Run, **fields: object) -> tuple[str, dict[str, Any]]:
+    """A resolution of e3 (numbered 6) whose writer is given in part or wrongly, hashed right."""
+    row, _, _ = rows_of(r.run_id, _resolution("e3", 6))
+    row |= WRITTEN_BY | fields
+    encoding = _chain.encode("resolution", r.run_id, row)
+    return "resolutions", row | {
+        "prev_hash": r.hashes[5],
+        "hash": _chain.link(r.hashes[5], encoding),
+    }
+
+
+WRITER = "a resolution records its origin and the process that wrote it, or none of them"
+GUARDS |= {
+    "resolutions_guard_origin (a writer without its origin)": (
+        lambda r: _half_written(r, origin=None),
+        WRITER,
+    ),
+    "resolutions_guard_origin (an origin without its host)": (
+        lambda r: _half_written(r, host=None),
+        WRITER,
+    ),
+    "resolutions_guard_origin (an origin of no kind)": (
+        lambda r: _half_written(r, origin="robot"),
+        WRITER,
+    ),
+    "resolutions_guard_origin (pid 0)": (lambda r: _half_written(r, pid=0), WRITER),
+    "resolutions_guard_origin (an empty program)": (
+        lambda r: _half_written(r, program=""),
+        WRITER,
+    ),
+}
 # Every record table: a seq the run holds (linked to the record before it, so that only
 # the seq guard objects), and a gap (seq 7, linked to the head at 5). A gap is what a
 # chain guard written with <> instead of IS DISTINCT FROM lets in on PostgreSQL: there
@@ -327,6 +362,7 @@ HONEST: dict[str, Forgery] = {
     "an outcome": lambda r: _next(r, _outcome("e3", 6)),
     "an observation": lambda r: _next(r, _observation("o2", 6)),
     "a resolution": lambda r: _next(r, _resolution("e3", 6)),
+    "a resolution with its writer": _half_written,
 }
 
 

@@ -109,7 +109,7 @@ ENCODED = {
     },
     "outcomes": {*_chain.OUTCOME_COLUMNS, *_chain.OUTCOME_COLUMNS_3, "prev_hash", "hash"},
     "observations": {*_chain.OBSERVATION_COLUMNS, "prev_hash", "hash"},
-    "resolutions": {*_chain.RESOLUTION_COLUMNS, "prev_hash", "hash"},
+    "resolutions": {*_chain.RESOLUTION_COLUMNS, *_chain.RESOLUTION_COLUMNS_4, "prev_hash", "hash"},
     # Not in the chain: its edits are caught by the scope_index check, not by recipe 9.
     "scope_index": set(),
 }
@@ -124,6 +124,8 @@ WORDS: dict[str, tuple[str, ...]] = {
     "impact": tuple(m.value for m in fx.Impact),
     "mechanism": tuple(m.value for m in fx.ObservationMechanism),
     "coverage": tuple(m.value for m in fx.Coverage),
+    # A worker's resolution passed off as a person's (or the reverse).
+    "origin": tuple(m.value for m in fx.ResolutionOrigin),
 }
 BOOLEANS = ("replayed", "resource_exists", "applied")
 # Recorded values (migration 0012): canonical JSON text, forged into other canonical JSON.

@@ -219,13 +219,15 @@ def rows_before_0009(run_id: str, record: fx.Record, head: str) -> list[tuple[st
     """The rows of ``record`` as the library wrote them before migration 0009, chained after ``head``.
 
     A claim's impact scope and obligations were rows of two tables of their own, and no
-    record had a step, recorded arguments or a result (migration 0012).
+    record had a step, recorded arguments or a result (migration 0012), nor a resolution
+    its writing process (0013).
     """
     row, scope, duties = rows_of(run_id, record)
     assert not row.get("step")
     assert row.get("args") is None
     assert row.get("result") is None
-    later = ("impact_scope", "obligations", "step", "args", "result")
+    assert row.get("origin") is None
+    later = ("impact_scope", "obligations", "step", "args", "result", *_chain.RESOLUTION_COLUMNS_4)
     row = {k: v for k, v in row.items() if k not in later}
     row["prev_hash"], row["hash"] = head, chain_hash(run_id, record, head)
     table = {
@@ -326,7 +328,9 @@ def test_a_store_with_scope_and_obligation_tables_moves_them_into_its_claims(
     db = tmp_path / "store" / "ledger.sqlite3"
     run_id = new_run_id()
     model = new_run_id()
-    write_every_column(tmp_path / "model", model)  # version 1 and 2 claims, a resolution
+    write_every_column(
+        tmp_path / "model", model, before_0013=True
+    )  # version 1 and 2 claims, a resolution
     with EffectLog.load(model, tmp_path / "model") as log:
         records = log.history().records()
     claims = [r for r in records if isinstance(r, fx.EffectClaim)]
@@ -391,7 +395,7 @@ def test_the_sql_encoding_and_hash_equal_the_python_ones_for_every_record(
         _chain.encode(r.record_type, run_id, rows_of(run_id, r)[0], *rows_of(run_id, r)[1:])[:9]
         for r in records.values()
     }
-    assert tags == {_chain.VERSION, _chain.VERSION_2, _chain.VERSION_3}
+    assert tags == {_chain.VERSION, _chain.VERSION_2, _chain.VERSION_3, _chain.VERSION_4}
     assert any(
         isinstance(r, fx.EffectOutcome) and r.result_recorded and r.result is None
         for r in records.values()

@@ -859,6 +859,7 @@ ENUM_COLUMNS = {
     ("observations", "mechanism"): [m.value for m in fx.ObservationMechanism],
     ("observations", "coverage"): [m.value for m in fx.Coverage],
     ("effect_status", "verdict"): [m.value for m in fx.EffectVerdict],
+    ("resolutions", "origin"): [m.value for m in fx.ResolutionOrigin],
 }
 
 

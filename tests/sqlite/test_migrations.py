@@ -543,7 +543,7 @@ def test_the_retry_index_holds_retries_only_and_the_views_still_find_them(
     up of a claim's retries still goes through the index.
     """
     run_id = new_run_id()
-    write_every_column(store_dir, run_id)  # e3 retries e2
+    write_every_column(store_dir, run_id, before_0013=True)  # e3 retries e2
     db = store_dir / "ledger.sqlite3"
     before = _verdicts(db, run_id)
     migrate(db, "0009", down=True)
@@ -649,8 +649,10 @@ def test_a_store_at_0011_gains_steps_and_recorded_values_on_its_next_write(
     library's, so the writer and ``verify`` accept it.
     """
     old, other = new_run_id(), new_run_id()
-    write_every_column(store_dir, old)  # claims of chain versions 1 and 2, a retry
-    write_every_column(store_dir, other)
+    write_every_column(
+        store_dir, old, before_0013=True
+    )  # claims of chain versions 1 and 2, a retry
+    write_every_column(store_dir, other, before_0013=True)
     db = store_dir / "ledger.sqlite3"
     migrate(db, "0011", down=True)
     with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
