@@ -1510,9 +1510,12 @@ def _step(claim: EffectClaim, history: History) -> tuple[NextStep, str]:
     """The first of the decision rules that applies to one attempt, and why."""
     resolution = history.resolution(claim.effect_id)
     if resolution is not None:
-        if resolution.applied:
-            return NextStep.DONE, f"a person ({resolution.by}) checked that it landed"
-        return NextStep.RETRY, f"a person ({resolution.by}) checked that it did not land"
+        # Who wrote it is said: a worker's word on its own effect is not a person's check.
+        landed = "it landed" if resolution.applied else "it did not land"
+        step = NextStep.DONE if resolution.applied else NextStep.RETRY
+        if resolution.by_person:
+            return step, f"a person ({resolution.by}) checked that {landed}"
+        return step, f"its own worker, not a person, resolved that {landed} ({resolution.by})"
     assessment = assess(claim, history)
     verdict = assessment.verdict
     if verdict is EffectVerdict.VERIFIED:

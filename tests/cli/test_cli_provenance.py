@@ -94,10 +94,10 @@ def _resolution(store: Path | str, run_id: str, effect_id: str) -> dict[str, Any
 def _line(store: Path | str, run_id: str, effect_id: str) -> str:
     shown = ledger("show", run_id, "--store", str(store))
     assert shown.returncode == 0, shown.stderr
-    (line,) = [
-        line for line in shown.stdout.splitlines() if "resolved" in line and effect_id in line
-    ]
-    return line
+    # A long record's text goes on under its column, on lines of its own.
+    lines = shown.stdout.replace("\n    ", " ").split("\n")
+    (line,) = [line for line in lines if " resolved applied by " in line and effect_id in line]
+    return " ".join(line.split())
 
 
 def test_ledger_resolve_records_a_person_and_the_command(store: Path | str) -> None:

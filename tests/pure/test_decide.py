@@ -360,6 +360,19 @@ REASONS = [
         "A person (ops) checked that it did not land.",
     ),
     (
+        fx.History(
+            (claim(),),
+            (),
+            (),
+            (
+                fx.Resolution(
+                    "e1", 2, True, "ops", NOW, "", fx.ResolutionOrigin.WORKER, "u", "h", "a.py", 7
+                ),
+            ),
+        ),
+        "Its own worker, not a person, resolved that it landed (ops).",
+    ),
+    (
         fx.History((claim(),), (outcome(2),), (seen(3, AFTER),)),
         "Its postconditions are observed to hold.",
     ),
