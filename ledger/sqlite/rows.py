@@ -67,9 +67,25 @@ from ledger.storage import Batch
 # --------------------------------------------------------------------------- writes
 
 
-# The first revision whose tables the reads here know: a claim's scope and obligations in
-# its row (0009).
-READABLE_FROM = "0009"
+# The first revision whose tables the reads here know: a resolution's writer in its row
+# (0013; before it, 0012's steps and recorded values, 0009's scope in a claim's row).
+READABLE_FROM = "0013"
+
+
+# The columns of the latest revisions that the reads select: with them, a store whose
+# version row says otherwise (set back by hand) is read, and `verify` says what is wrong.
+_READ_COLUMNS = {"claims": ("impact_scope", "step"), "resolutions": ("origin",)}
+
+
+def _has_read_columns(conn: Connection) -> bool:
+    inspector = sa_inspect(conn)
+    for table, wanted in _READ_COLUMNS.items():
+        if not inspector.has_table(table):
+            return False
+        found = {column["name"] for column in inspector.get_columns(table)}
+        if not found.issuperset(wanted):
+            return False
+    return True
 
 
 def check_readable(conn: Connection, name: object) -> None:
@@ -88,13 +104,18 @@ def check_readable(conn: Connection, name: object) -> None:
     revision = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
     # A newer version's tables may hold what these reads would misread: refused first.
     check_known(revision, name)
-    if revision is not None and revision.isdigit() and revision < READABLE_FROM:
+    if (
+        revision is not None
+        and revision.isdigit()
+        and revision < READABLE_FROM
+        and not _has_read_columns(conn)
+    ):
         store = f"the store {name}" if name else "the store"
         raise StoreSchemaOldError(
             f"{store} is at schema revision {revision}; this version of the library reads "
-            f"revision {READABLE_FROM} and later: the next write to it by this version (a "
-            "worker's claim or outcome, ledger resolve) upgrades it; until then, read it with "
-            "the version that wrote it"
+            f"revision {READABLE_FROM} and later: upgrade it with ledger migrate (so does the "
+            "next write to it by this version: a worker's claim or outcome, ledger resolve), "
+            "or read it with the version that wrote it"
         )
 
 

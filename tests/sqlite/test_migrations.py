@@ -495,22 +495,28 @@ def test_guards_dropped_from_the_shell_are_restored_before_the_next_write(store_
         conn.close()
 
 
+@pytest.mark.parametrize("revision", ["0008", "0012"])
 @pytest.mark.parametrize("args", [["status"], ["verify"], ["runs"]])
 def test_reading_a_store_older_than_the_reads_says_so_and_changes_nothing(
-    tmp_path: Path, args: list[str]
+    tmp_path: Path, args: list[str], revision: str
 ) -> None:
-    """A store at 0008 (scope rows in tables of their own) is not misread: one line, exit 1."""
+    """A store at 0008 (scope rows in tables of their own) or 0012 (resolutions without
+    their writer) is not misread: one line, exit 1, naming ledger migrate."""
     db = tmp_path / "store" / "ledger.sqlite3"
-    at_revision(db, "0008")
+    at_revision(db, revision)
     before = db.read_bytes()
     result = run_ledger(*args, "--store", str(db.parent))
     assert result.returncode == 1, result
     assert result.stderr.count("\n") == 1, result.stderr
-    assert f"the store {db.parent} is at schema revision 0008" in result.stderr
-    assert "upgrades it" in result.stderr
+    assert f"the store {db.parent} is at schema revision {revision}" in result.stderr
+    assert "upgrade it with ledger migrate" in result.stderr
     assert db.read_bytes() == before
-    with EffectLog(new_run_id(), db.parent) as log:  # a write of this version upgrades it
-        log.claim(effect_id="e1", action_id="a1", operation=op(), impact_scope=[])
+    if revision == "0012":
+        migrated = run_ledger("migrate", "--store", str(db.parent))
+        assert migrated.returncode == 0, migrated.stderr
+    else:
+        with EffectLog(new_run_id(), db.parent) as log:  # a write of this version upgrades it
+            log.claim(effect_id="e1", action_id="a1", operation=op(), impact_scope=[])
     assert run_ledger(*args, "--store", str(db.parent)).returncode == 0
 
 
