@@ -80,7 +80,7 @@ def _writer(conn: Connection, run_id: str) -> Writer | None:
 
 def _run_problem(conn: Connection, run_id: str) -> str | None:
     try:
-        rows.load_run(conn, run_id)
+        rows.check_run(conn, run_id)
     except EffectPersistenceError as e:
         return str(e)
     return None

@@ -86,7 +86,7 @@ def _run_problem(conn: Connection, run_id: str) -> str | None:
     state, a wrong hash) would otherwise be shown as if it were history.
     """
     try:
-        rows.load_run(conn, run_id)
+        rows.check_run(conn, run_id)
     except EffectPersistenceError as e:
         return str(e)
     return None
