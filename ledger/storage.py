@@ -17,10 +17,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import gc
 import importlib
 import re
 import urllib.parse
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -51,6 +52,7 @@ __all__ = [
     "Written",
     "backend",
     "describe",
+    "gc_paused",
     "is_url",
     "relabel",
 ]
@@ -242,7 +244,7 @@ class EffectRow:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_view(cls, row: Sequence[Any]) -> EffectRow:
+    def from_view(cls, row: Sequence[Any], run_problem: str | None = None) -> EffectRow:
         """The row of a backend's ``effect_status`` query, its columns in field order."""
         (run_id, seq, effect_id, operation, execution, impact, verdict, unresolved) = row[:8]
         (claimed_at, kind, key, resolution, next_step, step) = row[8:14]
@@ -260,6 +262,7 @@ class EffectRow:
             idempotency_key=key,
             resolution=resolution,
             next_step=next_step,
+            run_problem=run_problem,
             step=step,
         )
 
@@ -289,7 +292,9 @@ class EffectRows(list[EffectRow]):
         more than the others.
         """
         rows = [
-            dataclasses.replace(row, run_problem=problems.get(row.run_id))
+            row
+            if row.run_problem == problems.get(row.run_id)
+            else dataclasses.replace(row, run_problem=problems.get(row.run_id))
             for row in found
             if not unresolved or row.unresolved_impact or row.run_id in problems
         ]
@@ -438,6 +443,23 @@ class Backend(Protocol):
     def unsynchronised(self, directory: Location) -> contextlib.AbstractContextManager[None]:
         """For ``ledger bench`` only: the store opened inside the block skips the disk flush."""
         ...
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused while the block builds a run's records.
+
+    Records, histories and verdicts make no reference cycle, and a collection every few
+    thousand new objects walks every object still alive: on a run of 100,000 effects,
+    a quarter of the time of reading it. Their memory is freed as it always is.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def relabel(action: str, error: EffectPersistenceError) -> EffectPersistenceError:

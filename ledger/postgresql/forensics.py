@@ -39,6 +39,7 @@ from ledger.storage import (
     Shell,
     ShellMissingError,
     VerifyReport,
+    gc_paused,
 )
 
 T = TypeVar("T")
@@ -84,6 +85,10 @@ def _run_problem(conn: Connection, run_id: str) -> str | None:
     except EffectPersistenceError as e:
         return str(e)
     return None
+
+
+# Runs with a claim but no row in `runs`: their effects are in effect_status all the same.
+_ORPHANS = "SELECT DISTINCT run_id FROM claims WHERE run_id NOT IN (SELECT run_id FROM runs)"
 
 
 def _problems(conn: Connection, run_ids: Iterable[str]) -> dict[str, str]:
@@ -162,7 +167,9 @@ class Reader:
 
         def query(conn: Connection) -> tuple[str, History, Writer | None]:
             run_id = _resolve(conn, prefix)
-            return run_id, rows.load_history(conn, run_id), _writer(conn, run_id)
+            with gc_paused():
+                history = rows.load_history(conn, run_id)
+            return run_id, history, _writer(conn, run_id)
 
         return self._read(query)
 
@@ -183,6 +190,8 @@ class Reader:
                 params["run"] = scope[0]
             else:
                 scope = [row[0] for row in conn.execute(text("SELECT run_id FROM runs"))]
+                # Records of a run missing from `runs` are shown, and judged, too.
+                scope += [row[0] for row in conn.execute(text(_ORPHANS))]
             problems = _problems(conn, scope)
             if unresolved and not problems:
                 where.append("unresolved_impact = 1")  # else EffectRows.of picks the rows
@@ -197,10 +206,10 @@ class Reader:
                     )
                 ),
                 params,
-            ).all()
-            # Rows of a run missing from `runs` (records without their run) are judged too.
-            problems |= _problems(conn, {row[0] for row in found} - set(scope))
-            return EffectRows.of(map(EffectRow.from_view, found), problems, unresolved=unresolved)
+            )
+            # Made with their run's problem: the rows of a large run are not copied again.
+            rows = (EffectRow.from_view(row, problems.get(row[0])) for row in found)
+            return EffectRows.of(rows, problems, unresolved=unresolved)
 
         return self._read(query)
 

@@ -35,6 +35,7 @@ from ledger.storage import (
     RunSummary,
     Shell,
     VerifyReport,
+    gc_paused,
 )
 
 _HEX = re.compile(r"[0-9a-f]{1,32}")
@@ -101,6 +102,9 @@ def _problems(conn: Connection, run_ids: Iterable[str]) -> dict[str, str]:
     }
 
 
+# Runs with a claim but no row in `runs`: their effects are in effect_status all the same.
+_ORPHANS = "SELECT DISTINCT run_id FROM claims WHERE run_id NOT IN (SELECT run_id FROM runs)"
+
 _RUNS_SQL = """
 , records AS (
     SELECT run_id, recorded_at FROM claims
@@ -158,7 +162,9 @@ class Reader:
 
         def query(conn: Connection) -> tuple[str, History, Writer | None]:
             run_id = _resolve(conn, prefix)
-            return run_id, rows.load_history(conn, run_id), _writer(conn, run_id)
+            with gc_paused():
+                history = rows.load_history(conn, run_id)
+            return run_id, history, _writer(conn, run_id)
 
         return read(self.directory, query)
 
@@ -179,6 +185,8 @@ class Reader:
                 params.append(scope[0])
             else:
                 scope = [row[0] for row in conn.exec_driver_sql("SELECT run_id FROM runs")]
+                # Records of a run missing from `runs` are shown, and judged, too.
+                scope += [row[0] for row in conn.exec_driver_sql(_ORPHANS)]
             problems = _problems(conn, scope)
             if unresolved and not problems:
                 where.append("unresolved_impact = 1")  # else EffectRows.of picks the rows
@@ -191,10 +199,10 @@ class Reader:
                     " ORDER BY claimed_at, run_id, seq"
                 ),
                 tuple(params),
-            ).all()
-            # Rows of a run missing from `runs` (records without their run) are judged too.
-            problems |= _problems(conn, {row[0] for row in found} - set(scope))
-            return EffectRows.of(map(EffectRow.from_view, found), problems, unresolved=unresolved)
+            )
+            # Made with their run's problem: the rows of a large run are not copied again.
+            rows = (EffectRow.from_view(row, problems.get(row[0])) for row in found)
+            return EffectRows.of(rows, problems, unresolved=unresolved)
 
         return read(self.directory, query)
 

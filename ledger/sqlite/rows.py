@@ -8,7 +8,6 @@ triggers dropped) makes loading fail closed instead of being believed.
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -65,7 +64,7 @@ from ledger.sqlite.schema import (
     runs,
     scope_index,
 )
-from ledger.storage import Batch
+from ledger.storage import Batch, gc_paused
 
 # --------------------------------------------------------------------------- writes
 
@@ -656,19 +655,6 @@ def _let_go(record: Record) -> Record:
     return record
 
 
-@contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
-    # Building records makes no cycle; a collection every few thousand of them would walk
-    # every record kept so far, again and again (a quarter of the time of a large run).
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def check_run(conn: Connection, run_id: str) -> str:
     """Validate a run exactly as :func:`load_run` does, and return its head hash.
 
@@ -691,7 +677,7 @@ def check_run(conn: Connection, run_id: str) -> str:
         kept[kind].append(_let_go(record))
 
     try:
-        with _no_gc():
+        with gc_paused():
             with _streamed(conn, claims, run_id) as found:
                 for row in found:
                     where = f"claim at seq {row['seq']}"
