@@ -178,7 +178,7 @@ def _commands(
             "effects": effects,
             "n": len(samples),
             "median_s": None if error else round(_median(samples), 3),
-            "max_rss_mb": round(max(s.max_rss_kb for s in samples) / 1024, 1),
+            "max_rss_mb": None if error else round(max(s.max_rss_kb for s in samples) / 1024, 1),
             "error": error,
         }
     return cases
@@ -195,7 +195,9 @@ def _per_effect(
     base = {"median_s": 0.0, "effects": 0} if fixed is None else cases[f"{name}_{fixed}"]
     if case["median_s"] is None or base["median_s"] is None:
         return None
-    beyond = max(float(case["median_s"]) - float(base["median_s"]), 0.0)
+    beyond = float(case["median_s"]) - float(base["median_s"])
+    if beyond <= 0:
+        return None  # no slower than on one effect: lost in the noise
     return beyond * 1e6 / (int(case["effects"]) - int(base["effects"]))
 
 
@@ -322,7 +324,8 @@ def _notes(plan: _Plan, scratch: Path, *, quick: bool) -> list[str]:
             "beyond_fixed, reported without a target: the same without the command's fixed "
             "cost (its median on a run of one effect: start-up, opening and checking the "
             f"store), the growth alone. At {small} effects that part is a fraction of a "
-            "second, within the noise of a shared machine: read it over several runs."
+            "second, within the noise of a shared machine (- when the small run was no "
+            "slower than the one-effect run): read it over several runs."
         ),
         (
             "A command exits 1 when a run shown does not validate; none does here. A command "
