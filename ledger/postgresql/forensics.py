@@ -280,11 +280,11 @@ class Reader:
             records = 0
             for done, run_id in enumerate(run_ids, start=1):
                 try:
-                    history = rows.load_history(conn, run_id)
+                    _, held = rows.check_run(conn, run_id)  # the run is not kept
                 except EffectPersistenceError as e:
                     problems.append(f"run {run_id}: {e}")
                 else:
-                    records += len(history.records())
+                    records += held
                 if progress is not None:
                     progress(done)
             problems.extend(p for a in anchors if (p := _check_anchor(conn, a)) is not None)

@@ -655,8 +655,8 @@ def _let_go(record: Record) -> Record:
     return record
 
 
-def check_run(conn: Connection, run_id: str) -> str:
-    """Validate a run exactly as :func:`load_run` does, and return its head hash.
+def check_run(conn: Connection, run_id: str) -> tuple[str, int]:
+    """Validate a run exactly as :func:`load_run` does: its head hash and its record count.
 
     The same checks in the same order, so a run that does not validate is refused with
     the same message (:class:`StoreCorruptError`); but each record is let go once it is
@@ -709,13 +709,15 @@ def check_run(conn: Connection, run_id: str) -> str:
             check_history(history)
             where = "chain"
             head_hash = _check_links(conn, run_id, changed)
-            if head_hash != _chain.GENESIS and not run_exists(conn, run_id):
+            count = sum(map(len, (history.claims, history.outcomes, history.observations)))
+            count += len(history.resolutions)
+            if count and not run_exists(conn, run_id):
                 raise _InvalidRowError("the run has records but no row in runs")  # noqa: TRY301 - reported below with the others
     except (ValueError, TypeError, _InvalidRowError) as e:
         raise StoreCorruptError(
             f"run {run_id} does not validate ({where}): {e}; refusing to load it"
         ) from e
-    return head_hash
+    return head_hash, count
 
 
 def _check_links(conn: Connection, run_id: str, changed: set[Any]) -> str:

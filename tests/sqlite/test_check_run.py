@@ -22,15 +22,21 @@ __all__ = ["base"]  # the fixture, shared with the tamper test
 
 
 def _both(directory: Path, run_id: str) -> tuple[str, str]:
-    """What load_run and check_run say of the run: its head hash, or the refusal."""
+    """What load_run and check_run say of the run: its head and size, or the refusal."""
 
     def query(conn: Connection) -> tuple[str, str]:
+        def loaded() -> tuple[str, int]:
+            history, head = rows.load_run(conn, run_id)
+            return head, len(history.records())
+
         said: list[str] = []
-        for check in (lambda: rows.load_run(conn, run_id)[1], lambda: rows.check_run(conn, run_id)):
+        for check in (loaded, lambda: rows.check_run(conn, run_id)):
             try:
-                said.append(f"valid, head {check()}")
+                head, records = check()
             except EffectPersistenceError as e:
                 said.append(f"{type(e).__name__}: {e}")
+            else:
+                said.append(f"valid, head {head}, {records} records")
         return said[0], said[1]
 
     return read(directory, query)
