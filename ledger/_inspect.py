@@ -93,11 +93,10 @@ class RunReport:
 def show_run(directory: storage.Location, prefix: str) -> RunReport:
     """The run matching ``prefix``, validated like ``EffectLog.load`` does."""
     run_id, history, writer = reader(directory).run(prefix)
-    with storage.gc_paused():
-        index = RunIndex.of(history)  # one index serves the verdicts and the decisions
-        return RunReport(
-            run_id, writer, history, assess_all(history, index), decide_all(history, index)
-        )
+    index = RunIndex.of(history)  # one index serves the verdicts and the decisions
+    return RunReport(
+        run_id, writer, history, assess_all(history, index), decide_all(history, index)
+    )
 
 
 def assess_all(history: History, index: RunIndex | None = None) -> tuple[Assessment, ...]:

@@ -17,11 +17,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
-import gc
 import importlib
 import re
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -52,7 +51,6 @@ __all__ = [
     "Written",
     "backend",
     "describe",
-    "gc_paused",
     "is_url",
     "relabel",
 ]
@@ -443,23 +441,6 @@ class Backend(Protocol):
     def unsynchronised(self, directory: Location) -> contextlib.AbstractContextManager[None]:
         """For ``ledger bench`` only: the store opened inside the block skips the disk flush."""
         ...
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector paused while the block builds a run's records.
-
-    Records, histories and verdicts make no reference cycle, and a collection every few
-    thousand new objects walks every object still alive: on a run of 100,000 effects,
-    a quarter of the time of reading it. Their memory is freed as it always is.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def relabel(action: str, error: EffectPersistenceError) -> EffectPersistenceError:

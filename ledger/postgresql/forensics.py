@@ -39,7 +39,6 @@ from ledger.storage import (
     Shell,
     ShellMissingError,
     VerifyReport,
-    gc_paused,
 )
 
 T = TypeVar("T")
@@ -167,9 +166,7 @@ class Reader:
 
         def query(conn: Connection) -> tuple[str, History, Writer | None]:
             run_id = _resolve(conn, prefix)
-            with gc_paused():
-                history = rows.load_history(conn, run_id)
-            return run_id, history, _writer(conn, run_id)
+            return run_id, rows.load_history(conn, run_id), _writer(conn, run_id)
 
         return self._read(query)
 

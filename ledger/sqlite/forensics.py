@@ -35,7 +35,6 @@ from ledger.storage import (
     RunSummary,
     Shell,
     VerifyReport,
-    gc_paused,
 )
 
 _HEX = re.compile(r"[0-9a-f]{1,32}")
@@ -162,9 +161,7 @@ class Reader:
 
         def query(conn: Connection) -> tuple[str, History, Writer | None]:
             run_id = _resolve(conn, prefix)
-            with gc_paused():
-                history = rows.load_history(conn, run_id)
-            return run_id, history, _writer(conn, run_id)
+            return run_id, rows.load_history(conn, run_id), _writer(conn, run_id)
 
         return read(self.directory, query)
 

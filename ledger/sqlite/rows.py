@@ -64,7 +64,7 @@ from ledger.sqlite.schema import (
     runs,
     scope_index,
 )
-from ledger.storage import Batch, gc_paused
+from ledger.storage import Batch
 
 # --------------------------------------------------------------------------- writes
 
@@ -677,42 +677,41 @@ def check_run(conn: Connection, run_id: str) -> tuple[str, int]:
         kept[kind].append(_let_go(record))
 
     try:
-        with gc_paused():
-            with _streamed(conn, claims, run_id) as found:
+        with _streamed(conn, claims, run_id) as found:
+            for row in found:
+                where = f"claim at seq {row['seq']}"
+                claim, scope = claim_of(row)
+                indexed.update(
+                    (s[0], s[1], row["effect_id"], position) for position, s in enumerate(scope)
+                )
+                keep("claim", row, claim)
+        for kind, source, build in (
+            ("outcome", outcomes, _outcome),
+            ("observation", observations, _observation),
+            ("resolution", resolutions, _resolution),
+        ):
+            with _streamed(conn, source, run_id) as found:
                 for row in found:
-                    where = f"claim at seq {row['seq']}"
-                    claim, scope = claim_of(row)
-                    indexed.update(
-                        (s[0], s[1], row["effect_id"], position) for position, s in enumerate(scope)
-                    )
-                    keep("claim", row, claim)
-            for kind, source, build in (
-                ("outcome", outcomes, _outcome),
-                ("observation", observations, _observation),
-                ("resolution", resolutions, _resolution),
-            ):
-                with _streamed(conn, source, run_id) as found:
-                    for row in found:
-                        where = f"{kind} at seq {row['seq']}"
-                        keep(kind, row, build(row))
-            where = "scope_index"
-            _check_scope_index(conn, run_id, indexed)
-            indexed.clear()
-            where = "history"
-            history = History(
-                tuple(kept["claim"]),
-                tuple(kept["outcome"]),
-                tuple(kept["observation"]),
-                tuple(kept["resolution"]),
-            )
-            kept.clear()
-            check_history(history)
-            where = "chain"
-            head_hash = _check_links(conn, run_id, changed)
-            count = sum(map(len, (history.claims, history.outcomes, history.observations)))
-            count += len(history.resolutions)
-            if count and not run_exists(conn, run_id):
-                raise _InvalidRowError("the run has records but no row in runs")  # noqa: TRY301 - reported below with the others
+                    where = f"{kind} at seq {row['seq']}"
+                    keep(kind, row, build(row))
+        where = "scope_index"
+        _check_scope_index(conn, run_id, indexed)
+        indexed.clear()
+        where = "history"
+        history = History(
+            tuple(kept["claim"]),
+            tuple(kept["outcome"]),
+            tuple(kept["observation"]),
+            tuple(kept["resolution"]),
+        )
+        kept.clear()
+        check_history(history)
+        where = "chain"
+        head_hash = _check_links(conn, run_id, changed)
+        count = sum(map(len, (history.claims, history.outcomes, history.observations)))
+        count += len(history.resolutions)
+        if count and not run_exists(conn, run_id):
+            raise _InvalidRowError("the run has records but no row in runs")  # noqa: TRY301 - reported below with the others
     except (ValueError, TypeError, _InvalidRowError) as e:
         raise StoreCorruptError(
             f"run {run_id} does not validate ({where}): {e}; refusing to load it"
