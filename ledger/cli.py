@@ -1212,7 +1212,13 @@ def demo(report: Path | None, store: storage.Location | None) -> None:
 @click.option(
     "--quick", is_flag=True, help="Smaller runs and stores, fewer samples: under half a minute."
 )
-def bench(store: storage.Location | None, as_json: bool, quick: bool) -> None:
+@click.option(
+    "--reads",
+    is_flag=True,
+    help="Instead: the reading commands (status, runs, show, report) on runs of 1,000 and "
+    "100,000 effects, their cost per effect, and start-up against a bare Python.",
+)
+def bench(store: storage.Location | None, as_json: bool, quick: bool, reads: bool) -> None:
     """Measure what a durable claim costs on this disk, against what it cannot beat.
 
     Runs stdlib sqlite3 (the floor), fsynced JSON lines (the file-based logs) and the
@@ -1223,6 +1229,18 @@ def bench(store: storage.Location | None, as_json: bool, quick: bool) -> None:
     from ledger import _bench  # noqa: PLC0415 - only this command needs it (and it is large)
 
     progress = None if _quiet() else (lambda line: click.echo(line, err=True))
+    if reads:
+        from ledger import _bench_reads  # noqa: PLC0415 - only this command needs it
+
+        if isinstance(store, str):
+            raise click.UsageError("ledger bench --reads measures SQLite stores only")
+        with _library_errors():
+            found = _bench_reads.run(store, quick=quick, progress=progress)
+        if as_json:
+            _print_json(found)
+        else:
+            _bench_reads.render(found, _table, click.echo)
+        return
     if isinstance(store, str):
         from ledger import _bench_postgresql  # noqa: PLC0415 - only this command needs it
 

@@ -244,7 +244,7 @@ class EffectRow:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_view(cls, row: Sequence[Any]) -> EffectRow:
+    def from_view(cls, row: Sequence[Any], run_problem: str | None = None) -> EffectRow:
         """The row of a backend's ``effect_status`` query, its columns in field order."""
         (run_id, seq, effect_id, operation, execution, impact, verdict, unresolved) = row[:8]
         (claimed_at, kind, key, resolution, next_step, step) = row[8:14]
@@ -262,6 +262,7 @@ class EffectRow:
             idempotency_key=key,
             resolution=resolution,
             next_step=next_step,
+            run_problem=run_problem,
             step=step,
         )
 
@@ -291,7 +292,9 @@ class EffectRows(list[EffectRow]):
         more than the others.
         """
         rows = [
-            dataclasses.replace(row, run_problem=problems.get(row.run_id))
+            row
+            if row.run_problem == problems.get(row.run_id)
+            else dataclasses.replace(row, run_problem=problems.get(row.run_id))
             for row in found
             if not unresolved or row.unresolved_impact or row.run_id in problems
         ]

@@ -991,6 +991,22 @@ above), `extra_ratios` (`effect_vs_claim_outcome`, `threads8_vs_single`, `sql_vs
 `sql_off_vs_raw_off`, `mcp_call_vs_direct`) and `processes4` (`claims_per_s`,
 `errors`, `max_wait_s`, `p99_us`, `target`, `met`). The figures are this machine's: no
 two runs print the same.
+
+`--reads` measures the reading commands instead, each run as its own `ledger` process
+(stdout discarded) on stores of one run: of 1 effect, of 1,000 and of 100,000 (10,000
+with `--quick`). The cases are `status`, `status_unresolved`, `runs`, `show` and
+`report` (`report -o` a page in the scratch directory), each followed by its run's size
+(`status_1`, `status_1k`, `status_100k`, ...), with the median wall time and the peak
+memory of the process. Their ratios, `status_100k_vs_1k` and so on, are the large run's
+time per effect over the small run's, each held to at most 1.5; beside them, without a
+target, the same beyond the command's time on one effect. Then `ledger --version`
+against `python -c pass`. A command still running after 300 s (120 s with `--quick`)
+is stopped and reported so, without a ratio. It takes about ten minutes, and only on a
+directory (not a PostgreSQL URL). With `--json`: `reads` (true), `quick`, `store`,
+`seconds`, `machine`, `startup` (`ledger_version_s`, `python_pass_s`, `ratio`, `n`),
+`cases` (by name: `command`, `effects`, `n`, `median_s`, `max_rss_mb`, `error`),
+`per_effect_us` (by command, in µs: the small and the large run's, then each beyond
+the fixed cost), `ratios`, `net_ratios`, `target`, `met`, `builds` and `notes`.
 """,
 }
 

@@ -83,10 +83,14 @@ def _writer(conn: Connection, run_id: str) -> Writer | None:
 
 def _run_problem(conn: Connection, run_id: str) -> str | None:
     try:
-        rows.load_run(conn, run_id)
+        rows.check_run(conn, run_id)
     except EffectPersistenceError as e:
         return str(e)
     return None
+
+
+# Runs with a claim but no row in `runs`: their effects are in effect_status all the same.
+_ORPHANS = "SELECT DISTINCT run_id FROM claims WHERE run_id NOT IN (SELECT run_id FROM runs)"
 
 
 def _problems(conn: Connection, run_ids: Iterable[str]) -> dict[str, str]:
@@ -186,6 +190,8 @@ class Reader:
                 params["run"] = scope[0]
             else:
                 scope = [row[0] for row in conn.execute(text("SELECT run_id FROM runs"))]
+                # Records of a run missing from `runs` are shown, and judged, too.
+                scope += [row[0] for row in conn.execute(text(_ORPHANS))]
             problems = _problems(conn, scope)
             if unresolved and not problems:
                 where.append("unresolved_impact = 1")  # else EffectRows.of picks the rows
@@ -200,10 +206,10 @@ class Reader:
                     )
                 ),
                 params,
-            ).all()
-            # Rows of a run missing from `runs` (records without their run) are judged too.
-            problems |= _problems(conn, {row[0] for row in found} - set(scope))
-            return EffectRows.of(map(EffectRow.from_view, found), problems, unresolved=unresolved)
+            )
+            # Made with their run's problem: the rows of a large run are not copied again.
+            rows = (EffectRow.from_view(row, problems.get(row[0])) for row in found)
+            return EffectRows.of(rows, problems, unresolved=unresolved)
 
         return self._read(query)
 
@@ -274,11 +280,11 @@ class Reader:
             records = 0
             for done, run_id in enumerate(run_ids, start=1):
                 try:
-                    history = rows.load_history(conn, run_id)
+                    _, held = rows.check_run(conn, run_id)  # the run is not kept
                 except EffectPersistenceError as e:
                     problems.append(f"run {run_id}: {e}")
                 else:
-                    records += len(history.records())
+                    records += held
                 if progress is not None:
                     progress(done)
             problems.extend(p for a in anchors if (p := _check_anchor(conn, a)) is not None)
@@ -424,14 +430,15 @@ def _survey_runs(
     histories: dict[str, History] = {}
     for run_id in run_ids:
         try:
-            history = rows.load_history(conn, run_id)
+            if run_id in wanted:
+                history = rows.load_history(conn, run_id)
+                histories[run_id] = history
+                records += len(history.records())
+            else:
+                records += rows.check_run(conn, run_id)[1]  # the run is not kept
         except EffectPersistenceError as e:
             found.append(f"run {run_id}: {e}")
             problems[run_id] = str(e)
-        else:
-            records += len(history.records())
-            if run_id in wanted:
-                histories[run_id] = history
     return VerifyReport(len(run_ids), records, tuple(found)), problems, histories
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 
 from sqlalchemy import Connection
@@ -88,7 +88,7 @@ def _run_problem(conn: Connection, run_id: str) -> str | None:
     state, a wrong hash) would otherwise be shown as if it were history.
     """
     try:
-        rows.load_run(conn, run_id)
+        rows.check_run(conn, run_id)
     except EffectPersistenceError as e:
         return str(e)
     return None
@@ -102,6 +102,9 @@ def _problems(conn: Connection, run_ids: Iterable[str]) -> dict[str, str]:
         if (problem := _run_problem(conn, run_id)) is not None
     }
 
+
+# Runs with a claim but no row in `runs`: their effects are in effect_status all the same.
+_ORPHANS = "SELECT DISTINCT run_id FROM claims WHERE run_id NOT IN (SELECT run_id FROM runs)"
 
 _RUNS_SQL = """
 , records AS (
@@ -181,6 +184,8 @@ class Reader:
                 params.append(scope[0])
             else:
                 scope = [row[0] for row in conn.exec_driver_sql("SELECT run_id FROM runs")]
+                # Records of a run missing from `runs` are shown, and judged, too.
+                scope += [row[0] for row in conn.exec_driver_sql(_ORPHANS)]
             problems = _problems(conn, scope)
             if unresolved and not problems:
                 where.append("unresolved_impact = 1")  # else EffectRows.of picks the rows
@@ -193,10 +198,10 @@ class Reader:
                     " ORDER BY claimed_at, run_id, seq"
                 ),
                 tuple(params),
-            ).all()
-            # Rows of a run missing from `runs` (records without their run) are judged too.
-            problems |= _problems(conn, {row[0] for row in found} - set(scope))
-            return EffectRows.of(map(EffectRow.from_view, found), problems, unresolved=unresolved)
+            )
+            # Made with their run's problem: the rows of a large run are not copied again.
+            rows = (EffectRow.from_view(row, problems.get(row[0])) for row in found)
+            return EffectRows.of(rows, problems, unresolved=unresolved)
 
         return read(self.directory, query)
 
@@ -309,10 +314,10 @@ class Reader:
             def loaded(run_id: str, history: History | EffectPersistenceError) -> None:
                 if isinstance(history, EffectPersistenceError):
                     problems[run_id] = str(history)
-                elif run_id in wanted:
+                else:
                     histories[run_id] = history
 
-            checked = _verify(conn, None, loaded)
+            checked = _verify(conn, None, loaded, wanted)
             problems |= _problems(conn, strays)
             if problems:  # every effect of a run that does not validate is shown
                 found = _status_rows(conn, "")
@@ -376,7 +381,13 @@ def _verify(
     conn: Connection,
     progress: Callable[[int], None] | None,
     loaded: Callable[[str, History | EffectPersistenceError], None] | None = None,
+    keep: Collection[str] = (),
 ) -> VerifyReport:
+    """The store's check, each run validated once.
+
+    ``loaded`` hears of each run that does not validate, and gets the validated history
+    of each run in ``keep``; the others are checked, not held.
+    """
     problems: list[str] = []
     records = 0
     integrity = [row[0] for row in conn.exec_driver_sql("PRAGMA integrity_check")]
@@ -417,14 +428,18 @@ def _verify(
     problems.extend(f"run {row[0]}: records without a row in runs" for row in orphans)
     for done, run_id in enumerate(run_ids, start=1):
         try:
-            history = rows.load_history(conn, run_id)
+            if run_id in keep:
+                history = rows.load_history(conn, run_id)
+                held = len(history.records())
+            else:
+                _, held = rows.check_run(conn, run_id)  # the run is not kept
         except EffectPersistenceError as e:
             problems.append(f"run {run_id}: {e}")
             if loaded is not None:
                 loaded(run_id, e)
         else:
-            records += len(history.records())
-            if loaded is not None:  # a survey: the run is read once for all it shows
+            records += held
+            if loaded is not None and run_id in keep:  # a survey: read once for all it shows
                 loaded(run_id, history)
         if progress is not None:
             progress(done)

@@ -7,21 +7,24 @@ triggers dropped) makes loading fail closed instead of being believed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from json.encoder import encode_basestring
 from operator import itemgetter
 from typing import Any, TypeVar
 
 from sqlalchemy import (
     Connection,
+    Table,
     bindparam,
     exists,
     func,
     insert,
     literal_column,
     select,
+    text,
 )
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.dialects import sqlite
@@ -537,6 +540,29 @@ def _check_scope_index(conn: Connection, run_id: str, wanted: set[tuple[Any, ...
         )
 
 
+def claim_of(row: Any) -> tuple[EffectClaim, list[tuple[Any, ...]]]:
+    """The claim of a row of ``claims``, and its impact scope's entries as stored."""
+    scope = _entries(row, "impact_scope", _chain.SCOPE_COLUMNS, "scope_count")
+    duties = _entries(row, "obligations", _chain.OBLIGATION_COLUMNS, "obligation_count")
+    claim = EffectClaim(
+        effect_id=row["effect_id"],
+        seq=row["seq"],
+        action_id=row["action_id"],
+        operation=OperationRef(row["operation"], row["backend"], row["args_sha256"]),
+        impact_scope=tuple(ResourceRef(*s) for s in scope),
+        obligations=tuple(
+            Postcondition(ResourceRef(*d[:4]), Predicate(d[4]), d[5]) for d in duties
+        ),
+        recorded_at=row["recorded_at"],
+        kind=EffectKind(row["kind"]),
+        idempotency_key=row["idempotency_key"],
+        retry_of=row["retry_of"],
+        step=row["step"],
+        args=_stored_json(row["args"], "args"),
+    )
+    return claim, scope
+
+
 def load_history(conn: Connection, run_id: str) -> History:
     """Read and validate every record of one run; fail closed on anything wrong."""
     return load_run(conn, run_id)[0]
@@ -575,29 +601,11 @@ def load_run(conn: Connection, run_id: str) -> tuple[History, str]:
         for row in claim_rows:
             where = f"claim at seq {row['seq']}"
             links[row["seq"]] = (row["prev_hash"], row["hash"])
-            scope = _entries(row, "impact_scope", _chain.SCOPE_COLUMNS, "scope_count")
-            duties = _entries(row, "obligations", _chain.OBLIGATION_COLUMNS, "obligation_count")
+            claim, scope = claim_of(row)
             indexed.update(
                 (s[0], s[1], row["effect_id"], position) for position, s in enumerate(scope)
             )
-            loaded_claims.append(
-                EffectClaim(
-                    effect_id=row["effect_id"],
-                    seq=row["seq"],
-                    action_id=row["action_id"],
-                    operation=OperationRef(row["operation"], row["backend"], row["args_sha256"]),
-                    impact_scope=tuple(ResourceRef(*s) for s in scope),
-                    obligations=tuple(
-                        Postcondition(ResourceRef(*d[:4]), Predicate(d[4]), d[5]) for d in duties
-                    ),
-                    recorded_at=row["recorded_at"],
-                    kind=EffectKind(row["kind"]),
-                    idempotency_key=row["idempotency_key"],
-                    retry_of=row["retry_of"],
-                    step=row["step"],
-                    args=_stored_json(row["args"], "args"),
-                )
-            )
+            loaded_claims.append(claim)
         loaded: dict[str, list[Any]] = {"outcome": [], "observation": [], "resolution": []}
         for kind, source, build in (
             ("outcome", outcomes, _outcome),
@@ -629,3 +637,134 @@ def load_run(conn: Connection, run_id: str) -> tuple[History, str]:
             f"run {run_id} does not validate ({where}): {e}; refusing to load it"
         ) from e
     return history, head_hash
+
+
+# --------------------------------------------------------------------------- checking at scale
+
+# What check_history reads of each record: every other field of a record already checked
+# (built, and hashed into the chain) is let go, so that checking a run of 100,000 effects
+# holds a few fields of each record instead of the whole run.
+_UNREAD = {
+    "claim": ("action_id", "operation", "impact_scope", "obligations", "step", "args"),
+    "outcome": ("execution_id", "result"),
+    "observation": ("resource", "sha256", "revision", "source_action_id"),
+    "resolution": ("by", "note"),
+}
+_PAGE = 1000
+# The (seq, prev_hash, hash) of every record of a run, in seq order.
+_LINKS = (
+    " UNION ALL ".join(
+        f"SELECT seq, prev_hash, hash FROM {t.name} WHERE run_id = :run_id"
+        for t in (claims, outcomes, observations, resolutions)
+    )
+    + " ORDER BY seq"
+)
+
+
+@contextlib.contextmanager
+def _streamed(conn: Connection, table: Table, run_id: str) -> Iterator[Iterator[Any]]:
+    """The run's rows of ``table`` in seq order, fetched a page at a time, closed after.
+
+    On PostgreSQL a server-side cursor: the rows never sit in memory all at once.
+    """
+    statement = (
+        select(table)
+        .where(table.c.run_id == run_id)
+        .order_by(table.c.seq)
+        .execution_options(yield_per=_PAGE)
+    )
+    with conn.execute(statement) as result:
+        yield iter(result.mappings())
+
+
+def _let_go(record: Record) -> Record:
+    """``record`` without the fields check_history does not read (set to None in place).
+
+    Only for a record built here and never handed out: it is no longer a valid record.
+    """
+    for name in _UNREAD[record.record_type]:
+        object.__setattr__(record, name, None)
+    return record
+
+
+def check_run(conn: Connection, run_id: str) -> tuple[str, int]:
+    """Validate a run exactly as :func:`load_run` does: its head hash and its record count.
+
+    The same checks in the same order, so a run that does not validate is refused with
+    the same message (:class:`StoreCorruptError`); but each record is let go once it is
+    built and its hash checked, and rows are read as they come: memory holds the few
+    fields of each record the history's rules read, not the run.
+    """
+    where = "record"
+    # The seqs whose hash, computed from their record after their stored prev_hash,
+    # differs from their stored hash: checked in seq order once the links are.
+    changed: set[Any] = set()
+    kept: dict[str, list[Any]] = {"claim": [], "outcome": [], "observation": [], "resolution": []}
+    indexed: set[tuple[Any, ...]] = set()
+
+    def keep(kind: str, row: Any, record: Record) -> None:
+        prev = row["prev_hash"]
+        if not isinstance(prev, str) or chain_hash(run_id, record, prev) != row["hash"]:
+            changed.add(row["seq"])
+        kept[kind].append(_let_go(record))
+
+    try:
+        with _streamed(conn, claims, run_id) as found:
+            for row in found:
+                where = f"claim at seq {row['seq']}"
+                claim, scope = claim_of(row)
+                indexed.update(
+                    (s[0], s[1], row["effect_id"], position) for position, s in enumerate(scope)
+                )
+                keep("claim", row, claim)
+        for kind, source, build in (
+            ("outcome", outcomes, _outcome),
+            ("observation", observations, _observation),
+            ("resolution", resolutions, _resolution),
+        ):
+            with _streamed(conn, source, run_id) as found:
+                for row in found:
+                    where = f"{kind} at seq {row['seq']}"
+                    keep(kind, row, build(row))
+        where = "scope_index"
+        _check_scope_index(conn, run_id, indexed)
+        indexed.clear()
+        where = "history"
+        history = History(
+            tuple(kept["claim"]),
+            tuple(kept["outcome"]),
+            tuple(kept["observation"]),
+            tuple(kept["resolution"]),
+        )
+        kept.clear()
+        check_history(history)
+        where = "chain"
+        head_hash = _check_links(conn, run_id, changed)
+        count = sum(map(len, (history.claims, history.outcomes, history.observations)))
+        count += len(history.resolutions)
+        if count and not run_exists(conn, run_id):
+            raise _InvalidRowError("the run has records but no row in runs")  # noqa: TRY301 - reported below with the others
+    except (ValueError, TypeError, _InvalidRowError) as e:
+        raise StoreCorruptError(
+            f"run {run_id} does not validate ({where}): {e}; refusing to load it"
+        ) from e
+    return head_hash, count
+
+
+def _check_links(conn: Connection, run_id: str, changed: set[Any]) -> str:
+    """:func:`_check_chain` of a run whose seqs are 1, 2, 3, … (check_history passed)."""
+    prev = _chain.GENESIS
+    with conn.execute(text(_LINKS).execution_options(yield_per=_PAGE), {"run_id": run_id}) as links:
+        for seq, stored_prev, stored_hash in links:
+            if stored_prev != prev:
+                raise _InvalidRowError(
+                    f"chain broken at seq {seq}: its prev_hash is not the hash of the record "
+                    "before it (a record was removed, inserted or reordered)"
+                )
+            if seq in changed:
+                raise _InvalidRowError(
+                    f"chain broken at seq {seq}: its hash does not match its fields "
+                    "(the record was changed)"
+                )
+            prev = stored_hash
+    return prev
