@@ -263,32 +263,9 @@ class Reader:
                     for a in anchors
                 )
                 return VerifyReport(0, 0, gone)
-            problems: list[str] = []
-            revision = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
-            if revision != head_revision():
-                problems.append(f"schema: revision {revision} where {head_revision()} is current")
-            problems.extend(f"schema: {p}" for p in _guard_problems(conn))
-            run_ids = list(conn.execute(text("SELECT run_id FROM runs ORDER BY run_id")).scalars())
-            orphans = conn.execute(
-                text(
-                    "SELECT DISTINCT run_id FROM ("
-                    + " UNION ALL ".join(f"SELECT run_id FROM {t}" for t in RECORD_TABLES)
-                    + ") AS records WHERE run_id NOT IN (SELECT run_id FROM runs) ORDER BY run_id"
-                )
-            ).scalars()
-            problems.extend(f"run {run_id}: records without a row in runs" for run_id in orphans)
-            records = 0
-            for done, run_id in enumerate(run_ids, start=1):
-                try:
-                    _, held = rows.check_run(conn, run_id)  # the run is not kept
-                except EffectPersistenceError as e:
-                    problems.append(f"run {run_id}: {e}")
-                else:
-                    records += held
-                if progress is not None:
-                    progress(done)
-            problems.extend(p for a in anchors if (p := _check_anchor(conn, a)) is not None)
-            return VerifyReport(len(run_ids), records, tuple(problems))
+            checked = _survey_runs(conn, set(), progress)[0]
+            found = [p for a in anchors if (p := _check_anchor(conn, a)) is not None]
+            return dataclasses.replace(checked, problems=checked.problems + tuple(found))
 
         return self._read(query)
 
@@ -405,11 +382,12 @@ def _status_rows(conn: Connection, clause: str) -> list[EffectRow]:
 
 
 def _survey_runs(
-    conn: Connection, wanted: set[str]
+    conn: Connection, wanted: set[str], progress: Callable[[int], None] | None = None
 ) -> tuple[VerifyReport, dict[str, str], dict[str, History]]:
     """What ``verify`` checks, each run read once: the report, and each run's problem.
 
-    And the histories of the runs of ``wanted`` that validate.
+    And the histories of the runs of ``wanted`` that validate; the others are checked,
+    not held. ``progress`` hears how many runs were checked so far.
     """
     found: list[str] = []
     revision = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
@@ -428,7 +406,7 @@ def _survey_runs(
     records = 0
     problems: dict[str, str] = {}
     histories: dict[str, History] = {}
-    for run_id in run_ids:
+    for done, run_id in enumerate(run_ids, start=1):
         try:
             if run_id in wanted:
                 history = rows.load_history(conn, run_id)
@@ -439,6 +417,8 @@ def _survey_runs(
         except EffectPersistenceError as e:
             found.append(f"run {run_id}: {e}")
             problems[run_id] = str(e)
+        if progress is not None:
+            progress(done)
     return VerifyReport(len(run_ids), records, tuple(found)), problems, histories
 
 
