@@ -348,7 +348,7 @@ def default_directory() -> Path:
     return path
 
 
-def _checked(directory: Path | None) -> Path:
+def checked_directory(directory: Path | None) -> Path:
     path = (directory if directory is not None else default_directory()).absolute()
     if not path.exists():
         raise EffectPersistenceError(f"cannot benchmark in {path}: no such directory")
@@ -370,7 +370,7 @@ def run(
     """
     say = progress or (lambda _: None)
     plan = _QUICK if quick else _FULL
-    base = _checked(directory)
+    base = checked_directory(directory)
     started = time.perf_counter()
     try:
         scratch = Path(tempfile.mkdtemp(prefix="ledger-bench-", dir=base))

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ledger._bench import default_directory
+from ledger._bench import checked_directory
 from ledger._bench_cases import built, new_run
 from ledger.errors import EffectPersistenceError
 
@@ -209,15 +209,6 @@ def _over(high: float | None, low: float | None) -> float | None:
     return None if high is None or low is None or low <= 0 else round(high / low, 3)
 
 
-def _checked(directory: Path | None) -> Path:
-    path = (directory if directory is not None else default_directory()).absolute()
-    if not path.is_dir():
-        raise EffectPersistenceError(f"cannot benchmark in {path}: not a directory")
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise EffectPersistenceError(f"cannot benchmark in {path}: not writable")
-    return path
-
-
 def run(
     directory: Path | None = None,
     *,
@@ -240,7 +231,7 @@ def run(
         plan = dataclasses.replace(
             plan, small=sizes[0], large=sizes[1], repeats=1, large_repeats=1, startups=3
         )
-    directory = _checked(directory)
+    directory = checked_directory(directory)
     started = time.perf_counter()
     try:
         scratch = Path(tempfile.mkdtemp(prefix="ledger-bench-reads-", dir=directory))
