@@ -157,7 +157,8 @@ def _writer(store: str) -> str:
     """The URL of docs/postgresql.md's writer role on the store's database, made once."""
     if store not in _WRITERS:
         database = pg_driver.database(store)
-        writer = f"writer_{os.getpid()}_{next(_roles)}"
+        # Apart from test_roles.py's writer_PID_N: one server serves a worker's every module.
+        writer = f"guards_writer_{os.getpid()}_{next(_roles)}"
         granting = re.findall(
             r"```sql\n(.*?)```", (REPO / "docs/postgresql.md").read_text(), re.DOTALL
         )
