@@ -386,6 +386,41 @@ Keep = Callable[[Sequence[RunSummary], EffectRows], Iterable[str]]
 effects before any run is validated (their ``problem`` is not set yet)."""
 
 
+def survey_of(
+    summaries: list[RunSummary],
+    keep: Keep,
+    status_rows: Callable[[str], list[EffectRow]],
+    check: Callable[[set[str]], tuple[VerifyReport, dict[str, str], dict[str, History]]],
+    judge: Callable[[Iterable[str]], dict[str, str]],
+) -> Survey:
+    """A backend's :meth:`Reader.survey`, from its reads of one snapshot.
+
+    ``status_rows(where)`` gives the ``effect_status`` rows a WHERE clause (or ``""``)
+    picks; ``check(keep)`` verifies the store, each run once: the report, each run's
+    problem, and the validated histories of the runs in ``keep``; ``judge(runs)`` the
+    problems of runs outside ``runs`` (records without their run).
+    """
+    unresolved = status_rows("WHERE unresolved_impact = 1")
+    wanted = set(keep(summaries, EffectRows(unresolved)))
+    known = {s.run_id for s in summaries}
+    checked, problems, histories = check(wanted)
+    problems |= judge({row.run_id for row in unresolved} - known)
+    if problems:  # every effect of a run that does not validate is shown
+        found = status_rows("")
+        problems |= judge({row.run_id for row in found} - known)
+        effects = EffectRows.of(found, dict(sorted(problems.items())), unresolved=True)
+    else:
+        # The rows read first, of the same snapshot: the view's verdicts cost a scan of
+        # the whole store (a third of a 100,000-effect report), not made twice.
+        effects = EffectRows(unresolved)  # unresolved ones only, none to mark
+    return Survey(
+        checked,
+        [dataclasses.replace(s, problem=problems.get(s.run_id)) for s in summaries],
+        effects,
+        histories,
+    )
+
+
 class Reader(Protocol):
     """What the ``ledger`` command reads of a store; it never writes, nor trusts the store.
 

@@ -28,7 +28,7 @@ from ledger.postgresql.guards import TRIGGER_TABLE, with_views
 from ledger.postgresql.store import Store
 from ledger.sqlite import rows
 from ledger.sqlite.engine import head_revision
-from ledger.sqlite.schema import RECORD_TABLES
+from ledger.sqlite.schema import RECORD_TABLES, STATUS_QUERY
 from ledger.storage import (
     VERDICTS,
     EffectRow,
@@ -42,6 +42,7 @@ from ledger.storage import (
     ShellMissingError,
     Survey,
     VerifyReport,
+    survey_of,
 )
 
 T = TypeVar("T")
@@ -150,16 +151,8 @@ class Reader:
             if _blank(conn):
                 return []
             return [
-                RunSummary(
-                    run_id=row[0],
-                    first_at=row[1],
-                    last_at=row[2],
-                    writer=_writer(conn, row[0]),
-                    claims=int(row[3]),
-                    verdicts={v: int(n) for v, n in zip(VERDICTS, row[4:], strict=True)},
-                    problem=_run_problem(conn, row[0]),
-                )
-                for row in conn.execute(text(with_views(_RUNS_SQL))).all()
+                dataclasses.replace(s, problem=_run_problem(conn, s.run_id))
+                for s in _summaries(conn)
             ]
 
         return self._read(query)
@@ -196,17 +189,7 @@ class Reader:
             if unresolved and not problems:
                 where.append("unresolved_impact = 1")  # else EffectRows.of picks the rows
             clause = f"WHERE {' AND '.join(where)}" if where else ""
-            found = conn.execute(
-                text(
-                    with_views(
-                        "SELECT run_id, seq, effect_id, operation, execution, impact, verdict,"
-                        " unresolved_impact, claimed_at, kind, idempotency_key, resolution,"
-                        f" next_step, step FROM effect_status {clause}"
-                        " ORDER BY claimed_at, run_id, seq"
-                    )
-                ),
-                params,
-            )
+            found = conn.execute(text(with_views(STATUS_QUERY.format(where=clause))), params)
             # Made with their run's problem: the rows of a large run are not copied again.
             rows = (EffectRow.from_view(row, problems.get(row[0])) for row in found)
             return EffectRows.of(rows, problems, unresolved=unresolved)
@@ -318,37 +301,12 @@ class Reader:
         def query(conn: Connection) -> Survey:
             if _blank(conn):
                 return Survey(VerifyReport(0, 0, ()), [], EffectRows(), {})
-            summaries = [
-                RunSummary(
-                    run_id=row[0],
-                    first_at=row[1],
-                    last_at=row[2],
-                    writer=_writer(conn, row[0]),
-                    claims=int(row[3]),
-                    verdicts={v: int(n) for v, n in zip(VERDICTS, row[4:], strict=True)},
-                )
-                for row in conn.execute(text(with_views(_RUNS_SQL))).all()
-            ]
-            unresolved = _status_rows(conn, "WHERE unresolved_impact = 1")
-            wanted = set(keep(summaries, EffectRows(unresolved)))
-            known = {s.run_id for s in summaries}
-            strays = {row.run_id for row in unresolved} - known
-            checked, problems, histories = _survey_runs(conn, wanted)
-            problems |= _problems(conn, strays)
-            if problems:  # every effect of a run that does not validate is shown
-                found = _status_rows(conn, "")
-                problems |= _problems(conn, {row.run_id for row in found} - known)
-            else:
-                # The rows read above, of the same snapshot: the view's verdicts cost a scan
-                # of the whole store (a third of a 100,000-effect report), not made twice.
-                found = unresolved
-            return Survey(
-                checked,
-                [dataclasses.replace(s, problem=problems.get(s.run_id)) for s in summaries],
-                EffectRows.of(found, dict(sorted(problems.items())), unresolved=True)
-                if problems
-                else EffectRows(found),  # unresolved ones only, none to mark
-                histories,
+            return survey_of(
+                _summaries(conn),
+                keep,
+                lambda where: _status_rows(conn, where),
+                lambda wanted: _survey_runs(conn, wanted),
+                lambda run_ids: _problems(conn, run_ids),
             )
 
         return self._read(query)
@@ -366,18 +324,24 @@ class Reader:
         return [program, "--no-psqlrc", "--set=ON_ERROR_STOP=1", _readonly(conninfo)]
 
 
-def _status_rows(conn: Connection, clause: str) -> list[EffectRow]:
-    """The ``effect_status`` rows ``clause`` picks, oldest claim first."""
-    found = conn.execute(
-        text(
-            with_views(
-                "SELECT run_id, seq, effect_id, operation, execution, impact, verdict,"
-                " unresolved_impact, claimed_at, kind, idempotency_key, resolution,"
-                f" next_step, step FROM effect_status {clause}"
-                " ORDER BY claimed_at, run_id, seq"
-            )
+def _summaries(conn: Connection) -> list[RunSummary]:
+    """Every run, oldest first, with its writer and verdict counts (its problem not asked)."""
+    return [
+        RunSummary(
+            run_id=row[0],
+            first_at=row[1],
+            last_at=row[2],
+            writer=_writer(conn, row[0]),
+            claims=int(row[3]),
+            verdicts={v: int(n) for v, n in zip(VERDICTS, row[4:], strict=True)},
         )
-    ).all()
+        for row in conn.execute(text(with_views(_RUNS_SQL))).all()
+    ]
+
+
+def _status_rows(conn: Connection, where: str) -> list[EffectRow]:
+    """The ``effect_status`` rows ``where`` picks, oldest claim first."""
+    found = conn.execute(text(with_views(STATUS_QUERY.format(where=where)))).all()
     return [EffectRow.from_view(row) for row in found]
 
 

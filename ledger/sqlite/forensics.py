@@ -24,7 +24,7 @@ from ledger.errors import EffectPersistenceError
 from ledger.sqlite import liveness, rows, schema_check, shell
 from ledger.sqlite.engine import head_revision, known_revisions
 from ledger.sqlite.reads import read
-from ledger.sqlite.schema import RECORD_TABLES, with_views
+from ledger.sqlite.schema import RECORD_TABLES, STATUS_QUERY, with_views
 from ledger.storage import (
     VERDICTS,
     EffectRow,
@@ -37,6 +37,7 @@ from ledger.storage import (
     Shell,
     Survey,
     VerifyReport,
+    survey_of,
 )
 
 _HEX = re.compile(r"[0-9a-f]{1,32}")
@@ -144,16 +145,8 @@ class Reader:
             if _blank(conn):
                 return []
             return [
-                RunSummary(
-                    run_id=row[0],
-                    first_at=row[1],
-                    last_at=row[2],
-                    writer=_writer(conn, row[0]),
-                    claims=row[3],
-                    verdicts=dict(zip(VERDICTS, row[4:], strict=True)),
-                    problem=_run_problem(conn, row[0]),
-                )
-                for row in conn.exec_driver_sql(with_views(_RUNS_SQL)).all()
+                dataclasses.replace(s, problem=_run_problem(conn, s.run_id))
+                for s in _summaries(conn)
             ]
 
         return read(self.directory, query)
@@ -191,13 +184,7 @@ class Reader:
                 where.append("unresolved_impact = 1")  # else EffectRows.of picks the rows
             clause = f"WHERE {' AND '.join(where)}" if where else ""
             found = conn.exec_driver_sql(
-                with_views(
-                    "SELECT run_id, seq, effect_id, operation, execution, impact, verdict,"
-                    f" unresolved_impact, claimed_at, kind, idempotency_key, resolution, next_step,"
-                    f" step FROM effect_status {clause}"
-                    " ORDER BY claimed_at, run_id, seq"
-                ),
-                tuple(params),
+                with_views(STATUS_QUERY.format(where=clause)), tuple(params)
             )
             # Made with their run's problem: the rows of a large run are not copied again.
             rows = (EffectRow.from_view(row, problems.get(row[0])) for row in found)
@@ -291,60 +278,48 @@ class Reader:
         def query(conn: Connection) -> Survey:
             if _blank(conn):
                 return Survey(VerifyReport(0, 0, ()), [], EffectRows(), {})
-            summaries = [
-                RunSummary(
-                    run_id=row[0],
-                    first_at=row[1],
-                    last_at=row[2],
-                    writer=_writer(conn, row[0]),
-                    claims=row[3],
-                    verdicts=dict(zip(VERDICTS, row[4:], strict=True)),
-                )
-                for row in conn.exec_driver_sql(with_views(_RUNS_SQL)).all()
-            ]
-            unresolved = _status_rows(conn, "WHERE unresolved_impact = 1")
-            wanted = set(keep(summaries, EffectRows(unresolved)))
-            known = {s.run_id for s in summaries}
-            strays = {row.run_id for row in unresolved} - known
-            histories: dict[str, History] = {}
-            problems: dict[str, str] = {}
 
-            def loaded(run_id: str, history: History | EffectPersistenceError) -> None:
-                if isinstance(history, EffectPersistenceError):
-                    problems[run_id] = str(history)
-                else:
-                    histories[run_id] = history
+            def check(wanted: set[str]) -> tuple[VerifyReport, dict[str, str], dict[str, History]]:
+                histories: dict[str, History] = {}
+                problems: dict[str, str] = {}
 
-            checked = _verify(conn, None, loaded, wanted)
-            problems |= _problems(conn, strays)
-            if problems:  # every effect of a run that does not validate is shown
-                found = _status_rows(conn, "")
-                problems |= _problems(conn, {row.run_id for row in found} - known)
-            else:
-                # The rows read above, of the same snapshot: the view's verdicts cost a scan
-                # of the whole store (a third of a 100,000-effect report), not made twice.
-                found = unresolved
-            return Survey(
-                checked,
-                [dataclasses.replace(s, problem=problems.get(s.run_id)) for s in summaries],
-                EffectRows.of(found, dict(sorted(problems.items())), unresolved=True)
-                if problems
-                else EffectRows(found),  # unresolved ones only, none to mark
-                histories,
+                def loaded(run_id: str, history: History | EffectPersistenceError) -> None:
+                    if isinstance(history, EffectPersistenceError):
+                        problems[run_id] = str(history)
+                    else:
+                        histories[run_id] = history
+
+                return _verify(conn, None, loaded, wanted), problems, histories
+
+            return survey_of(
+                _summaries(conn),
+                keep,
+                lambda where: _status_rows(conn, where),
+                check,
+                lambda run_ids: _problems(conn, run_ids),
             )
 
         return read(self.directory, query)
 
 
-def _status_rows(conn: Connection, clause: str) -> list[EffectRow]:
-    """The ``effect_status`` rows ``clause`` picks, oldest claim first."""
-    found = conn.exec_driver_sql(
-        with_views(
-            "SELECT run_id, seq, effect_id, operation, execution, impact, verdict,"
-            " unresolved_impact, claimed_at, kind, idempotency_key, resolution, next_step,"
-            f" step FROM effect_status {clause} ORDER BY claimed_at, run_id, seq"
+def _summaries(conn: Connection) -> list[RunSummary]:
+    """Every run, oldest first, with its writer and verdict counts (its problem not asked)."""
+    return [
+        RunSummary(
+            run_id=row[0],
+            first_at=row[1],
+            last_at=row[2],
+            writer=_writer(conn, row[0]),
+            claims=row[3],
+            verdicts=dict(zip(VERDICTS, row[4:], strict=True)),
         )
-    ).all()
+        for row in conn.exec_driver_sql(with_views(_RUNS_SQL)).all()
+    ]
+
+
+def _status_rows(conn: Connection, where: str) -> list[EffectRow]:
+    """The ``effect_status`` rows ``where`` picks, oldest claim first."""
+    found = conn.exec_driver_sql(with_views(STATUS_QUERY.format(where=where))).all()
     return [EffectRow.from_view(row) for row in found]
 
 

@@ -869,6 +869,14 @@ VIEW_QUERIES = {
 VIEWS = {name: f"\nCREATE VIEW {name} AS{query}" for name, query in VIEW_QUERIES.items()}
 EFFECT_STATUS_VIEW = VIEWS["effect_status"]
 
+# Every effect's row, in the column order of ledger.storage.EffectRow.from_view, oldest
+# claim first; {where} is empty or a WHERE clause (the reports of both backends).
+STATUS_QUERY = (
+    "SELECT run_id, seq, effect_id, operation, execution, impact, verdict, unresolved_impact,"
+    " claimed_at, kind, idempotency_key, resolution, next_step, step FROM effect_status"
+    " {where} ORDER BY claimed_at, run_id, seq"
+)
+
 
 def with_views(sql: str) -> str:
     """``sql`` with the library's views defined in front of it: never the store's."""
