@@ -19,7 +19,7 @@ import statistics
 import tempfile
 import textwrap
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -348,7 +348,7 @@ def default_directory() -> Path:
     return path
 
 
-def checked_directory(directory: Path | None) -> Path:
+def _checked(directory: Path | None) -> Path:
     path = (directory if directory is not None else default_directory()).absolute()
     if not path.exists():
         raise EffectPersistenceError(f"cannot benchmark in {path}: no such directory")
@@ -357,6 +357,25 @@ def checked_directory(directory: Path | None) -> Path:
     if not os.access(path, os.W_OK | os.X_OK):
         raise EffectPersistenceError(f"cannot benchmark in {path}: not writable")
     return path
+
+
+@contextlib.contextmanager
+def scratch_directory(directory: Path | None, prefix: str) -> Iterator[tuple[Path, Path]]:
+    """A new directory in ``directory``, removed when the block ends: ``(directory, scratch)``.
+
+    ``directory`` defaults to :func:`default_directory` and is made absolute. One that
+    is missing, not a directory or not writable, or where nothing can be made, raises
+    :class:`EffectPersistenceError`.
+    """
+    base = _checked(directory)
+    try:
+        scratch = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+    except OSError as e:
+        raise EffectPersistenceError(f"cannot benchmark in {base}: {e.strerror or e}") from e
+    try:
+        yield base, scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def run(
@@ -370,17 +389,10 @@ def run(
     """
     say = progress or (lambda _: None)
     plan = _QUICK if quick else _FULL
-    base = checked_directory(directory)
     started = time.perf_counter()
-    try:
-        scratch = Path(tempfile.mkdtemp(prefix="ledger-bench-", dir=base))
-    except OSError as e:
-        raise EffectPersistenceError(f"cannot benchmark in {base}: {e.strerror or e}") from e
     builds: list[dict[str, Any]] = []
-    try:
+    with scratch_directory(directory, "ledger-bench-") as (base, scratch):
         cases = _writes(scratch, plan, say) | _scale(scratch, plan, builds, say)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     seconds = time.perf_counter() - started
     return _report(
         base=base,

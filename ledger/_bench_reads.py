@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import os
 import platform
-import shutil
 import signal
 import sqlite3
 import statistics
@@ -29,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ledger._bench import checked_directory
+from ledger._bench import scratch_directory
 from ledger._bench_cases import built, new_run
 from ledger.errors import EffectPersistenceError
 
@@ -231,14 +230,9 @@ def run(
         plan = dataclasses.replace(
             plan, small=sizes[0], large=sizes[1], repeats=1, large_repeats=1, startups=3
         )
-    directory = checked_directory(directory)
     started = time.perf_counter()
-    try:
-        scratch = Path(tempfile.mkdtemp(prefix="ledger-bench-reads-", dir=directory))
-    except OSError as e:
-        raise EffectPersistenceError(f"cannot benchmark in {directory}: {e.strerror or e}") from e
     builds: list[dict[str, Any]] = []
-    try:
+    with scratch_directory(directory, "ledger-bench-reads-") as (base, scratch):
         stores: dict[str, tuple[Path, str, int]] = {}
         for effects in (1, plan.small, plan.large):
             label = _label(effects)
@@ -257,8 +251,6 @@ def run(
             stores[label] = (store, made[0], effects)
         startup = _startup(plan, say)
         cases = _commands(stores, plan, scratch, say)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     fixed, small, large = (_label(n) for n in (1, plan.small, plan.large))
     per_effect: dict[str, dict[str, float | None]] = {}
     ratios: dict[str, float | None] = {}
@@ -274,7 +266,7 @@ def run(
     return {
         "reads": True,
         "quick": quick,
-        "store": str(directory),
+        "store": str(base),
         "seconds": round(time.perf_counter() - started, 1),
         "machine": {
             "cpus": os.cpu_count(),
