@@ -20,6 +20,7 @@ from ledger.effect_log import EffectLog
 from ledger.effects import Assessment, Decision, EffectOutcome, History, Resolution, assess
 from ledger.storage import (
     VERDICTS,
+    EffectNotFoundError,
     EffectRow,
     EffectRows,
     Head,
@@ -33,6 +34,7 @@ __all__ = [
     "VERDICTS",
     "Attention",
     "AttentionRows",
+    "EffectNotFoundError",
     "EffectRow",
     "EffectRows",
     "Head",
@@ -236,10 +238,41 @@ def resolve_effect(
     by: str,
     note: str = "",
 ) -> Resolution:
-    """Record a person's word on an effect of the matching run: it landed, or it did not."""
+    """Record a person's word on an effect of the matching run: it landed, or it did not.
+
+    ``effect_id`` is an effect id of the run or a unique prefix of one
+    (:class:`EffectNotFoundError` otherwise), matched on the run as the log loads it.
+    """
     run_id, _writer = reader(directory).writer(prefix)
     with EffectLog._visit(run_id, directory, "ledger resolve") as log:  # noqa: SLF001 - the command's own way in
+        effect_id = _match_effect(run_id, log.history(), effect_id)
         return log.resolve(effect_id, applied=applied, by=by, note=note)
+
+
+# How many candidates a message about an ambiguous effect prefix names.
+_CANDIDATES_SHOWN = 4
+
+
+def _match_effect(run_id: str, history: History, given: str) -> str:
+    """The effect of the run that ``given`` names: its whole id, or a unique prefix of one.
+
+    A whole id wins over the ids it is a prefix of. One that names no effect, or more
+    than one, raises :class:`EffectNotFoundError` naming a few of the candidates.
+    """
+    ids = list(dict.fromkeys(claim.effect_id for claim in history.claims))
+    if given in ids:
+        return given
+    found = [effect_id for effect_id in ids if given and effect_id.startswith(given)]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise EffectNotFoundError(f"no effect of run {run_id} matches {given!r}")
+    shown = ", ".join(found[:_CANDIDATES_SHOWN])
+    more = f" and {len(found) - _CANDIDATES_SHOWN} more" if len(found) > _CANDIDATES_SHOWN else ""
+    raise EffectNotFoundError(
+        f"{given!r} matches {len(found)} effects of run {run_id} ({shown}{more}); "
+        "give more characters"
+    )
 
 
 # --------------------------------------------------------------------------- verify

@@ -30,7 +30,7 @@ from ledger._text import UNPRINTABLE, compact_json, printable, shortened
 # them, so that --version, --help and a usage mistake answer at once.
 if TYPE_CHECKING:
     from ledger import _inspect, _jsonl, storage
-    from ledger.effects import EffectKind, History, Impact, Record, Resolution
+    from ledger.effects import EffectKind, Impact, Record, Resolution
 
 __all__ = ["main"]
 
@@ -53,11 +53,15 @@ class _UsageMistake(click.ClickException):
 def _library_errors() -> Iterator[None]:
     """The library's errors as one line and an exit code, never a traceback."""
     from ledger.errors import EffectPersistenceError  # noqa: PLC0415 - see the imports
-    from ledger.storage import RunNotFoundError, ShellMissingError  # noqa: PLC0415
+    from ledger.storage import (  # noqa: PLC0415
+        EffectNotFoundError,
+        RunNotFoundError,
+        ShellMissingError,
+    )
 
     try:
         yield
-    except RunNotFoundError as e:
+    except (RunNotFoundError, EffectNotFoundError) as e:
         raise _UsageMistake(_one_line(e)) from None
     except (EffectPersistenceError, ValueError, ShellMissingError) as e:
         raise click.ClickException(_one_line(e)) from None
@@ -739,12 +743,9 @@ def resolve(
         raise click.UsageError("say what you found: --applied or --not-applied")
     from ledger import _inspect  # noqa: PLC0415 - see the imports
 
-    location = _directory(store)
     with _library_errors():
-        run_id, history, _writer = _inspect.reader(location).run(run)
-        effect = _effect_id(run_id, history, effect)
         resolution = _inspect.resolve_effect(
-            location, run_id, effect, applied=applied, by=by, note=note
+            _directory(store), run, effect, applied=applied, by=by, note=note
         )
     if as_json:
         _print_json(resolution.to_dict())
@@ -753,34 +754,6 @@ def resolve(
         printable(
             f"{resolution.effect_id}: resolved {resolution.word.replace('_', ' ')} "
             f"by {resolution.by} (seq {resolution.seq})"
-        )
-    )
-
-
-# How many candidates a message about an ambiguous effect prefix names.
-_CANDIDATES_SHOWN = 4
-
-
-def _effect_id(run_id: str, history: History, given: str) -> str:
-    """The effect of the run that ``given`` names: its whole id, or a unique prefix of one.
-
-    A whole id wins over the ids it is a prefix of. One that names no effect, or more
-    than one, is a usage mistake: one line, with a few of the candidates.
-    """
-    ids = list(dict.fromkeys(claim.effect_id for claim in history.claims))
-    if given in ids:
-        return given
-    found = [effect_id for effect_id in ids if given and effect_id.startswith(given)]
-    if len(found) == 1:
-        return found[0]
-    if not found:
-        raise _UsageMistake(printable(f"no effect of run {run_id} matches {given!r}"))
-    shown = ", ".join(found[:_CANDIDATES_SHOWN])
-    more = f" and {len(found) - _CANDIDATES_SHOWN} more" if len(found) > _CANDIDATES_SHOWN else ""
-    raise _UsageMistake(
-        printable(
-            f"{given!r} matches {len(found)} effects of run {run_id} ({shown}{more}); "
-            "give more characters"
         )
     )
 

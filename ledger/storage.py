@@ -184,6 +184,10 @@ class RunNotFoundError(ValueError):
     """No run, or more than one, matches the given run id or prefix."""
 
 
+class EffectNotFoundError(ValueError):
+    """No effect of the run, or more than one, matches the given effect id or prefix."""
+
+
 class RecoveryHold(enum.Enum):
     """What taking a run for recovery found: taken, or who has it."""
 
