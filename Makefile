@@ -72,7 +72,7 @@ MUT_NAMES := 'ledger.effects.x_current*' 'ledger.effects.x_settled_clean*' \
 	'ledger.effects.x__step*' 'ledger._chain.*' 'ledger.sqlite.trust.*' \
 	'ledger.effect_log.x*_recover*' 'ledger.effect_log.x*_hold_exclusive*' \
 	'ledger.sqlite.rows.x_preconditions*' 'ledger._combiner.x_acquire_uninterrupted*' \
-	'ledger._combiner.x_wait_for_gate*' 'ledger._mcp_wire.*'
+	'ledger._combiner.x_wait_for_gate*' 'ledger._mcp.wire.*'
 MUT_JOBS  ?= 2
 
 $(MUT_STAMP): pyproject.toml constraints.txt

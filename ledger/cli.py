@@ -1121,7 +1121,7 @@ def mcp_proxy(  # click passes every option by name
     until it is resolved. See docs/mcp.md.
     """
     try:
-        from ledger import _mcp  # noqa: PLC0415 - the MCP SDK is an optional extra
+        from ledger._mcp import proxy as _mcp  # noqa: PLC0415 - the MCP SDK is an optional extra
     except ImportError as e:
         if (e.name or "").partition(".")[0] not in ("mcp", "mcp_types", "pydantic"):
             raise
@@ -1199,11 +1199,11 @@ def bench(store: storage.Location | None, as_json: bool, quick: bool, reads: boo
     large runs and stores. Prints medians, p99 and ratios against their targets. A
     full run takes a few minutes.
     """
-    from ledger import _bench  # noqa: PLC0415 - only this command needs it (and it is large)
+    from ledger._bench import runner as _bench  # noqa: PLC0415 - only this command needs it (and it is large)
 
     progress = None if _quiet() else (lambda line: click.echo(line, err=True))
     if reads:
-        from ledger import _bench_reads  # noqa: PLC0415 - only this command needs it
+        from ledger._bench import reads as _bench_reads  # noqa: PLC0415 - only this command needs it
 
         if isinstance(store, str):
             raise click.UsageError("ledger bench --reads measures SQLite stores only")
@@ -1215,7 +1215,7 @@ def bench(store: storage.Location | None, as_json: bool, quick: bool, reads: boo
             _bench_reads.render(found, _table, click.echo)
         return
     if isinstance(store, str):
-        from ledger import _bench_postgresql  # noqa: PLC0415 - only this command needs it
+        from ledger._bench import postgresql as _bench_postgresql  # noqa: PLC0415 - only this command needs it
 
         with _library_errors():
             found = _bench_postgresql.run(store, quick=quick, progress=progress)

@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from ledger import _bench, _bench_cases, _bench_mcp
+from ledger._bench import cases as _bench_cases
+from ledger._bench import mcp as _bench_mcp
+from ledger._bench import runner as _bench
 from ledger.cli import main
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.sqlite.store import unsynchronised

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from ledger import _bench_reads
+from ledger._bench import reads as _bench_reads
 from ledger.cli import main
 from tests.builders import ledger, subprocess_env
 

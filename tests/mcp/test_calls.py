@@ -1,6 +1,6 @@
 """What the proxy reads of messages, as plain values: requests, answers, annotations, lines.
 
-No process here: ``ledger._mcp_calls`` and ``ledger._mcp_wire`` are functions of
+No process here: ``ledger._mcp.calls`` and ``ledger._mcp.wire`` are functions of
 messages and streams.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ledger._mcp_calls import (
+from ledger._mcp.calls import (
     KEY_META,
     Call,
     kind_of,
@@ -22,7 +22,7 @@ from ledger._mcp_calls import (
     read_call,
     result_of,
 )
-from ledger._mcp_wire import (
+from ledger._mcp.wire import (
     Lines,
     UnreadableError,
     answer_id,

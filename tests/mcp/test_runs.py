@@ -1,4 +1,4 @@
-"""The proxy's run (``ledger._mcp_runs``) when a person writes to it meanwhile.
+"""The proxy's run (``ledger._mcp.runs``) when a person writes to it meanwhile.
 
 ``ledger resolve`` on the live run appends a record the proxy's log does not know: its
 next write meets it, and the proxy loads the run again and writes once more, saying
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ledger import effects as fx
-from ledger._mcp_runs import ProxyRun
+from ledger._mcp.runs import ProxyRun
 from ledger.effects import EffectKind, NextStep
 from ledger.errors import EffectPersistenceError
 from tests.backends import SQLITE

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger._mcp import MAX_MESSAGE
+from ledger._mcp.proxy import MAX_MESSAGE
 from tests.builders import CERTAIN, FAILED, INTERRUPTED, POSSIBLE, PYTHON, SUCCESS
 from tests.mcp.driver import HERE, RawClient, Setup, outcome_of, run_id_in, wait_file
 

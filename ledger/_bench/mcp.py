@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from ledger._bench_cases import timed, warm
+from ledger._bench.cases import timed, warm
 from ledger._paths import DB_NAME
 
 __all__ = ["WHAT", "McpCalls", "available"]

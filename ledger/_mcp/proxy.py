@@ -24,7 +24,7 @@ What the proxy answers itself instead of passing on, never crashing:
 - a ``tools/call`` the guard refuses: a tool error naming the earlier effect;
 - a client message longer than the limit: an error (it cannot be read, so it cannot
   be claimed); a server's is passed on in pieces;
-- a client line that is not one strict JSON value (:func:`ledger._mcp_wire.parse`):
+- a client line that is not one strict JSON value (:func:`ledger._mcp.wire.parse`):
   a parse error. Any tool call in it could not be claimed, since the server's parser
   may read it otherwise than the proxy's; a line of whitespace only is passed on;
 - a server's answer to a tool call that is not strict JSON either: the call failed,
@@ -63,9 +63,9 @@ from mcp.types import (
 from pydantic import ValidationError
 
 from ledger import storage
-from ledger._mcp_calls import Call, brief, kinds_listed, outcome_of, read_call, result_of
-from ledger._mcp_runs import MAX_NAME, ProxyRun, check_name
-from ledger._mcp_wire import (
+from ledger._mcp.calls import Call, brief, kinds_listed, outcome_of, read_call, result_of
+from ledger._mcp.runs import MAX_NAME, ProxyRun, check_name
+from ledger._mcp.wire import (
     IdKey,
     Lines,
     UnreadableError,

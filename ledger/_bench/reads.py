@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ledger._bench import scratch_directory
-from ledger._bench_cases import built, new_run
+from ledger._bench.cases import built, new_run
+from ledger._bench.runner import scratch_directory
 from ledger.errors import EffectPersistenceError
 
 __all__ = ["RATIO_TARGET", "render", "run"]

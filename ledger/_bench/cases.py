@@ -7,7 +7,7 @@ checkpointed once: until then each commit also grows the file, which is not the
 steady state of a store.
 
 A worker process of the ``processes4`` case runs as
-``python -m ledger._bench_cases DIR N``.
+``python -m ledger._bench.cases DIR N``.
 """
 
 from __future__ import annotations
@@ -429,7 +429,7 @@ def worker(directory: Path, claims: int) -> None:
 
 def processes(directory: Path, count: int, claims: int) -> tuple[list[int], int, int]:
     """``count`` processes, started together, claim into one store: (latencies, errors, wall)."""
-    argv = [sys.executable, "-m", "ledger._bench_cases", str(directory), str(claims)]
+    argv = [sys.executable, "-m", "ledger._bench.cases", str(directory), str(claims)]
     pipe = subprocess.PIPE
     children = [
         subprocess.Popen(argv, stdin=pipe, stdout=pipe, stderr=pipe, text=True)  # noqa: S603 - our own module

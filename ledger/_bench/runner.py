@@ -4,7 +4,7 @@ Every figure comes from one run in a fresh scratch directory, removed afterwards
 The latency cases run interleaved, a chunk of each per round in rotating order, so
 that noise from the rest of the machine falls on all of them alike. This module
 decides what is measured in what order and what the report says of it; the cases
-themselves, and the runs and stores they need built, are in ``ledger._bench_cases``.
+themselves, and the runs and stores they need built, are in ``ledger._bench.cases``.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ledger import _bench_mcp
-from ledger._bench_cases import (
+from ledger._bench import mcp as _bench_mcp
+from ledger._bench.cases import (
     SMALL_RUN,
     UNSETTLED,
     CpuOff,

@@ -3,7 +3,7 @@
 A proxy's effects carry its NAME in their action id (``mcp-proxy/NAME/EFFECT``): that
 is how a proxy started later with the same NAME finds the runs of its predecessors, to
 recover the ones a dead proxy left unsettled and to refuse a blind repeat of a call
-whose fate a person must settle first. Nothing here knows MCP; :mod:`ledger._mcp`
+whose fate a person must settle first. Nothing here knows MCP; :mod:`ledger._mcp.proxy`
 speaks the protocol and calls this module.
 
 A person may settle an effect of the live run (``ledger resolve``) while the proxy

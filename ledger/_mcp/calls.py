@@ -3,7 +3,7 @@
 Pure functions of messages (parsed JSON), with the SDK's types where they check what
 the proxy relies on: a request checked before it is claimed, the request as it goes on
 (the claim's idempotency key added to its ``_meta``), the outcome an answer says, the
-kind a tool's annotations say. The proxy (:mod:`ledger._mcp`) does the I/O.
+kind a tool's annotations say. The proxy (:mod:`ledger._mcp.proxy`) does the I/O.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from mcp.types import (
 )
 from pydantic import ValidationError
 
-from ledger._mcp_wire import IdKey, encode, error_line, id_key
+from ledger._mcp.wire import IdKey, encode, error_line, id_key
 from ledger._text import printable
 from ledger.effects import EffectKind, ExecutionOutcome, Impact, check_identifier
 
