@@ -64,12 +64,14 @@ MUT_STAMP := $(MUT_VENV)/.installed
 # how the write queue's lock helpers hold back a signal, and the MCP proxy's reading and
 # answering of messages. Not the queue itself nor the run locks: every test reaches them,
 # so each mutant that survives or deadlocks costs minutes (their bugs have tests of their own).
-MUT_NAMES := 'ledger.effects.x_current*' 'ledger.effects.x_settled_clean*' \
-	'ledger.effects.x_decide*' 'ledger.effects.x_in_flight*' 'ledger.effects.x_is_stale*' \
-	'ledger.effects.x__in_flight_until*' 'ledger.effects.x__stale_until*' 'ledger.effects.x__terminals*' \
-	'ledger.effects.x_assess*' 'ledger.effects.x__evidence*' 'ledger.effects.x_newest_attempt*' \
-	'ledger.effects.x__same_state*' 'ledger.effects.x__before*' 'ledger.effects.x__unchanged*' \
-	'ledger.effects.x__step*' 'ledger._chain.*' 'ledger.sqlite.trust.*' \
+MUT_NAMES := 'ledger._core.assessment.x_current*' 'ledger._core.assessment.x_settled_clean*' \
+	'ledger._core.decision.x_decide*' 'ledger._core.assessment.x_in_flight*' \
+	'ledger._core.assessment.x_is_stale*' 'ledger._core.assessment.x__in_flight_until*' \
+	'ledger._core.assessment.x__stale_until*' 'ledger._core.assessment.x__terminals*' \
+	'ledger._core.assessment.x_assess*' 'ledger._core.assessment.x__evidence*' \
+	'ledger._core.decision.x_newest_attempt*' 'ledger._core.decision.x__same_state*' \
+	'ledger._core.decision.x__before*' 'ledger._core.decision.x__unchanged*' \
+	'ledger._core.decision.x__step*' 'ledger._chain.*' 'ledger.sqlite.trust.*' \
 	'ledger.effect_log.x*_recover*' 'ledger.effect_log.x*_hold_exclusive*' \
 	'ledger.sqlite.rows.x_preconditions*' 'ledger._combiner.x_acquire_uninterrupted*' \
 	'ledger._combiner.x_wait_for_gate*' 'ledger._mcp.wire.*'
