@@ -1,9 +1,9 @@
 """A write-ahead effect ledger for AI-agent workers.
 
-Public modules: :mod:`ledger.effects` (record values and the pure assessment),
-:mod:`ledger.resources` (what an effect can touch), :mod:`ledger.effect_log`
-(the durable log of one run), :mod:`ledger.errors` and :mod:`ledger.cli` (the ``ledger``
-command). What a worker needs is here too::
+The public API is at the package top (``__all__``): the log (:class:`EffectLog`), the tool
+decorator and the call in progress (:func:`tool`, :func:`current_call`), the record values
+and their assessment (from :mod:`ledger.effects`), the resources an effect can touch
+(from :mod:`ledger.resources`) and every error (from :mod:`ledger.errors`)::
 
     import ledger
 
@@ -12,6 +12,11 @@ command). What a worker needs is here too::
 
     with ledger.EffectLog.resume(run_id, "/var/lib/worker/ledger") as log:
         charge("o-17", 1200)   # after a restart: replayed, retried or refused, never blind
+
+The modules those names come from stay public and import the same: :mod:`ledger.effects`,
+:mod:`ledger.resources`, :mod:`ledger.effect_log`, :mod:`ledger.errors` and
+:mod:`ledger.cli` (the ``ledger`` command). :mod:`ledger.storage`, :mod:`ledger.sqlite` and
+:mod:`ledger.postgresql` are the backends' internals: open a log with :class:`EffectLog`.
 
 Importing :mod:`ledger` alone loads nothing of storage: these names load on first use.
 """
@@ -22,47 +27,193 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ledger._calls import current_call, tool
-    from ledger.effect_log import EffectLog, new_run_id
-    from ledger.effects import EffectKind
+    from ledger._calls import AsyncEffectCall, EffectCall, EffectScope, current_call, tool
+    from ledger.effect_log import (
+        ClaimRequest,
+        EffectLog,
+        OutcomeRequest,
+        RecordingOptions,
+        effects_dir,
+        new_effect_id,
+        new_run_id,
+    )
+    from ledger.effects import (
+        Assessment,
+        Coverage,
+        Decision,
+        EffectClaim,
+        EffectKind,
+        EffectOutcome,
+        EffectVerdict,
+        ExecutionOutcome,
+        History,
+        Impact,
+        InvalidTypeError,
+        NextStep,
+        Observation,
+        ObservationMechanism,
+        OperationRef,
+        Postcondition,
+        Predicate,
+        Resolution,
+        ResolutionOrigin,
+        ResourceRef,
+        args_digest,
+        assess,
+        decide,
+        idempotency_key,
+        resource_ref,
+    )
     from ledger.errors import (
         AlreadyDone,
         EffectPersistenceError,
+        LogDegradedError,
         NeedsResolution,
+        RunExistsError,
         RunHeldError,
+        SchemaTooNewError,
         StepNotRunError,
         StillRunning,
+        StoreCorruptError,
+        StoreFileRefusedError,
+        StoreSchemaOldError,
+        StoreTamperedError,
+        StoreUnavailableError,
+    )
+    from ledger.resources import (
+        ExternalResource,
+        FilesystemResource,
+        FilesystemRoot,
+        OwnedResource,
     )
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "AlreadyDone",
-    "EffectKind",
+# What EffectLog.effect returns (EffectScope) and what entering it gives (EffectCall, or
+# AsyncEffectCall with ``async with``): defined beside ``tool``, wherever that is.
+_CALL_TYPES = ("AsyncEffectCall", "EffectCall", "EffectScope")
+_EFFECT_LOG = (
+    "ClaimRequest",
     "EffectLog",
+    "OutcomeRequest",
+    "RecordingOptions",
+    "effects_dir",
+    "new_effect_id",
+    "new_run_id",
+)
+_EFFECTS = (
+    "Assessment",
+    "Coverage",
+    "Decision",
+    "EffectClaim",
+    "EffectKind",
+    "EffectOutcome",
+    "EffectVerdict",
+    "ExecutionOutcome",
+    "History",
+    "Impact",
+    "InvalidTypeError",
+    "NextStep",
+    "Observation",
+    "ObservationMechanism",
+    "OperationRef",
+    "Postcondition",
+    "Predicate",
+    "Resolution",
+    "ResolutionOrigin",
+    "ResourceRef",
+    "args_digest",
+    "assess",
+    "decide",
+    "idempotency_key",
+    "resource_ref",
+)
+_ERRORS = (
+    "AlreadyDone",
     "EffectPersistenceError",
+    "LogDegradedError",
     "NeedsResolution",
+    "RunExistsError",
     "RunHeldError",
+    "SchemaTooNewError",
     "StepNotRunError",
     "StillRunning",
-    "current_call",
-    "new_run_id",
-    "tool",
-]
+    "StoreCorruptError",
+    "StoreFileRefusedError",
+    "StoreSchemaOldError",
+    "StoreTamperedError",
+    "StoreUnavailableError",
+)
+_RESOURCES = ("ExternalResource", "FilesystemResource", "FilesystemRoot", "OwnedResource")
 
+# Where each public name is defined, so that it loads on first use.
 _WHERE = {
     "tool": "ledger._calls",
     "current_call": "ledger._calls",
-    "EffectLog": "ledger.effect_log",
-    "new_run_id": "ledger.effect_log",
-    "EffectKind": "ledger.effects",
-    "AlreadyDone": "ledger.errors",
-    "EffectPersistenceError": "ledger.errors",
-    "NeedsResolution": "ledger.errors",
-    "RunHeldError": "ledger.errors",
-    "StepNotRunError": "ledger.errors",
-    "StillRunning": "ledger.errors",
+    **dict.fromkeys(_EFFECT_LOG, "ledger.effect_log"),
+    **dict.fromkeys(_EFFECTS, "ledger.effects"),
+    **dict.fromkeys(_ERRORS, "ledger.errors"),
+    **dict.fromkeys(_RESOURCES, "ledger.resources"),
 }
+_WHERE.update(dict.fromkeys(_CALL_TYPES, _WHERE["tool"]))
+
+__all__ = [
+    "AlreadyDone",
+    "Assessment",
+    "AsyncEffectCall",
+    "ClaimRequest",
+    "Coverage",
+    "Decision",
+    "EffectCall",
+    "EffectClaim",
+    "EffectKind",
+    "EffectLog",
+    "EffectOutcome",
+    "EffectPersistenceError",
+    "EffectScope",
+    "EffectVerdict",
+    "ExecutionOutcome",
+    "ExternalResource",
+    "FilesystemResource",
+    "FilesystemRoot",
+    "History",
+    "Impact",
+    "InvalidTypeError",
+    "LogDegradedError",
+    "NeedsResolution",
+    "NextStep",
+    "Observation",
+    "ObservationMechanism",
+    "OperationRef",
+    "OutcomeRequest",
+    "OwnedResource",
+    "Postcondition",
+    "Predicate",
+    "RecordingOptions",
+    "Resolution",
+    "ResolutionOrigin",
+    "ResourceRef",
+    "RunExistsError",
+    "RunHeldError",
+    "SchemaTooNewError",
+    "StepNotRunError",
+    "StillRunning",
+    "StoreCorruptError",
+    "StoreFileRefusedError",
+    "StoreSchemaOldError",
+    "StoreTamperedError",
+    "StoreUnavailableError",
+    "args_digest",
+    "assess",
+    "current_call",
+    "decide",
+    "effects_dir",
+    "idempotency_key",
+    "new_effect_id",
+    "new_run_id",
+    "resource_ref",
+    "tool",
+]
 
 
 def __getattr__(name: str) -> Any:
