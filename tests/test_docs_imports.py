@@ -171,3 +171,20 @@ def test_the_pure_core_loads_no_storage() -> None:
         f"print(json.dumps(sorted(m for m in sys.modules if m.startswith({STORAGE!r}))))\n"
     )
     assert json.loads(python_stdout(script)) == []
+
+
+def test_ledger_effects_keeps_every_name_it_exports() -> None:
+    """Each name of ``ledger.effects.__all__`` imports from it, with the values other modules use.
+
+    The names are written in ``ledger._core``; ``ledger.effects`` is where users import them.
+    """
+    import ledger.effects
+
+    exported = ledger.effects.__all__
+    assert [n for n in exported if not hasattr(ledger.effects, n)] == []
+    assert {"EffectClaim", "Record", "assess", "decide", "check_history", "RESOURCE_KINDS"} <= set(
+        exported
+    )
+    namespace: dict[str, object] = {}
+    exec("from ledger.effects import *", namespace)  # noqa: S102 - the star import users may write
+    assert set(exported) <= namespace.keys()
