@@ -521,10 +521,10 @@ def status(
 
 
 def _attention(run: str | None, store: storage.Location | None, *, as_json: bool) -> None:
-    from ledger import _inspect  # noqa: PLC0415 - see the imports
+    from ledger._report import attention  # noqa: PLC0415 - see the imports
 
     with _library_errors():
-        found = _inspect.attention(_directory(store), run)
+        found = attention.attention(_directory(store), run)
     if as_json:
         _print_json([a.to_dict() for a in found])
     elif found:
