@@ -193,10 +193,10 @@ def _status_table(rows: list[_inspect.EffectRow]) -> None:
 def _since(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     if value is None:
         return None
-    from ledger import _report  # noqa: PLC0415 - see the imports
+    from ledger._report import assemble  # noqa: PLC0415 - see the imports
 
     try:
-        return _report.parse_since(value)
+        return assemble.parse_since(value)
     except ValueError as e:
         raise click.BadParameter(one_line(e)) from None
 
@@ -238,12 +238,12 @@ def report(
     timeline of its effects, its resolutions and each record's fields. RUN is a run id or a unique
     prefix; without RUN, every run. The page loads nothing from anywhere.
     """
-    from ledger import _report  # noqa: PLC0415 - see the imports
+    from ledger._report import assemble, html  # noqa: PLC0415 - see the imports
 
     with library_errors():
-        built = _report.build(locate(store), runs, unresolved=unresolved, since=since)
+        built = assemble.build(locate(store), runs, unresolved=unresolved, since=since)
     try:
-        written = _report.write(output, _report.render(built))
+        written = html.write(output, html.render(built))
     except OSError as e:
         raise click.ClickException(printable(f"cannot write {output}: {e.strerror or e}")) from None
     except UnicodeError as e:  # a text the page cannot hold: nothing was written

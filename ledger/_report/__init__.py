@@ -13,39 +13,14 @@ so it says nothing they would not. By job:
 - :mod:`~ledger._report.html`: the page rendered by Jinja2 (escaped, loading nothing)
   and written privately.
 
-A large run is summarised, not dumped: at most :data:`ATTENTION_LIMIT` effects that
+A large run is summarised, not dumped (the limits are
+:mod:`~ledger._report.model`'s): at most :data:`ATTENTION_LIMIT` effects that
 need a person and :data:`INCIDENT_LIMIT` incidents listed, :data:`LANE_LIMIT` lanes per
 timeline (effects with unresolved impact first), :data:`TABLE_LIMIT` rows in a run's
 record table, and :data:`RUN_LIMIT` runs drawn in full (the newest); the page says what
 it left out and which command shows the rest. Only the effects drawn are assessed, and
 only the histories shown are kept.
 
-Jinja2 is imported only when a page is rendered; the command line imports this package
-only for the commands that need it.
+The package imports none of them: ``ledger status --attention`` loads the attention
+list alone, and Jinja2 is imported only when a page is rendered.
 """
-
-from __future__ import annotations
-
-from ledger._report.assemble import build, parse_since
-from ledger._report.html import render, write
-from ledger._report.model import (
-    ATTENTION_LIMIT,
-    INCIDENT_LIMIT,
-    LANE_LIMIT,
-    RUN_LIMIT,
-    TABLE_LIMIT,
-    Report,
-)
-
-__all__ = [
-    "ATTENTION_LIMIT",
-    "INCIDENT_LIMIT",
-    "LANE_LIMIT",
-    "RUN_LIMIT",
-    "TABLE_LIMIT",
-    "Report",
-    "build",
-    "parse_since",
-    "render",
-    "write",
-]
