@@ -25,8 +25,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ledger import _report, storage
 from ledger import effects as fx
+from ledger import storage
+from ledger._report import assemble, html
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.resources import FilesystemResource, FilesystemRoot
 
@@ -230,7 +231,7 @@ def run(store: Path, echo: Callable[[str], None] = print, report: Path | None = 
         echo((shown.stdout or shown.stderr).rstrip())
     if report is not None:
         try:
-            page = _report.write(report, _report.render(_report.build(store, [run_id])))
+            page = html.write(report, html.render(assemble.build(store, [run_id])))
         except OSError as e:
             echo(f"cannot write {report}: {e.strerror or e}")
             return 1

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ledger import storage
-from ledger._attention import Attention, needs_person
 from ledger._index import RunIndex
 from ledger._owner import Writer
 from ledger.effect_log import EffectLog
@@ -32,8 +31,6 @@ from ledger.storage import (
 
 __all__ = [
     "VERDICTS",
-    "Attention",
-    "AttentionRows",
     "EffectNotFoundError",
     "EffectRow",
     "EffectRows",
@@ -45,7 +42,6 @@ __all__ = [
     "RunSummary",
     "VerifyReport",
     "assess_all",
-    "attention",
     "effect_statuses",
     "list_runs",
     "recover_dead",
@@ -134,25 +130,6 @@ def effect_statuses(
     its effects, since a forged row may have settled any of them.
     """
     return reader(directory).effects(run, unresolved=unresolved)
-
-
-class AttentionRows(list[Attention]):
-    """What needs a person, most urgent first, and every run of the scope that does not validate."""
-
-    def __init__(self, found: Iterable[Attention], problems: dict[str, str]) -> None:
-        super().__init__(found)
-        self.problems = problems
-
-
-def attention(directory: storage.Location, run: str | None = None) -> AttentionRows:
-    """The effects (across runs, or of one) that need a person, most urgent first.
-
-    See :mod:`ledger._attention`. Runs that do not validate are in the result's
-    ``problems``: their effects are listed as their rows say, which is not to be believed.
-    """
-    read = reader(directory)
-    rows = read.effects(run, unresolved=True)
-    return AttentionRows(needs_person(rows, read.held), rows.problems)
 
 
 # --------------------------------------------------------------------------- recovery

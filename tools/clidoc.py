@@ -3,7 +3,7 @@
 ``python -m tools.clidoc`` prints the whole file (``make docs`` writes it), and
 ``python -m tools.clidoc --check [PATH]`` exits 1 when the file differs from what it
 would print. Each command gets a ``## ledger <cmd>`` section, in the order
-``ledger/cli.py`` defines the commands, holding its ``--help`` exactly as click prints
+``ledger/cli.py`` adds the commands to its group, holding its ``--help`` exactly as click prints
 it on any terminal at least 80 columns wide, then the hand-written notes of
 :data:`NOTES` (what it reads or writes, its ``--json`` shape as tables of keys and
 types), then an example of its output. The examples are built from the library's own
@@ -1022,7 +1022,7 @@ def _context(command: click.Command, name: str, parent: click.Context | None) ->
 
 
 def _commands() -> list[tuple[str, click.Command]]:
-    """The visible commands, in the order ledger/cli.py defines them."""
+    """The visible commands, in the order ledger/cli.py adds them."""
     return [(name, c) for name, c in ledger_main.commands.items() if not c.hidden]
 
 

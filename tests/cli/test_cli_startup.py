@@ -97,6 +97,15 @@ def test_a_command_that_reads_a_store_imports_sqlalchemy_but_not_alembic(tmp_pat
         assert not [m for m in modules if m.partition(".")[0] == "alembic"], args
 
 
+def test_status_attention_loads_the_attention_list_but_not_the_page(tmp_path: Path) -> None:
+    """status --attention picks from status rows: neither the page's modules nor Jinja2 load."""
+    assert ledger("migrate", "--store", str(tmp_path)).returncode == 0
+    modules = _imported("status", "--attention", "--store", str(tmp_path))
+    assert "ledger._report.attention" in modules
+    page = [m for m in modules if m.startswith(("ledger._report.", "jinja2", "markupsafe"))]
+    assert page == ["ledger._report.attention"]
+
+
 def test_the_revisions_read_from_the_scripts_are_alembics() -> None:
     """Read without running the scripts, the schema's history is the one Alembic walks."""
     versions = _migrations_dir() / "versions"

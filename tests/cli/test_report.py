@@ -26,8 +26,10 @@ from pathlib import Path
 
 import pytest
 
-from ledger import _report, _text
+from ledger import _text
 from ledger import effects as fx
+from ledger._report.assemble import parse_since
+from ledger._report.model import ATTENTION_LIMIT, INCIDENT_LIMIT, LANE_LIMIT, TABLE_LIMIT
 from ledger.effect_log import EffectLog, new_run_id
 from tests.builders import (
     LEDGER,
@@ -792,12 +794,12 @@ def test_a_run_that_does_not_validate_is_listed_not_drawn(tmp_path: Path) -> Non
 def test_since_takes_dates_times_and_durations() -> None:
     """--since reads ISO dates and times (UTC unless an offset is given) and 90s/30m/2h/7d."""
     now = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
-    assert _report.parse_since("2h", now) == "2026-03-01T10:00:00.000000+00:00"
-    assert _report.parse_since("7d", now) == "2026-02-22T12:00:00.000000+00:00"
-    assert _report.parse_since("2026-03-01") == "2026-03-01T00:00:00.000000+00:00"
-    assert _report.parse_since("2026-03-01T09:15:00+01:00") == "2026-03-01T08:15:00.000000+00:00"
+    assert parse_since("2h", now) == "2026-03-01T10:00:00.000000+00:00"
+    assert parse_since("7d", now) == "2026-02-22T12:00:00.000000+00:00"
+    assert parse_since("2026-03-01") == "2026-03-01T00:00:00.000000+00:00"
+    assert parse_since("2026-03-01T09:15:00+01:00") == "2026-03-01T08:15:00.000000+00:00"
     with pytest.raises(ValueError, match="is not a time"):
-        _report.parse_since("2 hours")
+        parse_since("2 hours")
 
 
 # --------------------------------------------------------------------------- a large run
@@ -879,7 +881,7 @@ def test_a_run_of_ten_thousand_records_renders_summarised(tmp_path: Path) -> Non
     assert out.stat().st_size < 3_000_000
     dom = Dom.of(chromium("--dump-dom", out.as_uri(), profile=tmp_path / "profile").stdout.decode())
     (lanes,) = dom.lanes.values()
-    assert lanes == _report.LANE_LIMIT
+    assert lanes == LANE_LIMIT
     text = " ".join(dom.all_text().split())
     assert re.search(r"200 of \d+ effects drawn: every effect with unresolved impact first", text)
     unanswered = [r for r in dom.incidents if r["verdict"] == "pending"]
@@ -889,15 +891,15 @@ def test_a_run_of_ten_thousand_records_renders_summarised(tmp_path: Path) -> Non
     rows = sum(
         1 for tag, attrs in dom.elements if tag == "tr" and "record" in (attrs.get("class") or "")
     )
-    assert 0 < rows <= _report.TABLE_LIMIT
+    assert 0 < rows <= TABLE_LIMIT
     # What needs a person and the incidents outgrow their lists: the page says how many it
     # left out, and the command that lists them all.
     status = ledger("status", "--attention", "--json", "--store", str(store))
     waiting = len(json.loads(status.stdout))
-    assert waiting > _report.ATTENTION_LIMIT
-    assert len(dom.rows_of("needs")) == _report.ATTENTION_LIMIT
-    assert len(dom.incidents) == _report.INCIDENT_LIMIT
-    shown = f"{_report.ATTENTION_LIMIT} of {waiting} shown"
+    assert waiting > ATTENTION_LIMIT
+    assert len(dom.rows_of("needs")) == ATTENTION_LIMIT
+    assert len(dom.incidents) == INCIDENT_LIMIT
+    shown = f"{ATTENTION_LIMIT} of {waiting} shown"
     assert f"{shown}, the most urgent first; ledger status --attention --store {store}" in text
     assert f"{shown}, the oldest claims first; ledger status --unresolved --store {store}" in text
     assert f"ledger status --attention --store {store}" in dom.commands

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from ledger import _report
 from ledger import effects as fx
+from ledger._report.model import ATTENTION_LIMIT, INCIDENT_LIMIT, RUN_LIMIT
 from ledger.effect_log import EffectLog, new_run_id
 from tests.builders import fs_ref, ledger, op
 from tests.cli.test_report import Dom
 
-RUNS = _report.INCIDENT_LIMIT + 30
+RUNS = INCIDENT_LIMIT + 30
 
 
 @pytest.mark.program
@@ -45,7 +45,7 @@ def test_many_runs_with_incidents_list_the_oldest_each_with_its_reason_and_targe
         ledger("status", "--unresolved", "--json", "--store", str(store)).stdout
     )
     assert len(unresolved) == RUNS
-    listed = unresolved[: _report.INCIDENT_LIMIT]
+    listed = unresolved[:INCIDENT_LIMIT]
     assert [(i["run_id"], i["effect_id"]) for i in dom.incidents] == [
         (u["run_id"], u["effect_id"]) for u in listed
     ]
@@ -55,9 +55,9 @@ def test_many_runs_with_incidents_list_the_oldest_each_with_its_reason_and_targe
         assert f'args: {{"i":{i}}}' in row.text
         assert "a person must check" in row.text  # the decision's reason
     needs = dom.rows_of("needs")
-    assert len(needs) == _report.ATTENTION_LIMIT
+    assert len(needs) == ATTENTION_LIMIT
     assert all("target: /srv/out/" in row.text for row in needs)
-    assert len(dom.lanes) == _report.RUN_LIMIT
+    assert len(dom.lanes) == RUN_LIMIT
     text = " ".join(dom.all_text().split())
-    assert f"{_report.INCIDENT_LIMIT} of {RUNS} shown, the oldest claims first" in text
-    assert f"{_report.ATTENTION_LIMIT} of {RUNS} shown, the most urgent first" in text
+    assert f"{INCIDENT_LIMIT} of {RUNS} shown, the oldest claims first" in text
+    assert f"{ATTENTION_LIMIT} of {RUNS} shown, the most urgent first" in text

@@ -18,9 +18,10 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ledger import _inspect, storage
 from ledger.storage import EffectRow
 
-__all__ = ["Attention", "needs_person"]
+__all__ = ["Attention", "AttentionRows", "attention", "needs_person"]
 
 # Most urgent first; the number is what --json calls the urgency (1 is the most urgent).
 CONTRADICTED, IRREVERSIBLE, WRITE, ABANDONED = 1, 2, 3, 4
@@ -43,6 +44,25 @@ class Attention:
             "reason": self.reason,
             "action": self.action,
         }
+
+
+class AttentionRows(list[Attention]):
+    """What needs a person, most urgent first, and every run of the scope that does not validate."""
+
+    def __init__(self, found: Iterable[Attention], problems: dict[str, str]) -> None:
+        super().__init__(found)
+        self.problems = problems
+
+
+def attention(directory: storage.Location, run: str | None = None) -> AttentionRows:
+    """The effects (across runs, or of one) that need a person, most urgent first.
+
+    Runs that do not validate are in the result's ``problems``: their effects are listed
+    as their rows say, which is not to be believed.
+    """
+    read = _inspect.reader(directory)
+    rows = read.effects(run, unresolved=True)
+    return AttentionRows(needs_person(rows, read.held), rows.problems)
 
 
 def needs_person(
