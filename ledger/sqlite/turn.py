@@ -33,6 +33,7 @@ import os
 import threading
 from pathlib import Path
 
+from ledger import _lifetime
 from ledger.errors import EffectPersistenceError
 from ledger.sqlite import liveness
 
@@ -245,4 +246,4 @@ def _after_fork_in_child() -> None:
     _turns.clear()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+_lifetime.at_fork(_after_fork_in_child)
