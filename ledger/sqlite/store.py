@@ -442,19 +442,6 @@ class Store:
         return self.group.submit(job)
 
     @contextlib.contextmanager
-    def write(self, action: str) -> Iterator[Connection]:
-        """A write transaction: queued in-process, ``BEGIN IMMEDIATE``, files checked first."""
-        self.open_for_writing()
-        with storage_errors(action), self.write_lock:
-            check_files(self.directory, self.path)
-            with self._engine().begin() as conn:
-                raw = conn.connection.driver_connection
-                if raw is None:  # pragma: no cover - a checked-out connection has one
-                    raise StoreUnavailableError("the database connection is closed")
-                self._check_schema(raw.cursor())
-                yield conn
-
-    @contextlib.contextmanager
     def read(self, action: str) -> Iterator[Connection]:
         """A read transaction (deferred ``BEGIN``): one consistent snapshot, no write lock."""
         with storage_errors(action):
