@@ -198,6 +198,49 @@ def test_a_store_opened_in_the_parent_serves_a_forked_child(
         assert effect_ids(log.history()) == ["c1", "c2", "c3"]
 
 
+SEALED = """
+import json, os, select, sys
+from pathlib import Path
+from ledger import _paths
+from ledger.effect_log import EffectLog, new_run_id
+from ledger.resources import FilesystemRoot
+
+work = Path(sys.argv[1])
+EffectLog(new_run_id(), work / "store").close()  # opened: sensitive, even never written
+read, write = os.pipe()
+_paths._lock.acquire()  # held at the fork, as by another thread: never released in the child
+pid = os.fork()
+if pid == 0:
+    try:
+        try:
+            FilesystemRoot.seal(work)
+            os.write(write, b"sealed")
+        except ValueError as e:
+            os.write(write, str(e).encode())
+    finally:
+        os._exit(0)
+_paths._lock.release()
+os.close(write)
+if not select.select([read], [], [], float(sys.argv[2]))[0]:
+    os.kill(pid, 9)
+    print("the child hangs")
+else:
+    print(os.read(read, 4096).decode())
+os.waitpid(pid, 0)
+"""
+
+
+def test_a_forked_child_still_refuses_the_stores_its_parent_opened(tmp_path: Path) -> None:
+    """The stores a parent opened stay sensitive in its child, which never waits for its lock."""
+    work = tmp_path / "work"
+    work.mkdir()
+    answer = python_stdout(SEALED, work, CHILD_TIMEOUT, timeout=2 * CHILD_TIMEOUT).strip()
+    assert answer == (
+        f"{work} is sensitive: it contains the ledger store {work / 'store'}, "
+        "which agent tools must never touch"
+    )
+
+
 def test_the_registry_refuses_what_it_cannot_reset() -> None:
     """Anything but a function, or an object without after_fork(), is a TypeError."""
     script = textwrap.dedent(
