@@ -21,6 +21,8 @@ import weakref
 from collections.abc import Callable
 from typing import TypeAlias
 
+from ledger import _lifetime
+
 log = logging.getLogger("ledger")
 
 _releases: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
@@ -68,4 +70,4 @@ def _after_fork_in_child() -> None:
     _start_lock = threading.Lock()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+_lifetime.at_fork(_after_fork_in_child)

@@ -12,10 +12,22 @@ import os
 import threading
 from pathlib import Path
 
+from ledger import _lifetime
+
 DB_NAME = "ledger.sqlite3"
 
 _lock = threading.Lock()
 _opened: set[Path] = set()
+
+
+def _after_fork_in_child() -> None:
+    # The stores the parent opened stay sensitive in the child; only the lock, which
+    # another thread may have held at fork, is made anew.
+    global _lock  # noqa: PLW0603 - may have been held at fork
+    _lock = threading.Lock()
+
+
+_lifetime.at_fork(_after_fork_in_child)
 
 
 def effects_dir() -> Path:

@@ -18,13 +18,13 @@ locks: its leases are void and it opens a holder of its own.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from sqlalchemy import Engine
 
+from ledger import _lifetime
 from ledger.postgresql.errors import storage_errors
 from ledger.storage import Mode, RecoveryHold
 
@@ -184,4 +184,4 @@ def _after_fork_in_child() -> None:
     _generation += 1
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+_lifetime.at_fork(_after_fork_in_child)

@@ -17,13 +17,13 @@ Everything that can fail because of the store passes through
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Engine, insert
 
+from ledger import _lifetime
 from ledger.effects import History
 from ledger.errors import EffectPersistenceError
 from ledger.postgresql import engine as _engine
@@ -137,6 +137,21 @@ class Store:
                 self._engine = None
         self._ready = False
 
+    def after_fork(self) -> None:
+        """In a forked child: a fresh engine and holder, as neither may cross fork().
+
+        The parent's are kept from the garbage collector, whose close would end the
+        parent's sessions (and drop its locks) through the shared sockets.
+        """
+        self._init_lock = threading.Lock()  # may have been held at fork
+        if self._engine is not None:
+            self._engine.dispose(close=False)  # the parent's connections
+            self._engine = None
+        _abandoned.append(self.holder)
+        self.holder = liveness.Holder(self.engine, self.directory)
+        self.group = GroupCommit(self.engine)  # its lock may have been held at fork
+        self._ready = False
+
 
 _registry_lock = threading.Lock()
 _registry: dict[str, Store] = {}
@@ -168,19 +183,10 @@ _abandoned: list[liveness.Holder] = []
 
 def _after_fork_in_child() -> None:
     # Connections must not cross fork(): the child starts with fresh engines and holders.
-    # The parent's are kept from the garbage collector, whose close would end the
-    # parent's sessions (and drop its locks) through the shared sockets.
     global _registry_lock  # noqa: PLW0603 - the lock itself may have been held at fork
     _registry_lock = threading.Lock()
     for store in _registry.values():
-        store._init_lock = threading.Lock()  # noqa: SLF001 - rebuilt after fork
-        if store._engine is not None:  # noqa: SLF001
-            store._engine.dispose(close=False)  # noqa: SLF001 - the parent's connections
-            store._engine = None  # noqa: SLF001
-        _abandoned.append(store.holder)
-        store.holder = liveness.Holder(store.engine, store.directory)
-        store.group = GroupCommit(store.engine)  # its lock may have been held at fork
-        store._ready = False  # noqa: SLF001
+        store.after_fork()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+_lifetime.at_fork(_after_fork_in_child)

@@ -36,6 +36,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from ledger import _lifetime
 from ledger.errors import StoreFileRefusedError
 from ledger.sqlite.errors import classify
 from ledger.sqlite.trust import check_directory
@@ -437,4 +438,4 @@ def _after_fork_in_child() -> None:
     _registry.clear()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+_lifetime.at_fork(_after_fork_in_child)

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.exc import DBAPIError
 
-from ledger import _paths
+from ledger import _lifetime, _paths
 from ledger.effects import History
 from ledger.errors import (
     EffectPersistenceError,
@@ -442,19 +442,6 @@ class Store:
         return self.group.submit(job)
 
     @contextlib.contextmanager
-    def write(self, action: str) -> Iterator[Connection]:
-        """A write transaction: queued in-process, ``BEGIN IMMEDIATE``, files checked first."""
-        self.open_for_writing()
-        with storage_errors(action), self.write_lock:
-            check_files(self.directory, self.path)
-            with self._engine().begin() as conn:
-                raw = conn.connection.driver_connection
-                if raw is None:  # pragma: no cover - a checked-out connection has one
-                    raise StoreUnavailableError("the database connection is closed")
-                self._check_schema(raw.cursor())
-                yield conn
-
-    @contextlib.contextmanager
     def read(self, action: str) -> Iterator[Connection]:
         """A read transaction (deferred ``BEGIN``): one consistent snapshot, no write lock."""
         with storage_errors(action):
@@ -494,6 +481,27 @@ class Store:
             self._attached = False
             _turn.detach(self.turn)
         self._watch.close()
+        self._ready = False
+
+    def after_fork(self) -> None:
+        """In a forked child: fresh connections, locks and turn; files and schema checked again.
+
+        The parent's connection is kept from the garbage collector, whose close would act
+        on the parent's database through the shared descriptor.
+        """
+        if self._held is not None:
+            _abandoned.append(self._held)
+            self._held = None
+        if self.engine is not None:
+            self.engine.dispose(close=False)
+            self.engine = None
+        self.write_lock = _FairLock()
+        self.turn = _turn.attach(self.directory)  # the parent's waiter is not in the child
+        self._attached = True
+        self.group = GroupCommit(
+            self._connection, self.write_lock, translate, self._check_schema, self.turn
+        )
+        self._init_lock = threading.Lock()
         self._ready = False
 
 
@@ -562,28 +570,12 @@ _abandoned: list[Any] = []
 
 
 def _after_fork_in_child() -> None:
-    # Connections must not cross fork(): the child starts with fresh stores.
+    # Connections must not cross fork(): the child starts with fresh stores. Runs after
+    # the turns' reset (ledger.sqlite.turn registers first), so a store attaches anew.
     global _registry_lock  # noqa: PLW0603 - the lock itself may have been held at fork
     _registry_lock = threading.Lock()
     for store in _registry.values():
-        if store._held is not None:  # noqa: SLF001 - the parent's: never touch it here
-            _abandoned.append(store._held)  # noqa: SLF001 - kept from the GC, which closes
-            store._held = None  # noqa: SLF001
-        if store.engine is not None:
-            store.engine.dispose(close=False)
-            store.engine = None
-        store.write_lock = _FairLock()
-        store.turn = _turn.attach(store.directory)  # the parent's waiter is not in the child
-        store._attached = True  # noqa: SLF001 - same reason
-        store.group = GroupCommit(
-            store._connection,  # noqa: SLF001 - rebuilt, like the locks
-            store.write_lock,
-            translate,
-            store._check_schema,  # noqa: SLF001 - same reason
-            store.turn,
-        )
-        store._init_lock = threading.Lock()  # noqa: SLF001 - same reason
-        store._ready = False  # noqa: SLF001 - re-check files and schema after fork
+        store.after_fork()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+_lifetime.at_fork(_after_fork_in_child)

@@ -33,6 +33,7 @@ import os
 import threading
 from pathlib import Path
 
+from ledger import _lifetime
 from ledger.errors import EffectPersistenceError
 from ledger.sqlite import liveness
 
@@ -55,11 +56,11 @@ class Turn:
     """
 
     def __init__(self, directory: Path) -> None:
-        self._directory = directory
+        self.directory = directory
         self._cond = threading.Condition(threading.Lock())
         self._pin: liveness.Pin | None = None
         self._waiter: threading.Thread | None = None
-        self._users = 0  # Stores attached (see attach)
+        self.users = 0  # Stores attached (see attach)
         self._pending = False  # the waiter thread is asking the kernel for the byte
         self._wanted = False  # a writer waits for the waiter thread to get it
         self._held = False  # this process may hold the byte, for the writer
@@ -73,7 +74,7 @@ class Turn:
             try:
                 if not self._pending:
                     if self._pin is None:
-                        self._pin = liveness.pin(self._directory)
+                        self._pin = liveness.pin(self.directory)
                     # Held before the kernel is asked: a signal handler raising just after
                     # it granted the byte must not leave it held past give_back().
                     self._held = True
@@ -90,7 +91,7 @@ class Turn:
                     return False
             except (OSError, RuntimeError, EffectPersistenceError) as e:  # go without
                 self._held = False
-                log.warning("store %s: writing without a turn: %s", self._directory, e)
+                log.warning("store %s: writing without a turn: %s", self.directory, e)
                 return False
             self._wanted = True
             try:
@@ -218,7 +219,7 @@ def attach(directory: Path) -> Turn:
         turn = _turns.get(directory)
         if turn is None:
             turn = _turns[directory] = Turn(directory)
-        turn._users += 1  # noqa: SLF001 - the registry's own count
+        turn.users += 1
         return turn
 
 
@@ -229,12 +230,12 @@ def detach(turn: Turn) -> None:
     again meanwhile finds its place in the queue, and that the wait ran out of patience.
     """
     with _turns_lock:
-        turn._users -= 1  # noqa: SLF001
-        if turn._users > 0:  # noqa: SLF001
+        turn.users -= 1
+        if turn.users > 0:
             return
         turn.close()
-        if not turn.pending and _turns.get(turn._directory) is turn:  # noqa: SLF001
-            del _turns[turn._directory]  # noqa: SLF001
+        if not turn.pending and _turns.get(turn.directory) is turn:
+            del _turns[turn.directory]
 
 
 def _after_fork_in_child() -> None:
@@ -245,4 +246,4 @@ def _after_fork_in_child() -> None:
     _turns.clear()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+_lifetime.at_fork(_after_fork_in_child)

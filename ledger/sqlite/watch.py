@@ -39,6 +39,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ledger import _lifetime
+
 _IN_NONBLOCK = os.O_NONBLOCK
 _IN_CLOEXEC = os.O_CLOEXEC
 _IN_ATTRIB = 0x4
@@ -115,7 +117,7 @@ class Watch:
         self._armed = False  # the last full check passed, and the watches were in place
         self._generation = 0
         self._failed = _INOTIFY is None  # no inotify here (or no more): always check whole
-        _watches.add(self)
+        _lifetime.track(self)
 
     def quiet(self) -> bool:
         """True if the files passed a full check and nothing has happened to them since."""
@@ -151,6 +153,11 @@ class Watch:
                 self._armed = armed
             finally:
                 self._generation += 1
+
+    def after_fork(self) -> None:
+        """In a forked child: start afresh, with a full check (see _after_fork_in_child)."""
+        self._lock = threading.Lock()  # may have been held at fork
+        self.close()
 
     def close(self) -> None:
         """Let the instance go: every later check is a full one until it is renewed."""
@@ -209,17 +216,12 @@ class Watch:
         return True
 
 
-_watches: weakref.WeakSet[Watch] = weakref.WeakSet()
-
-
 def _after_fork_in_child() -> None:
     # The child shares the parent's inotify instances: reading their events would take
-    # them from the parent. Each child watch starts afresh, with a full check.
+    # them from the parent. Each child watch starts afresh (Watch.after_fork, run after
+    # this: every watch is tracked after its module registered).
     global _instances_lock  # noqa: PLW0603 - may have been held at fork
     _instances_lock = threading.RLock()
-    for watch in list(_watches):
-        watch._lock = threading.Lock()  # noqa: SLF001 - may have been held at fork
-        watch.close()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+_lifetime.at_fork(_after_fork_in_child)

@@ -936,8 +936,12 @@ def test_a_write_transaction_runs_with_the_durability_pragmas(log: EffectLog) ->
     log.claim(effect_id="e1", action_id="a1", operation=op(), impact_scope=[])
     store = log._store
     assert store is not None
-    with store.write("read pragmas") as conn:
-        readings = {name: conn.exec_driver_sql(f"PRAGMA {name}").scalar_one() for name in PRAGMAS}
+    readings: dict[str, Any] = {}
+    # Inside the transaction every log write runs in, on the connection it writes on.
+    job = store.commit(
+        "read pragmas", [], before=lambda cursor: readings.update(read_pragmas(cursor))
+    )
+    assert job.error is None
     assert readings == PRAGMAS
 
 
