@@ -16,10 +16,10 @@ from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.pool import ConnectionPoolEntry
 
+from ledger._sql.revisions import alembic_config, check_known, head_revision, revision_mismatch
+from ledger._sql.tables import metadata
 from ledger.errors import StoreCorruptError, StoreFileRefusedError
 from ledger.postgresql.errors import storage_errors
-from ledger.sqlite.engine import alembic_config, check_known, head_revision, revision_mismatch
-from ledger.sqlite.schema import metadata
 from ledger.storage import describe
 
 SCHEMES = ("postgresql", "postgresql+psycopg")

@@ -19,6 +19,10 @@ from typing import TypeVar
 from sqlalchemy import Connection, text
 
 from ledger._owner import Writer
+from ledger._sql import rows
+from ledger._sql.revisions import head_revision
+from ledger._sql.tables import RECORD_TABLES
+from ledger._sql.views import STATUS_QUERY
 from ledger.effects import History
 from ledger.errors import EffectPersistenceError
 from ledger.postgresql import engine as _engine
@@ -26,9 +30,6 @@ from ledger.postgresql import liveness
 from ledger.postgresql import store as _store
 from ledger.postgresql.guards import TRIGGER_TABLE, with_views
 from ledger.postgresql.store import Store
-from ledger.sqlite import rows
-from ledger.sqlite.engine import head_revision
-from ledger.sqlite.schema import RECORD_TABLES, STATUS_QUERY
 from ledger.storage import (
     VERDICTS,
     EffectRow,

@@ -19,12 +19,13 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from ledger._owner import Writer
+from ledger._sql.revisions import head_revision, known_revisions
+from ledger._sql.tables import RECORD_TABLES
+from ledger._sql.views import STATUS_QUERY, with_views
 from ledger.effects import History
 from ledger.errors import EffectPersistenceError
 from ledger.sqlite import liveness, rows, schema_check, shell
-from ledger.sqlite.engine import head_revision, known_revisions
 from ledger.sqlite.reads import read
-from ledger.sqlite.schema import RECORD_TABLES, STATUS_QUERY, with_views
 from ledger.storage import (
     VERDICTS,
     EffectRow,

@@ -32,8 +32,10 @@ from sqlalchemy import Column, MetaData, PrimaryKeyConstraint, String, Table
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.schema import CreateIndex, CreateTable
 
+from ledger._sql.tables import metadata
+from ledger._sql.views import VIEWS
 from ledger.errors import StoreCorruptError, StoreTamperedError
-from ledger.sqlite.schema import SQLITE_TRIGGERS, VIEWS, metadata
+from ledger.sqlite.schema import SQLITE_TRIGGERS
 
 Kind = Literal["table", "index", "trigger", "view"]
 What = Literal["missing", "changed", "foreign"]
