@@ -10,18 +10,15 @@ busy handler). The schema is Alembic's, from the scripts shipped with the packag
 from __future__ import annotations
 
 import contextlib
-import os
 import sqlite3
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from ledger._chain import sha3
-from ledger._paths import DB_NAME
 from ledger._sql.guards import WRITER_SOURCE_ID
 
 # The schema's history is both backends'; tests and tools still find it here.
@@ -38,7 +35,6 @@ from ledger._sql.revisions import (  # noqa: F401
     revisions,
 )
 from ledger.errors import (
-    StoreCorruptError,
     StoreFileRefusedError,
     StoreUnavailableError,
 )
@@ -145,49 +141,3 @@ def _foreign_keys_off(conn: Connection) -> Iterator[None]:
         raw.execute("PRAGMA foreign_keys = ON")
         if raw.execute("PRAGMA foreign_keys").fetchone() != (1,):  # pragma: no cover
             conn.invalidate()  # never hand a connection without foreign keys to a writer
-
-
-# --------------------------------------------------------------------------- ledger migrate
-
-
-def migrate(directory: Path) -> tuple[str | None, str]:
-    """Create the store at ``directory``, or bring its schema to head: (revision before, after).
-
-    The revision before is ``None`` for a store created now (or a database its creator
-    left blank). The store is opened as a worker's first write opens it, with every check
-    of its files and schema. Refused, with nothing changed: a database holding tables but
-    no ledger schema (not a store), and a store at a revision this library does not know.
-    """
-    # store.py imports this module; ledger migrate is the one caller that needs both.
-    from ledger.sqlite import store as _store  # noqa: PLC0415
-    from ledger.sqlite.errors import storage_errors  # noqa: PLC0415
-
-    opened = _store.acquire(directory)
-    try:
-        before = None
-        db = directory / DB_NAME
-        with storage_errors(f"cannot migrate the store {directory}"):
-            if os.path.lexists(db):
-                _store.check_files(directory, db)
-                engine = opened._engine()  # noqa: SLF001 - the store's own, checked connections
-                with engine.execution_options(**{READ_ONLY: True}).begin() as conn:
-                    tables = {
-                        name
-                        for (name,) in conn.exec_driver_sql(
-                            "SELECT name FROM sqlite_master WHERE type = 'table'"
-                        )
-                    }
-                    if "alembic_version" in tables:
-                        before = conn.exec_driver_sql(
-                            "SELECT version_num FROM alembic_version"
-                        ).scalar()
-                if before is None and tables - {"alembic_version"}:
-                    raise StoreCorruptError(
-                        f"{db} holds tables but no ledger schema: it is not a store; "
-                        "nothing was changed"
-                    )
-                check_known(before, directory)
-        opened.open_for_writing()
-    finally:
-        _store.release(opened)
-    return before, head_revision()
