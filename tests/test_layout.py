@@ -476,3 +476,16 @@ def test_importing_the_postgresql_backend_loads_no_sqlite_module() -> None:
             "import sys\nimport ledger.postgresql\nprint(' '.join(sys.modules))"
         ).split()
     )
+
+
+def test_the_sql_floor_loads_no_backend_and_no_driver() -> None:
+    """``ledger._sql`` is dialect-neutral: importing all of it loads neither backend nor driver."""
+    loaded = python_stdout(
+        "import sys, pkgutil, importlib\nimport ledger._sql\n"
+        "for m in pkgutil.iter_modules(ledger._sql.__path__):\n"
+        "    importlib.import_module('ledger._sql.' + m.name)\n"
+        "print(' '.join(sys.modules))"
+    ).split()
+    assert "ledger._sql.rows" in loaded
+    forbidden = ("ledger.sqlite", "ledger.postgresql", "sqlite3", "psycopg")
+    assert [m for m in loaded if any(m == f or m.startswith(f + ".") for f in forbidden)] == []
