@@ -117,7 +117,7 @@ def upgrade(engine_: Engine, store: object = "") -> bool:
     A store at a revision this library does not know is refused; one whose migration
     meets objects its revision lacks is refused too, the migration rolled back whole.
     """
-    # Alembic is imported by what migrates, never by a reader (see ledger.sqlite.engine).
+    # Alembic is imported by what migrates, never by a reader (see ledger._sql.revisions).
     from alembic import command  # noqa: PLC0415
     from alembic.autogenerate import compare_metadata  # noqa: PLC0415
     from alembic.runtime.migration import MigrationContext  # noqa: PLC0415

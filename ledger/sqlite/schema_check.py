@@ -5,8 +5,9 @@ from the ``sqlite3`` shell (``BEFORE INSERT ... RAISE(IGNORE)`` drops every clai
 silently), a view replaced by a same-named one that calls every effect verified, or a
 CHECK rewritten through ``PRAGMA writable_schema`` would otherwise pass unnoticed. So
 the definition of every object in ``sqlite_master`` is compared, after normalising its
-SQL, with the definition the library's schema gives it (``ledger.sqlite.schema``): anything
-missing, changed or not the library's is a :class:`Problem`.
+SQL, with the definition the library's schema gives it (the tables of ``ledger._sql``, the
+triggers and views ``ledger.sqlite.schema`` renders from it): anything missing, changed or
+not the library's is a :class:`Problem`.
 
 Normalising makes the comparison about what SQLite reads rather than spelling: comments
 and white space go, keywords and identifiers are folded to lower case (ASCII only, as
