@@ -134,6 +134,18 @@ class StoreSchemaOldError(EffectPersistenceError):
     """
 
 
+def retold(error: EffectPersistenceError, action: str) -> EffectPersistenceError:
+    """The same kind of storage trouble, told as part of ``action``: a new error per caller.
+
+    The one way the library adds context to a storage error it passes on: the leaf is
+    kept (a caller's ``except StoreCorruptError`` still catches it), the message says
+    what was being done, and the original is the cause.
+    """
+    told = type(error)(f"{action}: {error}")
+    told.__cause__ = error
+    return told
+
+
 class StepNotRunError(Exception):
     """A call of a step that has attempts was not run, as its decision says; nothing was written.
 

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ledger._owner import Writer
-from ledger.effects import EffectClaim, EffectOutcome, History, Observation, Resolution
-from ledger.errors import EffectPersistenceError
+from ledger.effects import History, Record
+from ledger.errors import EffectPersistenceError, retold
 
 __all__ = [
     "RUN_ID",
@@ -42,6 +42,7 @@ __all__ = [
     "Location",
     "Mode",
     "Reader",
+    "Record",
     "RecoveryHold",
     "RunNotFoundError",
     "RunSummary",
@@ -56,8 +57,6 @@ __all__ = [
     "is_url",
     "relabel",
 ]
-
-Record = EffectClaim | EffectOutcome | Observation | Resolution
 
 Location = Path | str
 """Where a store is: a directory (SQLite), or a URL ``postgresql://...`` (PostgreSQL)."""
@@ -523,9 +522,7 @@ class Backend(Protocol):
 
 def relabel(action: str, error: EffectPersistenceError) -> EffectPersistenceError:
     """The same kind of storage trouble, told as part of ``action``: a new error per caller."""
-    told = type(error)(f"{action}: {error}")
-    told.__cause__ = error
-    return told
+    return retold(error, action)
 
 
 # Backends by the kind of location they serve, imported when first needed.

@@ -3,7 +3,8 @@
 The library passes its own connection in ``config.attributes["connection"]``, already
 inside a ``BEGIN IMMEDIATE`` transaction, so migrations run under the write lock and
 commit or roll back as one. After any revision is applied, every trigger and view is
-re-created from ``ledger.sqlite.schema`` (on PostgreSQL, ``ledger.postgresql.guards``): a
+re-created by the store's backend (``ledger.sqlite.schema`` or ``ledger.postgresql.guards``,
+from the guards and views of ``ledger._sql``): a
 batch migration on SQLite rebuilds tables and drops their triggers silently, and this
 keeps the store guarded whatever a migration does. On PostgreSQL the library holds an
 advisory lock around the migration instead of SQLite's write lock.
@@ -12,17 +13,17 @@ advisory lock around the migration instead of SQLite's write lock.
 from alembic import context
 from sqlalchemy import Connection, create_engine
 
-from ledger.sqlite.schema import install_derived, metadata
+from ledger._sql import tables
 
 
 def _install_derived(connection: Connection) -> None:
+    # Each backend's, imported for its stores only: neither loads the other (nor, for
+    # SQLite users, the PostgreSQL driver).
     if connection.dialect.name == "postgresql":
-        # Imported only for a PostgreSQL store: SQLite users need not install its driver.
-        from ledger.postgresql.guards import install_derived as install_postgresql  # noqa: PLC0415 - see above
-
-        install_postgresql(connection)
+        from ledger.postgresql.guards import install_derived  # noqa: PLC0415 - see above
     else:
-        install_derived(connection)
+        from ledger.sqlite.schema import install_derived  # noqa: PLC0415 - see above
+    install_derived(connection)
 
 
 config = context.config
@@ -36,14 +37,14 @@ def _run(connection: Connection) -> None:
 
     context.configure(
         connection=connection,
-        target_metadata=metadata,
+        target_metadata=tables.metadata,
         render_as_batch=True,
         compare_type=True,
         on_version_apply=note,
     )
     # A batch migration rebuilds a table and renames it into place; with the modern
     # ALTER TABLE that rename re-parses the triggers and views of *other* tables that
-    # name it, which fails mid-rebuild. They are re-created from ledger.sqlite.schema
+    # name it, which fails mid-rebuild. They are re-created by the backend
     # afterwards anyway. (The library turns foreign keys off around the migration and
     # runs PRAGMA foreign_key_check before it commits, as SQLite prescribes.)
     sqlite = connection.dialect.name == "sqlite"

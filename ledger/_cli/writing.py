@@ -207,9 +207,9 @@ def migrate(store: storage.Location | None, as_json: bool) -> None:
     with library_errors():
         storage.backend(location)  # the driver it needs, or why it is missing
         if isinstance(location, Path):
-            from ledger.sqlite import engine  # noqa: PLC0415 - see the imports
+            from ledger.sqlite import migrate as schema  # noqa: PLC0415 - see the imports
 
-            before, after = engine.migrate(location)
+            before, after = schema.migrate(location)
         else:
             from ledger.postgresql import engine as server  # noqa: PLC0415 - see the imports
 

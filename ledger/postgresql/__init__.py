@@ -3,10 +3,10 @@
 ``store`` owns the engine and the transactions (a run's appends serialised by an
 advisory lock); ``commit`` groups the appends of the process's threads into shared
 transactions; ``engine`` names the store by its URL, checks every connection's
-durability settings and migrates under an advisory lock; ``guards`` derives the PL/pgSQL
-guards and the views from the SQLite backend's; ``liveness`` holds runs by session
-advisory locks; ``forensics`` serves the ``ledger`` command's reads and ``psql``;
-``errors`` turns driver errors into the caller's.
+durability settings and migrates under an advisory lock; ``guards`` renders the guards
+and views of ``ledger._sql`` (the floor both backends share) as PL/pgSQL; ``liveness``
+holds runs by session advisory locks; ``forensics`` serves the ``ledger`` command's
+reads and ``psql``; ``errors`` turns driver errors into the caller's.
 """
 
 from __future__ import annotations

@@ -29,6 +29,9 @@ from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 
 from ledger._combiner import GroupCommitQueue
 from ledger._combiner import Job as _Job
+from ledger._sql import rows
+from ledger._sql.rows import landed
+from ledger._sql.tables import run_writers, runs
 from ledger.errors import (
     EffectPersistenceError,
     RunExistsError,
@@ -36,9 +39,6 @@ from ledger.errors import (
     StoreUnavailableError,
 )
 from ledger.postgresql.errors import translate
-from ledger.sqlite import rows
-from ledger.sqlite.commit import landed
-from ledger.sqlite.schema import run_writers, runs
 from ledger.storage import Batch
 
 # One statement and the rows to run it with, in order.

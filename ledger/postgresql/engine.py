@@ -16,10 +16,10 @@ from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.pool import ConnectionPoolEntry
 
+from ledger._sql.revisions import alembic_config, check_known, head_revision, revision_mismatch
+from ledger._sql.tables import metadata
 from ledger.errors import StoreCorruptError, StoreFileRefusedError
 from ledger.postgresql.errors import storage_errors
-from ledger.sqlite.engine import alembic_config, check_known, head_revision, revision_mismatch
-from ledger.sqlite.schema import metadata
 from ledger.storage import describe
 
 SCHEMES = ("postgresql", "postgresql+psycopg")
@@ -117,7 +117,7 @@ def upgrade(engine_: Engine, store: object = "") -> bool:
     A store at a revision this library does not know is refused; one whose migration
     meets objects its revision lacks is refused too, the migration rolled back whole.
     """
-    # Alembic is imported by what migrates, never by a reader (see ledger.sqlite.engine).
+    # Alembic is imported by what migrates, never by a reader (see ledger._sql.revisions).
     from alembic import command  # noqa: PLC0415
     from alembic.autogenerate import compare_metadata  # noqa: PLC0415
     from alembic.runtime.migration import MigrationContext  # noqa: PLC0415

@@ -1,13 +1,11 @@
-"""The schema's derived objects on PostgreSQL: PL/pgSQL guards and the two views.
+"""The schema's derived objects on PostgreSQL: PL/pgSQL guards and the views.
 
-The tables are the migrations' (the same Alembic history as SQLite's). The guards and
-views are derived from the SQLite backend's definitions (``ledger.sqlite.schema``), so
-that both backends refuse the same rows and answer the same verdicts: each SQLite
-trigger ``BEFORE INSERT ... WHEN condition ... RAISE(ABORT, message)`` becomes a
-PL/pgSQL function raising the same message when the same condition holds, and the views
-are the same queries with SQLite's spellings turned into PostgreSQL's. Each rewrite must
-match where it is expected, so a change of the SQLite text that this module does not
-follow fails at import, not silently.
+The tables are the migrations' (the same Alembic history as SQLite's). The guards are
+``ledger._sql.guards``' PostgreSQL list, each rendered as a PL/pgSQL function raising
+its message when its condition holds, so that both backends refuse the same rows with
+the same words; the views are ``ledger._sql.views``' queries with SQLite's spellings
+turned into PostgreSQL's. Each rewrite must match where it is expected, so a change of
+the views' text that this module does not follow fails at import, not silently.
 
 UPDATE, DELETE and TRUNCATE of a record table are refused by statement-level triggers
 (so even a statement that matches no row is refused): "append-only". The hash guards
@@ -17,60 +15,14 @@ chain's links are checked on insert and its hashes by every load.
 
 from __future__ import annotations
 
-import re
-
 from sqlalchemy import Connection
 
 from ledger._chain import OBLIGATION_COLUMNS, SCOPE_COLUMNS
-from ledger.sqlite.schema import (
-    APPEND_ONLY_TABLES,
-    ENTRY_GUARDS,
-    OTHER_WRITER,
-    SCOPE_INDEX_TRIGGER,
-    SQLITE_TRIGGERS,
-    TRIGGER_COLUMNS,
-    VIEW_QUERIES,
-    entries_message,
-    entries_refused,
-    has_every_column,
-)
+from ledger._sql.guards import insert_guards
+from ledger._sql.tables import APPEND_ONLY_TABLES, has_every_column
+from ledger._sql.views import VIEW_QUERIES
 
-_TRIGGER = re.compile(
-    r"CREATE TRIGGER (?P<name>\w+) BEFORE INSERT ON (?P<table>\w+)\n"
-    r"WHEN (?P<condition>.*)\nBEGIN SELECT RAISE\(ABORT, '(?P<message>[^']*)'\); END",
-    re.DOTALL,
-)
-
-
-def _insert_guards() -> dict[str, tuple[str, str, str]]:
-    """SQLite's insert guards as (table, condition, message), by trigger name."""
-    guards = {}
-    for name, ddl in SQLITE_TRIGGERS.items():
-        # Those that tell the library's writers from others, and the scope index's writer,
-        # are SQLite's; PostgreSQL's counterparts are below and in the roles (docs).
-        if name.endswith(("_no_update", "_no_delete")) or name in SCOPE_INDEX_TRIGGER:
-            continue
-        if OTHER_WRITER in ddl:
-            continue
-        found = _TRIGGER.fullmatch(ddl)
-        if found is None:
-            raise ValueError(f"the SQLite guard {name} has a form this module cannot derive")
-        # SQLite's IS NOT compares any two values, NULL included; PostgreSQL spells it so.
-        condition = re.sub(r" IS NOT (?!NULL)", " IS DISTINCT FROM ", found["condition"])
-        guards[name] = (found["table"], condition, found["message"])
-    return guards
-
-
-INSERT_GUARDS = _insert_guards() | {
-    # A claim's JSON arrays, checked for every writer: PostgreSQL cannot tell the
-    # library's writers from others, as SQLite's guards do.
-    name: (
-        "claims",
-        entries_refused(*spec, postgresql=True),
-        f"ledger: {entries_message(spec[0], spec[1])}",
-    )
-    for name, spec in ENTRY_GUARDS.items()
-}
+INSERT_GUARDS = insert_guards("postgresql")
 REFUSED = ("UPDATE", "DELETE", "TRUNCATE")
 
 
@@ -122,12 +74,15 @@ BEGIN
 END
 $body$"""
 
+# The columns of its table the scope index's trigger reads (a claim's JSON scope: 0009).
+_READS = {"claims_scope_index": {"run_id", "effect_id", "scope_count", "impact_scope"}}
+
 FUNCTIONS = {
     "ledger_refuse": REFUSE_FUNCTION,
     "ledger_claims_scope_index": SCOPE_INDEX_FUNCTION,
 } | {
-    f"ledger_{name}": _guard_function(name, condition, message)
-    for name, (_table, condition, message) in INSERT_GUARDS.items()
+    f"ledger_{name}": _guard_function(name, guard.condition, f"ledger: {guard.message}")
+    for name, guard in INSERT_GUARDS.items()
 }
 TRIGGERS = (
     _refusal_triggers()
@@ -139,10 +94,10 @@ TRIGGERS = (
     }
     | {
         name: (
-            f"CREATE TRIGGER {name} BEFORE INSERT ON {table}"
+            f"CREATE TRIGGER {name} BEFORE INSERT ON {guard.table}"
             f" FOR EACH ROW EXECUTE FUNCTION ledger_{name}()"
         )
-        for name, (table, _condition, _message) in INSERT_GUARDS.items()
+        for name, guard in INSERT_GUARDS.items()
     }
 )
 TRIGGER_TABLE = {name: ddl.split(" ON ", 1)[1].split()[0] for name, ddl in TRIGGERS.items()}
@@ -192,7 +147,7 @@ _ENTRY_VIEWS = {
 def _postgresql(name: str, query: str) -> str:
     if name in _ENTRY_VIEWS:
         if "json_each(c." not in query:
-            raise ValueError(f"the SQLite view {name} changed: cannot derive it")
+            raise ValueError(f"the view {name} changed: cannot derive it")
         return _ENTRY_VIEWS[name]
     for old, new in _VIEW_REWRITES:
         if old in query:
@@ -200,13 +155,13 @@ def _postgresql(name: str, query: str) -> str:
     if name == "effect_status":
         for must in ("::integer", "IS NOT DISTINCT FROM", "right(", 'COLLATE "C"'):
             if must not in query:
-                raise ValueError(f"the SQLite view {name} changed: cannot derive it ({must})")
+                raise ValueError(f"the view {name} changed: cannot derive it ({must})")
         # Rule 7's "same state" is a boolean there: no evidence counts as false.
         if "), 0))" not in query:
-            raise ValueError(f"the SQLite view {name} changed: cannot derive it (rule 7)")
+            raise ValueError(f"the view {name} changed: cannot derive it (rule 7)")
         query = query.replace("), 0))", "), false))")
     elif "THEN 1 ELSE 0 END AS running" not in query:
-        raise ValueError(f"the SQLite view {name} changed: cannot derive it")
+        raise ValueError(f"the view {name} changed: cannot derive it")
     return query
 
 
@@ -262,7 +217,8 @@ def install_derived(connection: Connection) -> None:
         table = TRIGGER_TABLE[name]
         # A guard reading a column a later revision adds (a resolution's origin) waits
         # for it: PL/pgSQL would fail every insert of a store at an older revision.
-        if table in tables and TRIGGER_COLUMNS.get(name, frozenset()) <= columns.get(table, set()):
+        reads = INSERT_GUARDS[name].columns if name in INSERT_GUARDS else _READS.get(name, set())
+        if table in tables and reads <= columns.get(table, set()):
             run(ddl)
     # The views read every table, and columns a later revision adds (a claim's step).
     if has_every_column(columns):

@@ -24,13 +24,13 @@ from typing import Any
 from sqlalchemy import Connection, Engine, insert
 
 from ledger import _lifetime
+from ledger._sql import rows
 from ledger.effects import History
 from ledger.errors import EffectPersistenceError
 from ledger.postgresql import engine as _engine
 from ledger.postgresql import liveness
 from ledger.postgresql.commit import GroupCommit, Job, Step, sql
 from ledger.postgresql.errors import storage_errors, translate
-from ledger.sqlite import rows
 from ledger.storage import Batch, Lease, Mode, Record, Written
 
 

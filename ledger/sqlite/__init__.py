@@ -1,9 +1,10 @@
 """The SQLite backend: one WAL-mode database file per store directory, behind ledger.storage.
 
 ``store`` owns the files, the engine and the transactions; ``commit`` groups the
-writers of a process into one transaction and one fsync; ``rows`` turns records into
-rows and back; ``schema`` and ``schema_check`` define the tables, guards and views and
-check them; ``forensics`` and ``shell`` serve the ``ledger`` command's reads;
+writers of a process into one transaction and one fsync; ``rows`` writes records as
+rows; ``schema`` renders the guards of ``ledger._sql`` as triggers, and ``schema_check``
+checks a store's schema against them; ``migrate`` serves ``ledger migrate``;
+``forensics`` and ``shell`` serve the ``ledger`` command's reads;
 ``trust`` checks files before SQLite opens them; ``liveness`` holds runs by
 kernel locks; ``errors`` turns driver errors into the caller's.
 """

@@ -23,7 +23,8 @@ from typing import Any
 
 from ledger._combiner import GroupCommitQueue
 from ledger._combiner import Job as _Job
-from ledger.errors import EffectPersistenceError, StoreTamperedError
+from ledger._sql.rows import landed
+from ledger.errors import EffectPersistenceError
 from ledger.sqlite.engine import BUSY_TIMEOUT_MS
 from ledger.sqlite.turn import Turn
 
@@ -229,21 +230,6 @@ def execute_step(cursor: Cursor, sql: str, rows: list[tuple[Any, ...]]) -> None:
     else:
         cursor.executemany(sql, rows)
     landed(cursor.rowcount, len(rows), sql)
-
-
-def landed(rowcount: int, expected: int, sql: str) -> None:
-    """Refuse a statement that wrote fewer rows than it was given.
-
-    Only a trigger ending in ``RAISE(IGNORE)`` makes an ``INSERT`` skip a row without an
-    error: the library installs none, so the store was tampered with, and nothing
-    written by this transaction may be acknowledged.
-    """
-    if rowcount != expected:
-        table = sql.split("INTO", 1)[-1].split("(", 1)[0].strip()
-        raise StoreTamperedError(
-            f"{expected - rowcount} of {expected} row(s) given to {table} did not land: "
-            "a trigger that is not the library's is dropping them; run ledger verify"
-        )
 
 
 def _apply(cursor: Cursor, job: Job) -> None:

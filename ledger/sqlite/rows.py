@@ -1,263 +1,69 @@
-"""Records to rows and back: the SQL of one run's reads, writes and recovery.
+"""SQLite's writes of a run: statements compiled once, and the checks of a batch.
 
-Loading validates every row through the record constructors and the history
-rules: a row slipped in past the schema's guards (constraints switched off,
-triggers dropped) makes loading fail closed instead of being believed.
+The rows, the chain and the validating reads are both backends' (``ledger._sql.rows``,
+named here too, where SQLite's callers and tests found them); here is what writes them
+on the sqlite3 cursor the store holds.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from json.encoder import encode_basestring
+from collections.abc import Callable, Sequence
 from operator import itemgetter
-from typing import Any, TypeVar
+from typing import Any
 
-from sqlalchemy import (
-    Connection,
-    Table,
-    bindparam,
-    exists,
-    func,
-    insert,
-    literal_column,
-    select,
-    text,
-)
-from sqlalchemy import inspect as sa_inspect
+from sqlalchemy import bindparam, func, insert, literal_column, select
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from ledger import _chain
 from ledger._owner import Writer
-from ledger.effects import (
-    Coverage,
-    EffectClaim,
-    EffectKind,
-    EffectOutcome,
-    ExecutionOutcome,
-    History,
-    Impact,
-    Observation,
-    ObservationMechanism,
-    OperationRef,
-    Postcondition,
-    Predicate,
-    Resolution,
-    ResolutionOrigin,
-    ResourceRef,
-    check_history,
-    recorded_json,
+from ledger._sql.rows import (
+    _TABLES,
+    READABLE_FROM,
+    WRITER_COLUMNS,
+    Rows,
+    chain_hash,
+    chained,
+    check_readable,
+    check_run,
+    claim_of,
+    landed,
+    load_history,
+    load_run,
+    rows_of,
+    run_exists,
+    writer_row,
 )
-from ledger.errors import RunExistsError, RunHeldError, StoreCorruptError, StoreSchemaOldError
-from ledger.sqlite.commit import Step, landed
-from ledger.sqlite.engine import check_known
-from ledger.sqlite.schema import (
-    claims,
-    observations,
-    outcomes,
-    resolutions,
-    run_writers,
-    runs,
-    scope_index,
-)
+from ledger._sql.tables import run_writers, runs
+from ledger.effects import Record
+from ledger.errors import RunExistsError, RunHeldError
+from ledger.sqlite.commit import Step
 from ledger.storage import Batch
 
-# --------------------------------------------------------------------------- writes
-
-
-# The first revision whose tables the reads here know: a resolution's writer in its row
-# (0013; before it, 0012's steps and recorded values, 0009's scope in a claim's row).
-READABLE_FROM = "0013"
-
-
-# The columns of the latest revisions that the reads select: with them, a store whose
-# version row says otherwise (set back by hand) is read, and `verify` says what is wrong.
-_READ_COLUMNS = {"claims": ("impact_scope", "step"), "resolutions": ("origin",)}
-
-
-def _has_read_columns(conn: Connection) -> bool:
-    inspector = sa_inspect(conn)
-    for table, wanted in _READ_COLUMNS.items():
-        if not inspector.has_table(table):
-            return False
-        found = {column["name"] for column in inspector.get_columns(table)}
-        if not found.issuperset(wanted):
-            return False
-    return True
-
-
-def check_readable(conn: Connection, name: object) -> None:
-    """Refuse, in one clear line, to read a store at a revision these reads do not know.
-
-    A revision newer than this library's (:class:`SchemaTooNewError`) is read by the
-    version that wrote it, or a newer one; one older than these reads know
-    (:class:`StoreSchemaOldError`) is upgraded by its next write.
-
-    A store with no schema yet reads as empty elsewhere.
-    """
-    # Asked first, not tried: on PostgreSQL a failed statement aborts the read's whole
-    # transaction, and the reads that follow would fail with it.
-    if not sa_inspect(conn).has_table("alembic_version"):
-        return
-    revision = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
-    # A newer version's tables may hold what these reads would misread: refused first.
-    check_known(revision, name)
-    if (
-        revision is not None
-        and revision.isdigit()
-        and revision < READABLE_FROM
-        and not _has_read_columns(conn)
-    ):
-        store = f"the store {name}" if name else "the store"
-        raise StoreSchemaOldError(
-            f"{store} is at schema revision {revision}; this version of the library reads "
-            f"revision {READABLE_FROM} and later: upgrade it with ledger migrate (so does the "
-            "next write to it by this version: a worker's claim or outcome, ledger resolve), "
-            "or read it with the version that wrote it"
-        )
-
-
-def run_exists(conn: Connection, run_id: str) -> bool:
-    """Whether the store holds the run (it has written at least one record)."""
-    return conn.execute(select(exists().where(runs.c.run_id == run_id))).scalar_one()
-
-
-Record = EffectClaim | EffectOutcome | Observation | Resolution
-Rows = tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]
-
-
-def _value(value: str | None) -> str:
-    return "null" if value is None else encode_basestring(value)
-
-
-def _json(entries: list[dict[str, Any]]) -> str:
-    """The entries as a JSON array of objects, compact, keys in the order given.
-
-    What ``json.dumps(entries, ensure_ascii=False, separators=(",", ":"))`` returns for
-    these flat objects of strings and nulls (a test holds the two equal), made without
-    building an encoder for every claim.
-    """
-    if not entries:
-        return "[]"
-    return (
-        "["
-        + ",".join(
-            "{" + ",".join(f"{encode_basestring(k)}:{_value(v)}" for k, v in e.items()) + "}"
-            for e in entries
-        )
-        + "]"
-    )
-
-
-def rows_of(run_id: str, record: Record) -> Rows:
-    """The row of a record as the store holds it (chain aside), and a claim's entries.
-
-    A claim's impact scope and obligations are stored in its row as JSON arrays of the
-    entries returned here (which the chain encodes field by field).
-    """
-    if isinstance(record, EffectClaim):
-        scope = [
-            {"kind": ref.kind, "locator": ref.locator, "role": ref.role, "revision": ref.revision}
-            for ref in record.impact_scope
-        ]
-        duties = [
-            {
-                "target_kind": p.target.kind,
-                "target_locator": p.target.locator,
-                "target_role": p.target.role,
-                "target_revision": p.target.revision,
-                "predicate": p.predicate.value,
-                "expected": p.expected,
-            }
-            for p in record.obligations
-        ]
-        row = {
-            "run_id": run_id,
-            "seq": record.seq,
-            "effect_id": record.effect_id,
-            "action_id": record.action_id,
-            "operation": record.operation.name,
-            "backend": record.operation.backend,
-            "args_sha256": record.operation.args_sha256,
-            "scope_count": len(scope),
-            "obligation_count": len(duties),
-            "recorded_at": record.recorded_at,
-            "kind": record.kind.value,
-            "idempotency_key": record.idempotency_key,
-            "retry_of": record.retry_of,
-            "impact_scope": _json(scope),
-            "obligations": _json(duties),
-            "step": record.step,
-            "args": None if record.args is None else recorded_json(record.args),
-        }
-        return row, scope, duties
-    if isinstance(record, EffectOutcome):
-        row = {
-            "run_id": run_id,
-            "seq": record.seq,
-            "effect_id": record.effect_id,
-            "execution": record.execution.value,
-            "impact": record.impact.value,
-            "execution_id": record.execution_id,
-            "replayed": int(record.replayed),
-            "recorded_at": record.recorded_at,
-            "result": recorded_json(record.result) if record.result_recorded else None,
-        }
-        return row, [], []
-    if isinstance(record, Resolution):
-        row = {
-            "run_id": run_id,
-            "seq": record.seq,
-            "effect_id": record.effect_id,
-            "applied": int(record.applied),
-            "resolved_by": record.by,
-            "note": record.note,
-            "recorded_at": record.recorded_at,
-            "origin": None if record.origin is None else record.origin.value,
-            "os_user": record.os_user,
-            "host": record.host,
-            "program": record.program,
-            "pid": record.pid,
-        }
-        return row, [], []
-    exists = None if record.exists is None else int(record.exists)
-    row = {
-        "run_id": run_id,
-        "seq": record.seq,
-        "observation_id": record.observation_id,
-        "resource_kind": record.resource.kind,
-        "resource_locator": record.resource.locator,
-        "resource_role": record.resource.role,
-        "resource_revision": record.resource.revision,
-        "mechanism": record.mechanism.value,
-        "coverage": record.coverage.value,
-        "source_action_id": record.source_action_id,
-        "resource_exists": exists,
-        "sha256": record.sha256,
-        "revision": record.revision,
-        "recorded_at": record.recorded_at,
-    }
-    return row, [], []
-
-
-def chain_hash(run_id: str, record: Record, prev_hash: str) -> str:
-    """The hash a record has in its run's chain after ``prev_hash``."""
-    row, scope, duties = rows_of(run_id, record)
-    return _chain.link(prev_hash, _chain.encode(record.record_type, run_id, row, scope, duties))
-
-
-_TABLES = {
-    "claim": claims,
-    "outcome": outcomes,
-    "observation": observations,
-    "resolution": resolutions,
-}
-
+# Both backends' rows and reads, named here too (SQLite's callers and tests find them here).
+__all__ = [
+    "READABLE_FROM",
+    "WRITER_COLUMNS",
+    "Rows",
+    "chain_hash",
+    "chained",
+    "check_readable",
+    "check_run",
+    "claim_of",
+    "durable_seq",
+    "landed",
+    "load_history",
+    "load_run",
+    "preconditions",
+    "prepare",
+    "rows_of",
+    "run_exists",
+    "set_writer",
+    "start_run",
+    "writer_row",
+]
 
 # --------------------------------------------------------------------------- the hot path
 # A record is written on the connection the store holds, through statements that
@@ -287,8 +93,6 @@ class _Compiled:
 _INSERT = {kind: _Compiled(insert(table)) for kind, table in _TABLES.items()}
 _INSERT_RUN = _Compiled(insert(runs))
 _RUN_EXISTS = _Compiled(select(runs.c.run_id).where(runs.c.run_id == bindparam("run_id")))
-# What a new writer replaces: every column of run_writers but its key.
-WRITER_COLUMNS = tuple(c.name for c in run_writers.columns if c.name != "run_id")
 _upsert = sqlite_insert(run_writers)
 _UPSERT_WRITER = _Compiled(
     _upsert.on_conflict_do_update(
@@ -313,37 +117,6 @@ _MAX_SEQ = _Compiled(
 )
 
 
-P = TypeVar("P")
-
-
-def chained(
-    run_id: str,
-    records: Sequence[Record],
-    head: str,
-    inserts: Mapping[str, tuple[str, Callable[[dict[str, Any]], P]]],
-) -> tuple[list[tuple[str, list[P]]], str]:
-    """The inserts of records in seq order, each row chained to the one before, and the head.
-
-    ``inserts`` gives each record kind's statement and the parameters of a row for it (a
-    backend's driver style); consecutive records of one kind share a statement.
-    """
-    steps: list[tuple[str, list[P]]] = []
-    kind = ""
-    params: list[P] = []
-    for record in records:
-        if record.record_type != kind:
-            kind = record.record_type
-            params = []
-            steps.append((inserts[kind][0], params))
-        row, scope, duties = rows_of(run_id, record)
-        digest = _chain.link(head, _chain.encode(kind, run_id, row, scope, duties))
-        row["prev_hash"] = head
-        row["hash"] = digest
-        params.append(inserts[kind][1](row))
-        head = digest
-    return steps, head
-
-
 _INSERTS = {kind: (compiled.sql, compiled.params) for kind, compiled in _INSERT.items()}
 
 
@@ -361,19 +134,6 @@ def start_run(cursor: sqlite3.Cursor, run_id: str, now: str, *, continuing: bool
         raise RunExistsError(
             f"run {run_id} already exists in the store; use EffectLog.load to continue it"
         )
-
-
-def writer_row(run_id: str, writer: Writer, now: str) -> dict[str, object]:
-    """The run_writers row that names ``writer`` as the run's writer since ``now``."""
-    return {
-        "run_id": run_id,
-        "host": writer.host,
-        "boot_id": writer.boot_id,
-        "pid": writer.pid,
-        "process_started": writer.started,
-        "since": now,
-        "name": writer.name,
-    }
 
 
 def set_writer(cursor: sqlite3.Cursor, run_id: str, writer: Writer, now: str) -> None:
@@ -407,364 +167,3 @@ def preconditions(batch: Batch) -> Callable[[sqlite3.Cursor], None] | None:
                 )
 
     return check
-
-
-# --------------------------------------------------------------------------- reads
-
-
-class _InvalidRowError(Exception):
-    """A row that does not make a valid record."""
-
-
-def _bool(value: Any, column: str) -> bool | None:
-    if value is None:
-        return None
-    if type(value) is int and value in (0, 1):
-        return bool(value)
-    raise _InvalidRowError(f"{column} holds {value!r}, which is not 0, 1 or NULL")
-
-
-def _outcome(row: Any) -> EffectOutcome:
-    replayed = _bool(row["replayed"], "replayed")
-    if replayed is None:
-        raise _InvalidRowError("replayed is NULL")
-    return EffectOutcome(
-        effect_id=row["effect_id"],
-        seq=row["seq"],
-        execution=ExecutionOutcome(row["execution"]),
-        impact=Impact(row["impact"]),
-        execution_id=row["execution_id"],
-        replayed=replayed,
-        recorded_at=row["recorded_at"],
-        result=_stored_json(row["result"], "result"),
-        result_recorded=row["result"] is not None,
-    )
-
-
-def _stored_json(text: object, column: str) -> Any:
-    """A recorded value read back: its canonical JSON text, or NULL for none recorded."""
-    if text is None:
-        return None
-    if not isinstance(text, str):
-        raise _InvalidRowError(f"{column} holds {type(text).__name__}, not JSON text")
-    try:
-        value = json.loads(text)
-    except ValueError:
-        raise _InvalidRowError(f"{column} is not JSON: {text!r:.80}") from None
-    if recorded_json(value) != text:
-        raise _InvalidRowError(f"{column} is not in the canonical form the library writes")
-    return value
-
-
-def _resolution(row: Any) -> Resolution:
-    applied = _bool(row["applied"], "applied")
-    if applied is None:
-        raise _InvalidRowError("applied is NULL")
-    return Resolution(
-        effect_id=row["effect_id"],
-        seq=row["seq"],
-        applied=applied,
-        by=row["resolved_by"],
-        recorded_at=row["recorded_at"],
-        note=row["note"],
-        origin=None if row["origin"] is None else ResolutionOrigin(row["origin"]),
-        os_user=row["os_user"],
-        host=row["host"],
-        program=row["program"],
-        pid=row["pid"],
-    )
-
-
-def _observation(row: Any) -> Observation:
-    return Observation(
-        observation_id=row["observation_id"],
-        seq=row["seq"],
-        resource=ResourceRef(
-            row["resource_kind"],
-            row["resource_locator"],
-            row["resource_role"],
-            row["resource_revision"],
-        ),
-        mechanism=ObservationMechanism(row["mechanism"]),
-        coverage=Coverage(row["coverage"]),
-        source_action_id=row["source_action_id"],
-        exists=_bool(row["resource_exists"], "resource_exists"),
-        sha256=row["sha256"],
-        revision=row["revision"],
-        recorded_at=row["recorded_at"],
-    )
-
-
-def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    # A key given twice would be read as its last value here and as its first by SQLite's
-    # json_extract (the views, the shell's recipes): two readings of one record.
-    keys = [k for k, _ in pairs]
-    if len(set(keys)) != len(keys):
-        raise _InvalidRowError(f"an object repeats a key: {keys}")
-    return dict(pairs)
-
-
-def _entries(row: Any, column: str, keys: tuple[str, ...], count: str) -> list[tuple[Any, ...]]:
-    """The entries of a claim's JSON array column, each as its values in ``keys`` order."""
-    try:
-        entries = json.loads(row[column], object_pairs_hook=_pairs)
-    except (TypeError, ValueError) as e:
-        raise _InvalidRowError(f"{column} is not JSON: {e}") from e
-    if not isinstance(entries, list) or not all(
-        isinstance(e, dict) and tuple(e) == keys for e in entries
-    ):
-        raise _InvalidRowError(f"{column} must be an array of objects with the keys {keys}")
-    if len(entries) != row[count]:
-        raise _InvalidRowError(f"{count} is {row[count]!r} but {column} holds {len(entries)}")
-    return [tuple(e[k] for k in keys) for e in entries]
-
-
-def _check_scope_index(conn: Connection, run_id: str, wanted: set[tuple[Any, ...]]) -> None:
-    """The run's scope_index rows are exactly its claims' scope entries."""
-    held = {
-        tuple(row)
-        for row in conn.execute(
-            select(
-                scope_index.c.kind,
-                scope_index.c.locator,
-                scope_index.c.effect_id,
-                scope_index.c.position,
-            ).where(scope_index.c.run_id == run_id)
-        )
-    }
-    if held != wanted:
-        extra, missing = sorted(held - wanted), sorted(wanted - held)
-        raise _InvalidRowError(
-            "scope_index does not match the claims' impact scopes"
-            f" (rows not in a scope: {extra[:3]}, scope entries without a row: {missing[:3]})"
-        )
-
-
-def claim_of(row: Any) -> tuple[EffectClaim, list[tuple[Any, ...]]]:
-    """The claim of a row of ``claims``, and its impact scope's entries as stored."""
-    scope = _entries(row, "impact_scope", _chain.SCOPE_COLUMNS, "scope_count")
-    duties = _entries(row, "obligations", _chain.OBLIGATION_COLUMNS, "obligation_count")
-    claim = EffectClaim(
-        effect_id=row["effect_id"],
-        seq=row["seq"],
-        action_id=row["action_id"],
-        operation=OperationRef(row["operation"], row["backend"], row["args_sha256"]),
-        impact_scope=tuple(ResourceRef(*s) for s in scope),
-        obligations=tuple(
-            Postcondition(ResourceRef(*d[:4]), Predicate(d[4]), d[5]) for d in duties
-        ),
-        recorded_at=row["recorded_at"],
-        kind=EffectKind(row["kind"]),
-        idempotency_key=row["idempotency_key"],
-        retry_of=row["retry_of"],
-        step=row["step"],
-        args=_stored_json(row["args"], "args"),
-    )
-    return claim, scope
-
-
-def load_history(conn: Connection, run_id: str) -> History:
-    """Read and validate every record of one run; fail closed on anything wrong."""
-    return load_run(conn, run_id)[0]
-
-
-def _check_chain(run_id: str, history: History, links: dict[int, tuple[str, str]]) -> str:
-    prev = _chain.GENESIS
-    for record in history.records():
-        stored_prev, stored_hash = links[record.seq]
-        if stored_prev != prev:
-            raise _InvalidRowError(
-                f"chain broken at seq {record.seq}: its prev_hash is not the hash of the record "
-                "before it (a record was removed, inserted or reordered)"
-            )
-        if chain_hash(run_id, record, prev) != stored_hash:
-            raise _InvalidRowError(
-                f"chain broken at seq {record.seq}: its hash does not match its fields "
-                "(the record was changed)"
-            )
-        prev = stored_hash
-    return prev
-
-
-def load_run(conn: Connection, run_id: str) -> tuple[History, str]:
-    """The validated history of a run and the hash at its head."""
-    links: dict[int, tuple[str, str]] = {}
-    where = "record"
-    try:
-        claim_rows = list(
-            conn.execute(
-                select(claims).where(claims.c.run_id == run_id).order_by(claims.c.seq)
-            ).mappings()
-        )
-        loaded_claims = []
-        indexed: set[tuple[Any, ...]] = set()
-        for row in claim_rows:
-            where = f"claim at seq {row['seq']}"
-            links[row["seq"]] = (row["prev_hash"], row["hash"])
-            claim, scope = claim_of(row)
-            indexed.update(
-                (s[0], s[1], row["effect_id"], position) for position, s in enumerate(scope)
-            )
-            loaded_claims.append(claim)
-        loaded: dict[str, list[Any]] = {"outcome": [], "observation": [], "resolution": []}
-        for kind, source, build in (
-            ("outcome", outcomes, _outcome),
-            ("observation", observations, _observation),
-            ("resolution", resolutions, _resolution),
-        ):
-            for row in conn.execute(
-                select(source).where(source.c.run_id == run_id).order_by(source.c.seq)
-            ).mappings():
-                where = f"{kind} at seq {row['seq']}"
-                links[row["seq"]] = (row["prev_hash"], row["hash"])
-                loaded[kind].append(build(row))
-        where = "scope_index"
-        _check_scope_index(conn, run_id, indexed)
-        where = "history"
-        history = History(
-            tuple(loaded_claims),
-            tuple(loaded["outcome"]),
-            tuple(loaded["observation"]),
-            tuple(loaded["resolution"]),
-        )
-        check_history(history)
-        where = "chain"
-        head_hash = _check_chain(run_id, history, links)
-        if history.records() and not run_exists(conn, run_id):
-            raise _InvalidRowError("the run has records but no row in runs")  # noqa: TRY301 - reported below with the others
-    except (ValueError, TypeError, _InvalidRowError) as e:
-        raise StoreCorruptError(
-            f"run {run_id} does not validate ({where}): {e}; refusing to load it"
-        ) from e
-    return history, head_hash
-
-
-# --------------------------------------------------------------------------- checking at scale
-
-# What check_history reads of each record: every other field of a record already checked
-# (built, and hashed into the chain) is let go, so that checking a run of 100,000 effects
-# holds a few fields of each record instead of the whole run.
-_UNREAD = {
-    "claim": ("action_id", "operation", "impact_scope", "obligations", "step", "args"),
-    "outcome": ("execution_id", "result"),
-    "observation": ("resource", "sha256", "revision", "source_action_id"),
-    "resolution": ("by", "note"),
-}
-_PAGE = 1000
-# The (seq, prev_hash, hash) of every record of a run, in seq order.
-_LINKS = (
-    " UNION ALL ".join(
-        f"SELECT seq, prev_hash, hash FROM {t.name} WHERE run_id = :run_id"
-        for t in (claims, outcomes, observations, resolutions)
-    )
-    + " ORDER BY seq"
-)
-
-
-@contextlib.contextmanager
-def _streamed(conn: Connection, table: Table, run_id: str) -> Iterator[Iterator[Any]]:
-    """The run's rows of ``table`` in seq order, fetched a page at a time, closed after.
-
-    On PostgreSQL a server-side cursor: the rows never sit in memory all at once.
-    """
-    statement = (
-        select(table)
-        .where(table.c.run_id == run_id)
-        .order_by(table.c.seq)
-        .execution_options(yield_per=_PAGE)
-    )
-    with conn.execute(statement) as result:
-        yield iter(result.mappings())
-
-
-def _let_go(record: Record) -> Record:
-    """``record`` without the fields check_history does not read (set to None in place).
-
-    Only for a record built here and never handed out: it is no longer a valid record.
-    """
-    for name in _UNREAD[record.record_type]:
-        object.__setattr__(record, name, None)
-    return record
-
-
-def check_run(conn: Connection, run_id: str) -> tuple[str, int]:
-    """Validate a run exactly as :func:`load_run` does: its head hash and its record count.
-
-    The same checks in the same order, so a run that does not validate is refused with
-    the same message (:class:`StoreCorruptError`); but each record is let go once it is
-    built and its hash checked, and rows are read as they come: memory holds the few
-    fields of each record the history's rules read, not the run.
-    """
-    where = "record"
-    # The seqs whose hash, computed from their record after their stored prev_hash,
-    # differs from their stored hash: checked in seq order once the links are.
-    changed: set[Any] = set()
-    kept: dict[str, list[Any]] = {"claim": [], "outcome": [], "observation": [], "resolution": []}
-    indexed: set[tuple[Any, ...]] = set()
-
-    def keep(kind: str, row: Any, record: Record) -> None:
-        prev = row["prev_hash"]
-        if not isinstance(prev, str) or chain_hash(run_id, record, prev) != row["hash"]:
-            changed.add(row["seq"])
-        kept[kind].append(_let_go(record))
-
-    try:
-        with _streamed(conn, claims, run_id) as found:
-            for row in found:
-                where = f"claim at seq {row['seq']}"
-                claim, scope = claim_of(row)
-                indexed.update(
-                    (s[0], s[1], row["effect_id"], position) for position, s in enumerate(scope)
-                )
-                keep("claim", row, claim)
-        for kind, source, build in (
-            ("outcome", outcomes, _outcome),
-            ("observation", observations, _observation),
-            ("resolution", resolutions, _resolution),
-        ):
-            with _streamed(conn, source, run_id) as found:
-                for row in found:
-                    where = f"{kind} at seq {row['seq']}"
-                    keep(kind, row, build(row))
-        where = "scope_index"
-        _check_scope_index(conn, run_id, indexed)
-        indexed.clear()
-        where = "history"
-        history = History(
-            tuple(kept["claim"]),
-            tuple(kept["outcome"]),
-            tuple(kept["observation"]),
-            tuple(kept["resolution"]),
-        )
-        kept.clear()
-        check_history(history)
-        where = "chain"
-        head_hash = _check_links(conn, run_id, changed)
-        count = sum(map(len, (history.claims, history.outcomes, history.observations)))
-        count += len(history.resolutions)
-        if count and not run_exists(conn, run_id):
-            raise _InvalidRowError("the run has records but no row in runs")  # noqa: TRY301 - reported below with the others
-    except (ValueError, TypeError, _InvalidRowError) as e:
-        raise StoreCorruptError(
-            f"run {run_id} does not validate ({where}): {e}; refusing to load it"
-        ) from e
-    return head_hash, count
-
-
-def _check_links(conn: Connection, run_id: str, changed: set[Any]) -> str:
-    """:func:`_check_chain` of a run whose seqs are 1, 2, 3, … (check_history passed)."""
-    prev = _chain.GENESIS
-    with conn.execute(text(_LINKS).execution_options(yield_per=_PAGE), {"run_id": run_id}) as links:
-        for seq, stored_prev, stored_hash in links:
-            if stored_prev != prev:
-                raise _InvalidRowError(
-                    f"chain broken at seq {seq}: its prev_hash is not the hash of the record "
-                    "before it (a record was removed, inserted or reordered)"
-                )
-            if seq in changed:
-                raise _InvalidRowError(
-                    f"chain broken at seq {seq}: its hash does not match its fields "
-                    "(the record was changed)"
-                )
-            prev = stored_hash
-    return prev

@@ -5,8 +5,9 @@ from the ``sqlite3`` shell (``BEFORE INSERT ... RAISE(IGNORE)`` drops every clai
 silently), a view replaced by a same-named one that calls every effect verified, or a
 CHECK rewritten through ``PRAGMA writable_schema`` would otherwise pass unnoticed. So
 the definition of every object in ``sqlite_master`` is compared, after normalising its
-SQL, with the definition the library's schema gives it (``ledger.sqlite.schema``): anything
-missing, changed or not the library's is a :class:`Problem`.
+SQL, with the definition the library's schema gives it (the tables of ``ledger._sql``, the
+triggers and views ``ledger.sqlite.schema`` renders from it): anything missing, changed or
+not the library's is a :class:`Problem`.
 
 Normalising makes the comparison about what SQLite reads rather than spelling: comments
 and white space go, keywords and identifiers are folded to lower case (ASCII only, as
@@ -32,8 +33,10 @@ from sqlalchemy import Column, MetaData, PrimaryKeyConstraint, String, Table
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.schema import CreateIndex, CreateTable
 
+from ledger._sql.tables import metadata
+from ledger._sql.views import VIEWS
 from ledger.errors import StoreCorruptError, StoreTamperedError
-from ledger.sqlite.schema import SQLITE_TRIGGERS, VIEWS, metadata
+from ledger.sqlite.schema import SQLITE_TRIGGERS
 
 Kind = Literal["table", "index", "trigger", "view"]
 What = Literal["missing", "changed", "foreign"]

@@ -26,6 +26,13 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.exc import DBAPIError
 
 from ledger import _lifetime, _paths
+from ledger._sql.revisions import (
+    alembic_config,
+    check_known,
+    head_revision,
+    revision_mismatch,
+    revisions,
+)
 from ledger.effects import History
 from ledger.errors import (
     EffectPersistenceError,
@@ -45,11 +52,6 @@ from ledger.sqlite.engine import (
     _foreign_keys_off,
     _on_begin,
     _on_connect,
-    alembic_config,
-    check_known,
-    head_revision,
-    revision_mismatch,
-    revisions,
 )
 from ledger.sqlite.errors import storage_errors, translate
 from ledger.sqlite.statx import attributes

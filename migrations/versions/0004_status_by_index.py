@@ -16,7 +16,7 @@ def upgrade() -> None:
     """No table changes: the environment re-creates every view and trigger after a revision.
 
     ``effect_status`` used to compute every claim of the store before a ``WHERE`` could
-    narrow it; its new definition (in ``ledger.sqlite.schema``) follows the indexes by run,
+    narrow it; its new definition (in ``ledger._sql.views``) follows the indexes by run,
     effect and resource, so one run or one effect reads only what its rules consult.
     """
 

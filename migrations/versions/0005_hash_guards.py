@@ -15,7 +15,7 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     """No table changes: the environment re-creates every view and trigger after a revision.
 
-    The new ``*_guard_hash`` triggers (in ``ledger.sqlite.schema``) refuse a record whose
+    The new ``*_guard_hash`` triggers (in ``ledger._sql.guards``) refuse a record whose
     ``hash`` is not SHA3-256 of its ``prev_hash`` and fields, as the stock shell's
     ``sha3()`` computes it; rows already in the store are checked by ``ledger verify``.
     """

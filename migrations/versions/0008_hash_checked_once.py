@@ -15,7 +15,7 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     """No table changes: the environment re-creates every view and trigger after a revision.
 
-    On SQLite the ``*_guard_hash`` triggers (in ``ledger.sqlite.schema``) no longer
+    On SQLite the ``*_guard_hash`` triggers (in ``ledger._sql.guards``) no longer
     recompute the hash of a record written by the library's own connections, which
     compute it in Python just before; every other connection (the stock shell's, any
     program's) is checked as before. PostgreSQL's guards are unchanged.

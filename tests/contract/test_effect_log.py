@@ -23,9 +23,10 @@ from hypothesis import strategies as st
 
 from ledger import _inspect, _jsonl
 from ledger import effects as fx
-from ledger.effect_log import EffectLog, EffectPersistenceError, effects_dir, new_run_id
+from ledger.effect_log import EffectLog, effects_dir, new_run_id
 from ledger.errors import (
     LogDegradedError,
+    RunExistsError,
     RunHeldError,
 )
 from ledger.resources import FilesystemRoot
@@ -154,10 +155,10 @@ def test_new_log_on_an_existing_run_refuses_its_first_write(
 
     with EffectLog(run_id, store_dir) as second:
         see(second, "o-early", B)  # kept for the first claim's transaction
-        with pytest.raises(EffectPersistenceError):
+        with pytest.raises(RunExistsError):
             claim_write(second, "e2", B)
         assert second.history().claims == ()
-        with pytest.raises(EffectPersistenceError):  # and again: still nothing written
+        with pytest.raises(RunExistsError):  # and again: still nothing written
             claim_write(second, "e3", B)
         assert second.history().claims == ()
     assert backend.row_counts(store_dir) == before
@@ -541,7 +542,7 @@ def test_observations_before_a_refused_first_claim_are_not_written(
     before = backend.row_counts(store_dir)
     with EffectLog(other_run, store_dir) as log:  # a new log on an existing run: refused
         see(log, "o-new", B)
-        with pytest.raises(EffectPersistenceError):
+        with pytest.raises(RunExistsError):
             claim_write(log, "e-new", B)
     assert backend.row_counts(store_dir) == before
     with EffectLog.load(other_run, store_dir) as again:

@@ -31,6 +31,7 @@ from ledger.effect_log import (
     OutcomeRequest,
     new_run_id,
 )
+from ledger.errors import RunExistsError
 from tests.backends import Backend
 from tests.builders import (
     CHILD_TIMEOUT,
@@ -144,7 +145,7 @@ def _round_with_failing_writers(
             for i in range(3):
                 effect_id = f"r{round_}-e{i}"
                 if log is exists:
-                    with pytest.raises(EffectPersistenceError, match="already exists"):
+                    with pytest.raises(RunExistsError, match="already exists"):
                         claim_target(log, effect_id)
                     refused["exists"].append(effect_id)
                 elif log is stale:

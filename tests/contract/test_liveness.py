@@ -17,7 +17,8 @@ import pytest
 
 from ledger import _inspect, storage
 from ledger import effects as fx
-from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
+from ledger.effect_log import EffectLog, new_run_id
+from ledger.errors import RunHeldError
 from ledger.storage import RecoveryHold
 from tests.builders import Child, claim_bare, orphan_run
 
@@ -45,7 +46,7 @@ def test_a_loaded_run_that_was_never_written_is_not_recovered(
     orphan_run(store_dir, run_id)
     holder = spawn("load", store_dir, run_id)
     assert holder.answer == {"claims": ["e1"]}
-    with EffectLog.load(run_id, store_dir) as log, pytest.raises(EffectPersistenceError) as e:
+    with EffectLog.load(run_id, store_dir) as log, pytest.raises(RunHeldError) as e:
         log.recover_interrupted()
     assert "another live process has it loaded" in str(e.value)
     holder.kill()
@@ -122,14 +123,14 @@ def test_a_write_while_another_process_recovers_the_run_fails_and_loses_nothing(
     assert recoverer.answer == {"held": True}
     with EffectLog.load(run_id, store_dir) as log:
         assert log.history() == before  # reading is fine
-        with pytest.raises(EffectPersistenceError) as e:
+        with pytest.raises(RunHeldError) as e:
             claim_bare(log, "e2")
         assert f"another process was recovering run {run_id}" in str(e.value)
         log.outcome(effect_id="e1", execution=fx.ExecutionOutcome.FAILED, impact=fx.Impact.NONE)
         assert log.degraded
         assert len(log.history().outcomes) == 1  # kept in memory, not lost
     fresh = EffectLog(run_id, store_dir)  # a log that never loaded: refused all the same
-    with pytest.raises(EffectPersistenceError) as e:
+    with pytest.raises(RunHeldError) as e:
         claim_bare(fresh, "e3")
     assert f"another process is recovering run {run_id}" in str(e.value)
     fresh.close()

@@ -14,10 +14,10 @@ from sqlalchemy import create_engine
 
 from ledger import _chain
 from ledger import effects as fx
+from ledger._sql.revisions import alembic_config, head_revision
+from ledger._sql.rows import chain_hash
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.postgresql.engine import parse
-from ledger.sqlite.engine import alembic_config, head_revision
-from ledger.sqlite.rows import chain_hash
 from tests.builders import (
     claim_bare,
     ledger,

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from ledger import _inspect
+from ledger._sql.revisions import head_revision
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.errors import SchemaTooNewError, StoreCorruptError
-from ledger.sqlite.engine import head_revision
 from tests.builders import fs_ref, ledger, op
 from tests.postgresql import driver
 

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from ledger import _chain, _inspect
 from ledger import effects as fx
+from ledger._sql import rows as shared_rows
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite import rows
 from ledger.sqlite.engine import head_revision
@@ -434,7 +435,7 @@ def test_the_sql_encoding_and_hash_equal_the_python_ones_for_every_record(
 )
 def test_the_claims_json_is_what_json_dumps_writes(entries: list[dict[str, str | None]]) -> None:
     """A claim's arrays are written compactly, as json.dumps writes them (and loads reads them)."""
-    text = rows._json(entries)
+    text = shared_rows._json(entries)
     assert text == json.dumps(entries, ensure_ascii=False, separators=(",", ":"))
     assert json.loads(text) == entries
 
