@@ -26,7 +26,7 @@ __all__ = ["main"]
 # metadata would cost more than the rest of --version.
 @click.version_option(ledger.__version__, prog_name="ledger")
 def main() -> None:
-    """Inspect, verify and recover effect-ledger stores.
+    """Inspect, verify and recover effect ledger stores.
 
     A store is where workers record their effects: a directory holding one SQLite
     database, shared by every run on the machine, or a PostgreSQL database named by its

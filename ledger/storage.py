@@ -528,7 +528,7 @@ def relabel(action: str, error: EffectPersistenceError) -> EffectPersistenceErro
 # Backends by the kind of location they serve, imported when first needed.
 _BACKENDS = {"directory": "ledger.sqlite", "postgresql": "ledger.postgresql"}
 # The extra that installs a backend's driver, for the message when it is missing.
-_EXTRAS = {"postgresql": ("psycopg", "effect-ledger[postgresql]")}
+_EXTRAS = {"postgresql": ("psycopg", "tool-ledger[postgresql]")}
 
 
 def backend(directory: Location) -> Backend:

@@ -37,7 +37,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True,
         timeout=300,
     )
-    (built,) = out.glob("effect_ledger-*.whl")
+    (built,) = out.glob("tool_ledger-*.whl")
     return built
 
 

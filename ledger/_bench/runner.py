@@ -503,7 +503,7 @@ def _report(
             "target."
             if "mcp_call" in cases
             else "mcp_call and mcp_direct were left out: the MCP SDK is not installed "
-            "(pip install effect-ledger[mcp])."
+            "(pip install tool-ledger[mcp])."
         ),
         f"The scratch directory {scratch} was removed.",
     ]

@@ -127,7 +127,7 @@ def mcp_proxy(  # click passes every option by name
         if (e.name or "").partition(".")[0] not in ("mcp", "mcp_types", "pydantic"):
             raise
         raise click.ClickException(
-            "ledger mcp-proxy needs the MCP SDK: pip install effect-ledger[mcp]"
+            "ledger mcp-proxy needs the MCP SDK: pip install tool-ledger[mcp]"
         ) from None
 
     def say(line: str) -> None:

@@ -115,7 +115,7 @@ def known_revisions() -> frozenset[str]:
     return _revisions(str(_migrations_dir()))[2]
 
 
-PACKAGE = "effect-ledger"
+PACKAGE = "tool-ledger"
 
 
 def _the_store(store: object) -> str:

@@ -1114,8 +1114,8 @@ def test_demo_kills_a_worker_and_reports_the_torn_write(tmp_path) -> None:
 
 
 def test_version_is_the_installed_distribution_version() -> None:
-    """`ledger --version` prints the version of the installed effect-ledger distribution."""
-    version = importlib.metadata.version("effect-ledger")
+    """`ledger --version` prints the version of the installed tool-ledger distribution."""
+    version = importlib.metadata.version("tool-ledger")
     assert _ok(ledger("--version")) == f"ledger, version {version}\n"
 
 

@@ -522,7 +522,7 @@ def nobody(public_tmp: Path) -> Unprivileged:
                 f"{system} with {REPO} and {site}",
             )
         )
-    expected = f"ledger, version {version('effect-ledger')}\n"
+    expected = f"ledger, version {version('tool-ledger')}\n"
     failures = []
     for candidate in candidates:
         try:

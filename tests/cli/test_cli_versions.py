@@ -83,7 +83,7 @@ def test_every_command_refuses_a_store_of_a_newer_version_in_one_line(
             said
         ), result.args
         assert f"(the newest it knows is {head_revision()})" in said, result.args
-        assert "upgrade the effect-ledger package" in said, result.args
+        assert "upgrade the tool-ledger package" in said, result.args
     assert _contents(store) == before
 
 

@@ -38,7 +38,7 @@ def test_mcp_proxy_without_the_sdk_says_how_to_install_it(tmp_path: Path) -> Non
     result = run_python(script, tmp_path / "store")
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
-        "Error: ledger mcp-proxy needs the MCP SDK: pip install effect-ledger[mcp]"
+        "Error: ledger mcp-proxy needs the MCP SDK: pip install tool-ledger[mcp]"
     ]
     assert not (tmp_path / "store").exists()
 

@@ -82,7 +82,7 @@ def test_without_psycopg_a_url_names_the_extra_to_install(url: str) -> None:
     )
     done = run_python(script, url)
     assert done.returncode == 0, done.stderr
-    assert "effect-ledger[postgresql]" in done.stdout
+    assert "tool-ledger[postgresql]" in done.stdout
 
 
 @pytest.mark.parametrize(

@@ -50,7 +50,7 @@ def test_a_store_of_a_newer_version_is_refused_by_reads_and_writes(url: str) -> 
     said = (
         r"is at schema revision 0099, which this version of the library does not know "
         rf"\(the newest it knows is {head_revision()}\): a newer version wrote it; upgrade "
-        r"the effect-ledger package"
+        r"the tool-ledger package"
     )
     with pytest.raises(SchemaTooNewError, match=said):
         EffectLog.load(RUN, url)

@@ -319,7 +319,7 @@ def test_a_store_at_an_unknown_revision_is_refused(store: Path) -> None:
     said = (
         rf"the store {store.parent} is at schema revision ffffffffffff, which this version of "
         rf"the library does not know \(the newest it knows is {head_revision()}\): a newer "
-        r"version wrote it; upgrade the effect-ledger package"
+        r"version wrote it; upgrade the tool-ledger package"
     )
     with pytest.raises(SchemaTooNewError, match=said):
         EffectLog.load(RUN_ID, store.parent)
