@@ -70,7 +70,8 @@ MUT_NAMES := 'ledger.effects.x_current*' 'ledger.effects.x_settled_clean*' \
 	'ledger.effects.x_assess*' 'ledger.effects.x__evidence*' 'ledger.effects.x_newest_attempt*' \
 	'ledger.effects.x__same_state*' 'ledger.effects.x__before*' 'ledger.effects.x__unchanged*' \
 	'ledger.effects.x__step*' 'ledger._chain.*' 'ledger.sqlite.trust.*' \
-	'ledger.effect_log.x*_recover*' 'ledger.effect_log.x*_hold_exclusive*' \
+	'ledger.effect_log.x*_recover*' 'ledger._run.writes.x*recover*' \
+	'ledger._run.state.x*recovery*' 'ledger._run.journal.x*hold_exclusive*' \
 	'ledger.sqlite.rows.x_preconditions*' 'ledger._combiner.x_acquire_uninterrupted*' \
 	'ledger._combiner.x_wait_for_gate*' 'ledger._mcp.wire.*'
 MUT_JOBS  ?= 2

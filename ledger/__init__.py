@@ -22,7 +22,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ledger._calls import current_call, tool
+    from ledger._run.calls import current_call
+    from ledger._run.tool import tool
     from ledger.effect_log import EffectLog, new_run_id
     from ledger.effects import EffectKind
     from ledger.errors import (
@@ -51,8 +52,8 @@ __all__ = [
 ]
 
 _WHERE = {
-    "tool": "ledger._calls",
-    "current_call": "ledger._calls",
+    "tool": "ledger._run.tool",
+    "current_call": "ledger._run.calls",
     "EffectLog": "ledger.effect_log",
     "new_run_id": "ledger.effect_log",
     "EffectKind": "ledger.effects",

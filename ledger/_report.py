@@ -34,7 +34,7 @@ from pathlib import Path, PurePath
 
 from ledger import _inspect, _text, storage
 from ledger._attention import Attention, needs_person
-from ledger._index import RunIndex
+from ledger._run.index import RunIndex
 from ledger.effects import (
     Assessment,
     EffectClaim,
