@@ -26,18 +26,18 @@ from __future__ import annotations
 import contextvars
 import logging
 import os
-import secrets
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, Unpack
+from typing import Self, Unpack
 
-from ledger import _owner, _paths, storage
+from ledger import _paths, storage
 from ledger._paths import effects_dir
-from ledger._run import calls, files, tool
+from ledger._run import files, tool
+from ledger._run.agent import ToolCalls
 from ledger._run.calls import current_call
-from ledger._run.journal import Journal
+from ledger._run.journal import Journal, check_run_id, location
 from ledger._run.recorded import MAX_RECORDED_BYTES, Recording, Redact
 from ledger._run.requests import (
     ClaimRequest,
@@ -45,9 +45,10 @@ from ledger._run.requests import (
     OutcomeRequest,
     RecordingOptions,
     new_effect_id,
+    new_run_id,
+    only,
 )
 from ledger._run.state import RunState
-from ledger._run.steps import Begin
 from ledger._run.writes import Request, Writes, degraded_error
 from ledger.effects import (
     Assessment,
@@ -65,14 +66,12 @@ from ledger.effects import (
     OperationRef,
     Postcondition,
     Resolution,
-    ResolutionOrigin,
     ResourceRef,
     assess,
     check_identifier,
     utc_now,
 )
 from ledger.errors import EffectPersistenceError, LogDegradedError, RunHeldError
-from ledger.storage import RUN_ID as _RUN_ID
 
 __all__ = [
     "ClaimRequest",
@@ -89,40 +88,10 @@ __all__ = [
 
 log = logging.getLogger("ledger")
 
-
-def new_run_id() -> str:
-    """Return a new run id: 32 lowercase hex characters from the OS CSPRNG."""
-    return secrets.token_hex(16)
-
-
 _fresh_effect_id = new_effect_id  # for methods whose keyword shadows the name
 
 
-def _check_run_id(run_id: object) -> str:
-    if not isinstance(run_id, str):
-        raise InvalidTypeError(f"run_id must be a str, not {type(run_id).__name__}")
-    if not _RUN_ID.fullmatch(run_id):
-        raise ValueError(
-            f"run_id must be 32 lowercase hex characters (use new_run_id()), got {run_id!r:.80}"
-        )
-    return run_id
-
-
-def _location(directory: str | os.PathLike[str] | None) -> storage.Location:
-    """A store directory as an absolute path, or a PostgreSQL URL as given."""
-    if directory is None:
-        directory = _paths.default_store()
-    if not isinstance(directory, (str, os.PathLike)):
-        raise InvalidTypeError(f"directory must be a path or a URL, not {type(directory).__name__}")
-    text = os.fspath(directory)
-    if not text or "\x00" in text:
-        raise ValueError("directory must be a non-empty path or URL without NUL")
-    if storage.is_url(text):
-        return text
-    return Path(text).expanduser().absolute()
-
-
-class EffectLog:
+class EffectLog(ToolCalls):
     """The durable log of one run: claims, outcomes and observations, in ``seq`` order.
 
     Thread-safe: threads may share one log. Many logs, in threads or processes,
@@ -164,8 +133,8 @@ class EffectLog:
         check_identifier(writer_name, "writer_name", optional=True)
         self._recording = Recording.of(record_args, record_result, redact, max_recorded_bytes)
         self._writer_name = writer_name
-        self._run_id = _check_run_id(run_id)
-        self._directory = _location(directory)
+        self._run_id = check_run_id(run_id)
+        self._directory = location(directory)
         if isinstance(self._directory, Path):
             # Agent tools must never reach a store a log points at, even before it exists.
             _paths.remember_store(self._directory)
@@ -427,16 +396,10 @@ class EffectLog:
         If they cannot be persisted, raises :class:`EffectPersistenceError` and none
         of them exists. An empty ``requests`` writes nothing and returns ``()``.
 
-
         ``observed`` are observations written first, in the same transaction (their
         source action is the first claim's): what the worker saw just before the calls.
         """
-        batch = tuple(requests)
-        for request in batch:
-            if not isinstance(request, ClaimRequest):
-                raise InvalidTypeError(
-                    f"claim_many takes ClaimRequest items, not {type(request).__name__}"
-                )
+        batch = only(ClaimRequest, requests, "claim_many")
         if not batch:
             return ()
         return self._claim_all(batch, f"{len(batch)} claims", observed=tuple(observed))
@@ -510,7 +473,6 @@ class EffectLog:
         is written. If they cannot be persisted the log becomes :attr:`degraded` and
         keeps them in memory, as :meth:`outcome` does.
 
-
         ``observed`` are observations written after the outcomes, in the same
         transaction, with ``source_action_id``: what the worker saw just after the calls.
         With ``strict``, outcomes that cannot be persisted raise
@@ -518,12 +480,7 @@ class EffectLog:
         (not degraded), as a claim does: for a caller that loads the run again
         (:meth:`reload`) and writes them once more.
         """
-        batch = tuple(requests)
-        for request in batch:
-            if not isinstance(request, OutcomeRequest):
-                raise InvalidTypeError(
-                    f"outcome_many takes OutcomeRequest items, not {type(request).__name__}"
-                )
+        batch = only(OutcomeRequest, requests, "outcome_many")
         if not isinstance(strict, bool):
             raise InvalidTypeError(f"strict must be a bool, not {type(strict).__name__}")
         observed = tuple(observed)
@@ -601,55 +558,6 @@ class EffectLog:
             writes.submit(pending)
             return pending.records[0]  # type: ignore[return-value]  # the observation
 
-    def begin_step(
-        self,
-        probe: EffectClaim,
-        *,
-        step: str | None,
-        observed: Sequence[ObservationRequest] = (),
-        tool: bool = False,
-    ) -> Begin:
-        """Enter a call's step: replay it, or claim it (first attempt or retry) after ``observed``.
-
-        The door :meth:`effect` and :attr:`tool` go through (see :meth:`effect` for what
-        entering a step does): ``probe`` is the call's claim as checked, ``step`` None the
-        automatic one, ``observed`` the baseline written in the claim's transaction;
-        ``tool`` true makes a replay without a recorded result raise
-        :class:`~ledger.errors.AlreadyDone`. Decided under the log's lock, so two threads
-        entering one step make one attempt. Raises what a call that must not run raises,
-        before anything is written.
-        """
-        with self._cond:
-            self._check_open()
-            planned = self._state.plan_step(probe, step, tool=tool)
-            plan = planned.plan
-            if plan.replay is not None:
-                return Begin(plan.replay, plan.attempt, replayed=True, outcome=planned.outcome)
-            effect_id = probe.effect_id
-            if plan.retry_of is not None and effect_id in self._state.claimed:
-                # The code gives its call an effect id: the step's first attempt has it.
-                effect_id = _fresh_effect_id()
-        # Claimed with the lock released, as every claim is (the queue takes it once):
-        # _claim_all checks again that a retry is still due and a first attempt's step free.
-        request = ClaimRequest(
-            effect_id=effect_id,
-            action_id=probe.action_id if probe.action_id != probe.effect_id else effect_id,
-            operation=probe.operation,
-            impact_scope=probe.impact_scope,
-            obligations=probe.obligations,
-            kind=probe.kind,
-            retry_of=plan.retry_of,
-            step=planned.step,
-            args=probe.args,
-        )
-        claim = self._claim_all(
-            (request,),
-            f"claim {effect_id!r}",
-            retrying=plan.retry_of if plan.checked else None,
-            observed=observed,
-        )[0]
-        return Begin(claim, plan.attempt)
-
     # ------------------------------------------------------------------ queries
 
     def history(self) -> History:
@@ -726,14 +634,7 @@ class EffectLog:
         """
         with self._cond:
             self._check_open()
-            self._state.claim_of(effect_id)
-            if not isinstance(applied, bool):
-                raise InvalidTypeError(f"applied must be a bool, not {type(applied).__name__}")
-            if not isinstance(allow_self, bool):
-                raise InvalidTypeError(
-                    f"allow_self must be a bool, not {type(allow_self).__name__}"
-                )
-            self._state.check_resolvable(effect_id)
+            self._state.check_resolvable(effect_id, applied=applied, allow_self=allow_self)
             record = Resolution(
                 effect_id=effect_id,
                 seq=self._state.next_free,
@@ -741,7 +642,7 @@ class EffectLog:
                 by=by,
                 recorded_at=utc_now(),
                 note=note,
-                **self._written_by(allow_self=allow_self),
+                **self._writes.written_by(allow_self=allow_self),
             )
             if self.degraded:
                 raise degraded_error(self._run_id)
@@ -750,21 +651,6 @@ class EffectLog:
             if pending.error is not None:
                 raise pending.error
             return pending.records[0]  # type: ignore[return-value]  # the resolution
-
-    def _written_by(self, *, allow_self: bool) -> dict[str, Any]:
-        """The fields of a resolution that say which process wrote it, and as what."""
-        if self._writes.visitor is not None:
-            origin, program = ResolutionOrigin.PERSON, self._writes.visitor
-        else:
-            origin = ResolutionOrigin.RECONCILER if allow_self else ResolutionOrigin.WORKER
-            program = _owner.program()
-        return {
-            "origin": origin,
-            "os_user": _owner.os_user(),
-            "host": _owner.host_name(),
-            "program": program,
-            "pid": os.getpid(),
-        }
 
     def recover_interrupted(self) -> tuple[EffectOutcome, ...]:
         """Mark every claim without any outcome INTERRUPTED / POSSIBLE, in one transaction.
@@ -798,102 +684,3 @@ class EffectLog:
             if not appended:
                 return ()
             return self._writes.recover(appended, now, force=force)
-
-    # ------------------------------------------------------------------ tool calls
-
-    def effect(
-        self,
-        operation: str,
-        *,
-        args: object = None,
-        kind: EffectKind = EffectKind.WRITE,
-        impact_scope: Iterable[ResourceRef | calls.Referable] = (),
-        obligations: Iterable[Postcondition] = (),
-        effect_id: str | None = None,
-        action_id: str | None = None,
-        backend: str = "",
-        no_impact: calls.ExceptionTypes = (),
-        step: str | None = None,
-        record_args: bool | None = None,
-        record_result: bool | None = None,
-        redact: Redact | None = None,
-    ) -> calls.EffectScope:
-        """One tool call as one effect: ``with log.effect("op", args=...) as call:``.
-
-        Entering (``with`` or ``async with``) first observes every file a postcondition
-        names (the baseline :func:`~ledger.effects.decide` compares with), then claims
-        the effect, durably, before the body runs. A normal exit records
-        ``REPORTED_SUCCESS`` with impact ``CERTAIN`` (``NONE`` for a ``READ``); an
-        exception records ``FAILED`` with impact ``POSSIBLE`` (``NONE`` for a type in
-        ``no_impact``) and goes on unchanged; an outcome the body gave through
-        ``call.succeeded()`` or ``call.failed()`` is kept. Then those files are observed
-        again, so a write that landed is ``VERIFIED``.
-
-        ``step`` names the call across restarts (a framework's tool-call id); without one,
-        the n-th call of this log with an operation and arguments digest is the n-th such
-        call of the run. Entering a step that has attempts acts on its decision and writes
-        nothing unless the body is to run: ``DONE`` replays (``call.replayed`` is true and
-        ``call.result`` the recorded result: the body checks ``call.replayed``), ``RETRY``
-        claims a retry with the same idempotency key, ``WAIT`` raises
-        :class:`~ledger.errors.StillRunning`, ``ESCALATE``
-        :class:`~ledger.errors.NeedsResolution`. A ``WRITE`` or ``IRREVERSIBLE`` call into
-        the scope of an effect in doubt raises ``NeedsResolution`` too.
-
-        ``args`` (``None``: ``{}``) is digested with :func:`~ledger.effects.args_digest`
-        and recorded (``record_args``, through ``redact``); ``impact_scope`` takes
-        references or resources (``FilesystemResource``, ``OwnedResource``,
-        ``ExternalResource``); ``effect_id`` defaults to a fresh unique id, ``action_id``
-        to the effect id. Every argument is checked here: nothing is written for a bad
-        one (``ValueError`` / ``TypeError``). In asyncio code the writes run off the event
-        loop; see docs/api.md for cancellation.
-        """
-        return calls.EffectScope(
-            self,
-            operation,
-            args=args,
-            kind=kind,
-            impact_scope=impact_scope,
-            obligations=obligations,
-            effect_id=effect_id,
-            action_id=action_id,
-            backend=backend,
-            no_impact=no_impact,
-            step=step,
-            recording=self._recording.given(record_args, record_result, redact),
-        )
-
-    @property
-    def tool(self) -> tool.Tool:
-        """A decorator making each call of a function (sync or async) one :meth:`effect`.
-
-        ``@log.tool`` or ``@log.tool(kind=..., operation=None, impact_scope=None,
-        obligations=None, backend="", no_impact=(), step=None, record_args=None,
-        record_result=None, redact=None)``: the call's bound arguments (defaults applied)
-        are the effect's ``args``, the function's ``__name__`` its operation unless one is
-        given, its return value the recorded result; ``impact_scope``, ``obligations`` and
-        ``step`` may be callables taking the function's arguments. A call whose step is
-        done returns the recorded result, or raises :class:`~ledger.errors.AlreadyDone`
-        when none was recorded (a ``READ`` runs again). The wrapper keeps the function's
-        name, docstring and signature.
-        """
-        return tool.Tool(self)
-
-    def observe_file(
-        self,
-        resource: files.FileTarget,
-        *,
-        source_action_id: str,
-        observation_id: str | None = None,
-    ) -> Observation:
-        """Read a file and record what it holds: its SHA-256, or that it is absent.
-
-        ``resource`` is a ``FilesystemResource`` or an ``fs`` :class:`ResourceRef`. A
-        regular file is read whole (``FILESYSTEM_READ``, ``COMPLETE``); symlinks are
-        followed, and a dangling one is absent. A directory, a FIFO, a socket, a device
-        or a file this process may not read is recorded as existing without a digest
-        (``FILESYSTEM_STAT``). ``OSError`` when not even its existence can be told.
-        ``observation_id`` defaults to a fresh unique id.
-        """
-        return files.observe_file(
-            self, resource, source_action_id=source_action_id, observation_id=observation_id
-        )

@@ -50,6 +50,7 @@ from ledger._run.recorded import Recording
 from ledger._run.requests import ObservationRequest, OutcomeRequest, new_effect_id
 from ledger.effects import (
     Assessment,
+    Coverage,
     EffectClaim,
     EffectKind,
     EffectOutcome,
@@ -57,6 +58,8 @@ from ledger.effects import (
     History,
     Impact,
     InvalidTypeError,
+    Observation,
+    ObservationMechanism,
     OperationRef,
     Postcondition,
     ResourceRef,
@@ -140,6 +143,19 @@ class Log(Protocol):
         observed: Sequence[ObservationRequest] = ...,
         source_action_id: str = ...,
     ) -> tuple[EffectOutcome, ...]: ...
+
+    def observe(
+        self,
+        *,
+        observation_id: str,
+        resource: ResourceRef,
+        mechanism: ObservationMechanism,
+        coverage: Coverage,
+        source_action_id: str,
+        exists: bool | None = ...,
+        sha256: str | None = ...,
+        revision: str | None = ...,
+    ) -> Observation: ...
 
     def history(self) -> History: ...
 

@@ -10,13 +10,40 @@ connections: they are the process's few.
 from __future__ import annotations
 
 import functools
+import os
+from pathlib import Path
 
-from ledger import _dropped, storage
-from ledger.effects import History
+from ledger import _dropped, _paths, storage
+from ledger.effects import History, InvalidTypeError
 from ledger.errors import EffectPersistenceError, RunHeldError
-from ledger.storage import Batch, Lease, Mode, Store, relabel
+from ledger.storage import RUN_ID, Batch, Lease, Mode, Store, relabel
 
-__all__ = ["Journal"]
+__all__ = ["Journal", "check_run_id", "location"]
+
+
+def check_run_id(run_id: object) -> str:
+    """``run_id`` if it is one (32 lowercase hex characters); the caller's error if not."""
+    if not isinstance(run_id, str):
+        raise InvalidTypeError(f"run_id must be a str, not {type(run_id).__name__}")
+    if not RUN_ID.fullmatch(run_id):
+        raise ValueError(
+            f"run_id must be 32 lowercase hex characters (use new_run_id()), got {run_id!r:.80}"
+        )
+    return run_id
+
+
+def location(directory: str | os.PathLike[str] | None) -> storage.Location:
+    """A store directory as an absolute path, or a PostgreSQL URL as given."""
+    if directory is None:
+        directory = _paths.default_store()
+    if not isinstance(directory, (str, os.PathLike)):
+        raise InvalidTypeError(f"directory must be a path or a URL, not {type(directory).__name__}")
+    text = os.fspath(directory)
+    if not text or "\x00" in text:
+        raise ValueError("directory must be a non-empty path or URL without NUL")
+    if storage.is_url(text):
+        return text
+    return Path(text).expanduser().absolute()
 
 
 class Journal:

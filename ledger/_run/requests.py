@@ -12,7 +12,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import NamedTuple, TypedDict
+from typing import NamedTuple, TypedDict, TypeVar, cast
 
 from ledger._run.recorded import Redact
 from ledger.effects import (
@@ -20,6 +20,7 @@ from ledger.effects import (
     EffectKind,
     ExecutionOutcome,
     Impact,
+    InvalidTypeError,
     ObservationMechanism,
     OperationRef,
     Postcondition,
@@ -32,7 +33,27 @@ __all__ = [
     "OutcomeRequest",
     "RecordingOptions",
     "new_effect_id",
+    "new_run_id",
+    "only",
 ]
+
+T = TypeVar("T")
+
+
+def new_run_id() -> str:
+    """Return a new run id: 32 lowercase hex characters from the OS CSPRNG."""
+    return secrets.token_hex(16)
+
+
+def only(kind: type[T], requests: Iterable[object], method: str) -> tuple[T, ...]:
+    """``requests`` as a tuple, each a ``kind``; the caller's error naming the first not."""
+    batch = tuple(requests)
+    for request in batch:
+        if not isinstance(request, kind):
+            raise InvalidTypeError(
+                f"{method} takes {kind.__name__} items, not {type(request).__name__}"
+            )
+    return cast("tuple[T, ...]", batch)
 
 
 def new_effect_id() -> str:

@@ -317,9 +317,13 @@ class RunState:
             )
         return records
 
-    def check_resolvable(self, effect_id: str) -> None:
-        """Refuse a second resolution of ``effect_id`` (its claim must exist)."""
+    def check_resolvable(self, effect_id: str, *, applied: object, allow_self: object) -> None:
+        """Check a resolution's arguments; refuse a second one of ``effect_id``."""
         self.claim_of(effect_id)
+        if not isinstance(applied, bool):
+            raise InvalidTypeError(f"applied must be a bool, not {type(applied).__name__}")
+        if not isinstance(allow_self, bool):
+            raise InvalidTypeError(f"allow_self must be a bool, not {type(allow_self).__name__}")
         if self.index.resolution(effect_id) is not None or effect_id in self.queued_resolutions:
             raise ValueError(f"effect {effect_id!r} is already resolved")
 

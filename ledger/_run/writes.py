@@ -14,13 +14,22 @@ import logging
 import os
 import threading
 from collections.abc import Sequence
+from typing import Any
 
+from ledger import _owner
 from ledger._chain import GENESIS
 from ledger._combiner import Combiner, Entry, acquire_uninterrupted
 from ledger._owner import Writer
 from ledger._run.journal import Journal
 from ledger._run.state import RunState, renumber
-from ledger.effects import EffectClaim, EffectOutcome, Observation, Record, utc_now
+from ledger.effects import (
+    EffectClaim,
+    EffectOutcome,
+    Observation,
+    Record,
+    ResolutionOrigin,
+    utc_now,
+)
 from ledger.errors import EffectPersistenceError, LogDegradedError, StoreTamperedError
 from ledger.storage import Batch
 
@@ -103,6 +112,21 @@ class Writes:
             what,
             error,
         )
+
+    def written_by(self, *, allow_self: bool) -> dict[str, Any]:
+        """The fields of a resolution that say which process wrote it, and as what."""
+        if self.visitor is not None:
+            origin, program = ResolutionOrigin.PERSON, self.visitor
+        else:
+            origin = ResolutionOrigin.RECONCILER if allow_self else ResolutionOrigin.WORKER
+            program = _owner.program()
+        return {
+            "origin": origin,
+            "os_user": _owner.os_user(),
+            "host": _owner.host_name(),
+            "program": program,
+            "pid": os.getpid(),
+        }
 
     def _writer(self) -> Writer | None:
         if self.visitor is not None or self.writer_pid == os.getpid():
