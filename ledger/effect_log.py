@@ -488,9 +488,9 @@ class EffectLog(ToolCalls):
             return ()
         if observed:
             check_identifier(source_action_id, "source_action_id")
-        action = (
-            f"outcome of {batch[0].effect_id!r}" if len(batch) == 1 else f"{len(batch)} outcomes"
-        )
+        action = f"{len(batch)} outcomes" if batch else f"{len(observed)} observations"
+        if len(batch) == 1:
+            action = f"outcome of {batch[0].effect_id!r}"
         return self._outcome_all(
             batch, action, observed=observed, source_action_id=source_action_id, strict=strict
         )
