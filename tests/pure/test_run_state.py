@@ -8,6 +8,9 @@ entering a step does, and what recovery appends. No store, no clock, no thread.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from hypothesis import given, settings
 
@@ -78,6 +81,21 @@ def seen(observation_id: str) -> ObservationRequest:
 
 
 # --------------------------------------------------------------------------- memory
+
+
+def test_the_run_state_loads_nothing_of_storage() -> None:
+    """Importing the run state loads no storage layer, no backend and no log."""
+    script = (
+        "import sys\n"
+        "import ledger._run.state\n"
+        "prefixes = ('sqlalchemy', 'alembic', 'ledger.storage', 'ledger.sqlite', "
+        "'ledger.postgresql', 'ledger.effect_log', 'ledger._run.journal', 'ledger._run.writes')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(prefixes)))\n"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert child.stdout.strip() == "[]"
 
 
 @settings(max_examples=200, deadline=None)
