@@ -72,7 +72,8 @@ MUT_NAMES := 'ledger._core.assessment.x_current*' 'ledger._core.assessment.x_set
 	'ledger._core.decision.x_newest_attempt*' 'ledger._core.decision.x__same_state*' \
 	'ledger._core.decision.x__before*' 'ledger._core.decision.x__unchanged*' \
 	'ledger._core.decision.x__step*' 'ledger._chain.*' 'ledger.sqlite.trust.*' \
-	'ledger.effect_log.x*_recover*' 'ledger.effect_log.x*_hold_exclusive*' \
+	'ledger.effect_log.x*_recover*' 'ledger._run.writes.x*recover*' \
+	'ledger._run.state.x*recovery*' 'ledger._run.journal.x*hold_exclusive*' \
 	'ledger.sqlite.rows.x_preconditions*' 'ledger._combiner.x_acquire_uninterrupted*' \
 	'ledger._combiner.x_wait_for_gate*' 'ledger._mcp.wire.*'
 MUT_JOBS  ?= 2

@@ -27,10 +27,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ledger._calls import AsyncEffectCall, EffectCall, EffectScope, current_call, tool
+    from ledger._run.calls import AsyncEffectCall, EffectCall, EffectScope, current_call
+    from ledger._run.tool import tool
     from ledger.effect_log import (
         ClaimRequest,
         EffectLog,
+        ObservationRequest,
         OutcomeRequest,
         RecordingOptions,
         effects_dir,
@@ -90,11 +92,12 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 # What EffectLog.effect returns (EffectScope) and what entering it gives (EffectCall, or
-# AsyncEffectCall with ``async with``): defined beside ``tool``, wherever that is.
+# AsyncEffectCall with ``async with``): defined beside ``current_call``.
 _CALL_TYPES = ("AsyncEffectCall", "EffectCall", "EffectScope")
 _EFFECT_LOG = (
     "ClaimRequest",
     "EffectLog",
+    "ObservationRequest",
     "OutcomeRequest",
     "RecordingOptions",
     "effects_dir",
@@ -148,14 +151,14 @@ _RESOURCES = ("ExternalResource", "FilesystemResource", "FilesystemRoot", "Owned
 
 # Where each public name is defined, so that it loads on first use.
 _WHERE = {
-    "tool": "ledger._calls",
-    "current_call": "ledger._calls",
+    "tool": "ledger._run.tool",
+    "current_call": "ledger._run.calls",
     **dict.fromkeys(_EFFECT_LOG, "ledger.effect_log"),
     **dict.fromkeys(_EFFECTS, "ledger.effects"),
     **dict.fromkeys(_ERRORS, "ledger.errors"),
     **dict.fromkeys(_RESOURCES, "ledger.resources"),
 }
-_WHERE.update(dict.fromkeys(_CALL_TYPES, _WHERE["tool"]))
+_WHERE.update(dict.fromkeys(_CALL_TYPES, "ledger._run.calls"))
 
 __all__ = [
     "AlreadyDone",
@@ -184,6 +187,7 @@ __all__ = [
     "NextStep",
     "Observation",
     "ObservationMechanism",
+    "ObservationRequest",
     "OperationRef",
     "OutcomeRequest",
     "OwnedResource",

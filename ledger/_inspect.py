@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ledger import storage
-from ledger._index import RunIndex
 from ledger._owner import Writer
+from ledger._run.index import RunIndex
 from ledger.effect_log import EffectLog
 from ledger.effects import Assessment, Decision, EffectOutcome, History, Resolution, assess
 from ledger.storage import (

@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 
 from ledger import effects as fx
 from ledger import errors
+from ledger._run.writes import Writes
 from ledger.effect_log import ClaimRequest, EffectLog, OutcomeRequest, new_run_id
 from ledger.resources import FilesystemResource, FilesystemRoot
 
@@ -332,7 +333,7 @@ def resolutions_before_0013() -> Iterator[None]:
     that records its writer loses it there, and with it its hash.
     """
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(EffectLog, "_written_by", lambda _log, *, allow_self: {})
+        patch.setattr(Writes, "written_by", lambda _writes, *, allow_self: {})
         yield
 
 

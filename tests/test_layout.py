@@ -51,8 +51,6 @@ FLOORS = {
     "ledger.resources": 0,
     "ledger._owner": 0,
     "ledger._paths": 0,
-    "ledger._index": 0,
-    "ledger._recorded": 0,
     "ledger._combiner": 0,
     # 1: the contract between the log and the stores.
     "ledger.errors": 1,
@@ -64,8 +62,7 @@ FLOORS = {
     "ledger.postgresql": 3,
     # 4: the log, and what it is made of.
     "ledger.effect_log": 4,
-    "ledger._calls": 4,
-    "ledger._resume": 4,
+    "ledger._run": 4,
     "ledger._dropped": 4,
     # 5: the surfaces: the command, its reports and reads, the proxy, the bench, the demo.
     "ledger": 5,  # the package itself: what ``import ledger`` offers

@@ -15,16 +15,15 @@ resolution never stops the proxy.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 
 from ledger import _inspect, storage
-from ledger._index import RunIndex
 from ledger._paths import DB_NAME
-from ledger._recorded import MAX_RECORDED_BYTES, recordable
-from ledger.effect_log import EffectLog, new_effect_id, new_run_id
+from ledger._run.index import RunIndex
+from ledger._run.recorded import MAX_RECORDED_BYTES, recordable
+from ledger.effect_log import EffectLog, OutcomeRequest, new_effect_id, new_run_id
 from ledger.effects import (
     EffectClaim,
     EffectKind,
@@ -135,28 +134,6 @@ class Refusal:
             f"{self.run_id} {self.effect_id} --applied --by NAME{store}` (or --not-applied); "
             f"`ledger show {self.run_id}{store}` shows the run."
         )
-
-
-_LOG = logging.getLogger("ledger")
-
-
-class _HeldBack(logging.Filter):
-    """Holds back what this thread logs on the ``ledger`` logger, to let it go or drop it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._thread = threading.get_ident()
-        self._records: list[logging.LogRecord] = []
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.thread != self._thread:
-            return True
-        self._records.append(record)
-        return False
-
-    def release(self) -> None:
-        for record in self._records:
-            _LOG.handle(record)
 
 
 class ProxyRun:
@@ -328,45 +305,30 @@ class ProxyRun:
         if not recorded:
             result = None
 
-        def write() -> None:
-            self._log.outcome(
-                effect_id=effect_id,
-                execution=execution,
-                impact=impact,
-                result=result,
-                result_recorded=recorded,
-            )
-
+        request = OutcomeRequest(
+            effect_id=effect_id,
+            execution=execution,
+            impact=impact,
+            result=result,
+            result_recorded=recorded,
+        )
         with self._lock:
-            held = _HeldBack()
-            _LOG.addFilter(held)
             try:
-                write()
-                written = not self._log.degraded
+                # Strict: an outcome that cannot be written raises and leaves the log as it
+                # was, rather than degrading it ("nothing more will be written" is not so
+                # here): the run is loaded again and the outcome written once more.
+                self._log.outcome_many((request,), strict=True)
             except EffectPersistenceError:
-                written = False
-            finally:
-                _LOG.removeFilter(held)
-            if written:
-                held.release()
-            else:
-                # What the log said as it degraded ("nothing more will be written") is
-                # not so here: the run is loaded again and the outcome written once more.
                 self._reload()
                 if self._log.assess(effect_id).execution is None:
-                    write()
-                if self._log.degraded:
-                    raise EffectPersistenceError(
-                        f"the outcome of effect {effect_id} of run {self.run_id} was not persisted"
-                    )
+                    self._log.outcome_many((request,), strict=True)
             if self._log.decide(effect_id).step is NextStep.ESCALATE:
                 self._doubtful.setdefault(self._keys[effect_id], set()).add(effect_id)
 
     def _reload(self) -> None:
         """Load the run again: the store may hold records another process wrote."""
         with self._lock:
-            self._log.close()
-            self._log = EffectLog.load(self.run_id, self.directory, writer_name=self.name)
+            self._log = self._log.reload()
 
     def close(self) -> None:
         """Release the run."""

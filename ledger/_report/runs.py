@@ -14,7 +14,6 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 from ledger import _inspect, _text
-from ledger._index import RunIndex
 from ledger._report.html import when
 from ledger._report.model import (
     GAP_S,
@@ -35,6 +34,7 @@ from ledger._report.model import (
     Tick,
     Timeline,
 )
+from ledger._run.index import RunIndex
 from ledger.effects import (
     Assessment,
     EffectClaim,

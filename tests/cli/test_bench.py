@@ -254,8 +254,8 @@ def _synchronous(log: EffectLog) -> int:
     log.claim(
         effect_id=f"e{len(log.history().claims)}", action_id="a", operation=op(), impact_scope=[]
     )
-    assert log._store is not None
-    level: int = log._store._connection().execute("PRAGMA synchronous").fetchone()[0]
+    assert log._journal.store is not None
+    level: int = log._journal.store._connection().execute("PRAGMA synchronous").fetchone()[0]
     return level
 
 

@@ -1095,7 +1095,7 @@ def test_recovery_waits_for_a_claim_in_flight_and_settles_it_too(
             claiming = in_thread(
                 lambda: log.claim(effect_id="e2", action_id="a2", operation=op(), impact_scope=[])
             )
-            wait_for(lambda: "e2" in log._queued_claims, "the claim is queued")
+            wait_for(lambda: "e2" in log._state.queued_claims, "the claim is queued")
             log.history()  # returns once the claim's thread let go of the log: it is writing
             recovering = in_thread(log.recover_interrupted)
             wait_for(recovering.waits_for_the_log, "recovery waits for the claim in flight")
@@ -1115,12 +1115,12 @@ def test_a_claim_made_while_recovery_commits_is_numbered_after_it(
     with EffectLog.load(run_id, store_dir) as log:
         with backend.write_locked(store_dir):
             recovering = in_thread(log.recover_interrupted)
-            wait_for(lambda: "e1" in log._queued_settles, "recovery is settling e1")
+            wait_for(lambda: "e1" in log._state.queued_settles, "recovery is settling e1")
             log.history()  # recovery let go of the log: it is committing
             claiming = in_thread(
                 lambda: log.claim(effect_id="e3", action_id="a3", operation=op(), impact_scope=[])
             )
-            wait_for(lambda: "e3" in log._queued_claims, "the claim is queued")
+            wait_for(lambda: "e3" in log._state.queued_claims, "the claim is queued")
         assert [(o.effect_id, o.seq) for o in recovering.result()] == [("e1", 2)]
         assert claiming.result().seq == 3
         assert not log.degraded
@@ -1205,10 +1205,10 @@ def test_two_threads_retrying_one_effect_at_once_make_one_retry(
         assert log.decide("e1").step is fx.NextStep.RETRY
         with backend.write_locked(store_dir):
             first = in_thread(lambda: log.retry("e1", new_effect_id="r1"))
-            wait_for(lambda: "r1" in log._queued_claims, "the first retry is queued")
+            wait_for(lambda: "r1" in log._state.queued_claims, "the first retry is queued")
             second = in_thread(lambda: log.retry("e1", new_effect_id="r2"))
             wait_for(
-                lambda: not second.thread.is_alive() or "r2" in log._queued_claims,
+                lambda: not second.thread.is_alive() or "r2" in log._state.queued_claims,
                 "the second retry is decided",
             )
         assert first.result().retry_of == "e1"

@@ -1,6 +1,6 @@
 """The log's index, through a real log and through the reads behind ``ledger show``.
 
-A log's ``assess`` and the reports' ``assess_all`` use the index (``ledger._index``) on
+A log's ``assess`` and the reports' ``assess_all`` use the index (``ledger._run.index``) on
 what they hold; on generated histories (``tests.builders.histories``) both give what the
 pure ``assess`` gives over the whole run. The index itself is in
 ``tests/pure/test_index.py``.

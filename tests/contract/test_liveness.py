@@ -197,7 +197,7 @@ def test_a_forked_child_does_not_think_it_holds_its_parents_lock(
     orphan_run(store_dir, run_id)
     log = EffectLog.load(run_id, store_dir)
     try:
-        lease = log._lease
+        lease = log._journal.lease
         assert lease is not None
         assert lease.held
         read_end, write_end = os.pipe()

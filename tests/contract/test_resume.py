@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 import ledger
 from ledger import _inspect, _paths
 from ledger import effects as fx
-from ledger._resume import auto_step
+from ledger._run.steps import auto_step
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.errors import (
     AlreadyDone,

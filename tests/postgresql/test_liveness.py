@@ -158,7 +158,7 @@ def test_a_closed_log_gives_its_run_back_before_its_session_ends(url: str, tmp_p
     relay = Relay(url, tmp_path / "relay")
     try:
         log = EffectLog.load(run_id, relay.url)
-        holder = log._store.holder._raw.driver_connection.info.backend_pid
+        holder = log._journal.store.holder._raw.driver_connection.info.backend_pid
         log.close()
         sessions = driver.POSTGRESQL.query(
             url, "SELECT pid FROM pg_stat_activity WHERE datname = ?", (driver.database(url),)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 
 from ledger import effects as fx
-from ledger._index import RunIndex
+from ledger._run.index import RunIndex
 from tests.builders import fs_ref, histories, op
 
 

@@ -57,14 +57,14 @@ def maybe_crash(step):
 
 @ledger.tool(kind=fx.EffectKind.READ)
 def fetch(page: int) -> dict:
-    key = ledger._calls.current_call().idempotency_key
+    key = ledger.current_call().idempotency_key
     ran(f"fetch{page}", key)
     maybe_crash(f"fetch{page}")
     return {"page": page}
 
 @ledger.tool(kind=fx.EffectKind.IDEMPOTENT, impact_scope=[ExternalResource(url)])
 def pay(cents: int) -> dict:
-    key = ledger._calls.current_call().idempotency_key
+    key = ledger.current_call().idempotency_key
     ran("pay", key)
     request = urllib.request.Request(
         url, data=str(cents).encode(), method="POST", headers={"Idempotency-Key": key})

@@ -140,7 +140,7 @@ def test_recovery_waiting_for_a_write_that_degrades_the_log_refuses(
         log.claim(effect_id="e2", action_id="a2", operation=op(), impact_scope=[])
         with write_locked(log.path) as other:
             settling = in_thread(lambda: log.outcome(effect_id="e2", execution=FAILED, impact=NONE))
-            wait_for(lambda: "e2" in log._queued_settles, "the outcome is queued")
+            wait_for(lambda: "e2" in log._state.queued_settles, "the outcome is queued")
             log.history()  # the outcome's thread is writing
             recovering = in_thread(log.recover_interrupted)
             wait_for(recovering.waits_for_the_log, "recovery waits for the outcome in flight")

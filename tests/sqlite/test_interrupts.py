@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from ledger import effects as fx
-from ledger._index import RunIndex
+from ledger._run.index import RunIndex
 from ledger.effect_log import ClaimRequest, EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite import store as _store
 from ledger.sqlite.commit import GroupCommit, Job
@@ -81,13 +81,13 @@ def waiting_in(thread: threading.Thread, function: str) -> bool:
 def blocked_retaking_the_log_lock(ident: int) -> bool:
     """Whether the thread, queued on a log, is past its gate and blocked taking the log's lock."""
     frames = stack(ident)
-    # The log's queue (ledger._combiner), called from the log's _submit, retaking its lock.
+    # The log's queue (ledger._combiner), called from its writes' submit, retaking its lock.
     waking = [
         i
         for i, (function, line) in enumerate(frames[:-1])
         if function == "submit" and "acquire_uninterrupted(self.lock)" in line
     ]
-    return bool(waking) and frames[waking[0] + 1][0] == "_submit" and ".acquire(" in frames[0][1]
+    return bool(waking) and frames[waking[0] + 1][0] == "submit" and ".acquire(" in frames[0][1]
 
 
 class Pause:
@@ -274,11 +274,11 @@ def test_ctrl_c_in_the_leader_mid_transaction_rolls_back_and_settles_every_calle
     first.wait_entered()  # main, then the outcome, then the claim queue behind it
 
     def outcome_after_main() -> fx.EffectOutcome:
-        wait_for(lambda: log._writes.waiting == 1, "main's claim is queued")
+        wait_for(lambda: log._writes.queue.waiting == 1, "main's claim is queued")
         return settle(log, "e0")
 
     def claim_after_outcome() -> fx.EffectClaim:
-        wait_for(lambda: log._writes.waiting == 2, "the outcome is queued")
+        wait_for(lambda: log._writes.queue.waiting == 2, "the outcome is queued")
         return claim(log, "c1")
 
     def ctrl_c() -> None:  # in the transaction holding main's batch, which main leads
@@ -287,7 +287,8 @@ def test_ctrl_c_in_the_leader_mid_transaction_rolls_back_and_settles_every_calle
     def release_when_queued() -> None:
         try:
             wait_for(
-                lambda: log._writes.waiting == 3, "main's claim, the outcome and c1 are queued"
+                lambda: log._writes.queue.waiting == 3,
+                "main's claim, the outcome and c1 are queued",
             )
             rig.after_jobs(log.run_id, ctrl_c)
         finally:
@@ -302,7 +303,7 @@ def test_ctrl_c_in_the_leader_mid_transaction_rolls_back_and_settles_every_calle
     assert leader.result().seq == 2
 
     # Nothing of the interrupted transaction stays open on the connection the store holds.
-    assert not log._store._connection().in_transaction
+    assert not log._journal.store._connection().in_transaction
     with contextlib.closing(sqlite3.connect(log.path, timeout=0.5, isolation_level=None)) as conn:
         conn.execute("BEGIN IMMEDIATE")  # another connection can take the write lock
         conn.execute("ROLLBACK")
@@ -366,7 +367,7 @@ def test_ctrl_c_while_a_write_waits_for_sqlites_write_lock_leaves_no_transaction
         helper.result()
     finally:
         other.close()
-    assert not log._store._connection().in_transaction
+    assert not log._journal.store._connection().in_transaction
     assert claim(log, "e2").seq == 2
 
 
@@ -400,7 +401,7 @@ def test_ctrl_c_while_a_write_waits_for_its_turn_leaves_the_turn_to_others(
         holder.stdin.flush()
         holder.wait(TIMEOUT)
     wait_for(lambda: turn_seen_from_another_process(store_dir) == "free", "the turn is given back")
-    assert not log._store._connection().in_transaction
+    assert not log._journal.store._connection().in_transaction
     assert claim(log, "e2").seq == 2
 
 
@@ -411,7 +412,7 @@ def test_ctrl_c_while_another_leader_commits_the_claim_keeps_memory_equal_to_the
     log, other, third = (rig.log(EffectLog(new_run_id(), store_dir)) for _ in range(3))
     for each in (log, other, third):
         claim(each, "e0")
-    group = log._store.group
+    group = log._journal.store.group
     first = rig.hold(other.run_id)
     store_leader = rig.start("store leader", claim, other, "z1")
     first.wait_entered()
@@ -457,7 +458,7 @@ def test_ctrl_c_just_before_commit_acknowledges_no_job(
     log, other, third = (rig.log(EffectLog(new_run_id(), store_dir)) for _ in range(3))
     for each in (log, other, third):
         claim(each, "e0")
-    group = log._store.group
+    group = log._journal.store.group
     first = rig.hold(other.run_id)
     store_leader = rig.start("store leader", claim, other, "z1")
     first.wait_entered()
@@ -497,7 +498,7 @@ def test_ctrl_c_just_before_commit_acknowledges_no_job(
     with pytest.raises(EffectPersistenceError, match="interrupted"):
         followers[0].result()
 
-    assert not log._store._connection().in_transaction
+    assert not log._journal.store._connection().in_transaction
     for each in (log, third):
         stored = loaded(each.run_id, store_dir)
         assert [c.effect_id for c in stored.claims] == ["e0"]
@@ -534,7 +535,9 @@ def test_ctrl_c_right_after_being_handed_the_leadership_strands_nothing(
 
     def interrupt_once_handed_over() -> None:
         try:
-            wait_for(lambda: log._writes.waiting == 1, "main's claim is queued behind recovery")
+            wait_for(
+                lambda: log._writes.queue.waiting == 1, "main's claim is queued behind recovery"
+            )
             recovering.release()
             indexing.wait_entered()  # recovery has handed the log over to main
             wait_for(
@@ -580,11 +583,11 @@ def test_an_outcome_racing_the_recovery_of_its_effect_is_refused(
     try:
         outcome = rig.start("outcome of e1", settle, log, "e1")
         wait_for(
-            lambda: not outcome.thread.is_alive() or log._writes.waiting == 1,
+            lambda: not outcome.thread.is_alive() or log._writes.queue.waiting == 1,
             "the outcome is refused or queued behind recovery",
         )
         innocent = rig.start("claim e3", claim, log, "e3")
-        wait_for(lambda: "e3" in log._queued_claims, "the claim is queued")
+        wait_for(lambda: "e3" in log._state.queued_claims, "the claim is queued")
     finally:
         recovering.release()
 

@@ -934,7 +934,7 @@ def test_every_pooled_connection_has_the_durability_pragmas(tmp_path: Path) -> N
 def test_a_write_transaction_runs_with_the_durability_pragmas(log: EffectLog) -> None:
     """The connection a log write uses is WAL, synchronous FULL, with foreign keys on."""
     log.claim(effect_id="e1", action_id="a1", operation=op(), impact_scope=[])
-    store = log._store
+    store = log._journal.store
     assert store is not None
     readings: dict[str, Any] = {}
     # Inside the transaction every log write runs in, on the connection it writes on.

@@ -95,7 +95,7 @@ def test_logs_an_earlier_test_left_open_do_not_starve_these_tests(tmp_path: Path
 
 
 def _watch_of(log: EffectLog) -> watch.Watch:
-    return log._store._watch  # type: ignore[union-attr]
+    return log._journal.store._watch  # type: ignore[union-attr]
 
 
 def _link(store: Path, elsewhere: Path, name: str) -> Callable[[], None]:
@@ -157,7 +157,7 @@ def test_a_store_at_work_stays_quiet(store_dir: Path, run_id: str) -> None:
         claim_small(log, "e40")
         assert _watch_of(log).quiet()
         # A checkpoint that empties the -wal truncates it: a write, not an event.
-        writer = log._store._connection()  # type: ignore[union-attr]
+        writer = log._journal.store._connection()  # type: ignore[union-attr]
         assert writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
         assert (store_dir / f"{DB}-wal").stat().st_size == 0
         assert _watch_of(log).quiet()
@@ -367,7 +367,7 @@ def test_writer_threads_never_pass_a_check_another_thread_is_draining(
         claim_small(log, "e0")
         sys.setswitchinterval(1e-5)  # threads switch often: an unlucky order comes soon
         try:
-            through = _writers_through(log._store, 500, store_dir / DB, tmp_path / "stolen")
+            through = _writers_through(log._journal.store, 500, store_dir / DB, tmp_path / "stolen")
         finally:
             sys.setswitchinterval(interval)
     assert through == 0

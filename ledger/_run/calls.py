@@ -28,39 +28,26 @@ the effect's fate needs, and only then lets the ``CancelledError`` go on.
   the ``CancelledError`` is raised.
 
 In synchronous code, Ctrl-C is held back by the log until a write's fate is known (see
-``EffectLog._submit``); a ``KeyboardInterrupt`` raised as a claim lands settles the claim
-``FAILED`` with impact ``NONE`` like a cancellation, and one in the body records
+``Writes.submit`` in ledger._run.writes); a ``KeyboardInterrupt`` raised as a claim lands
+settles the claim ``FAILED`` with impact ``NONE`` like a cancellation, and one in the body records
 ``FAILED`` / ``POSSIBLE`` like any exception.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import dataclasses
 import functools
 import hashlib
-import inspect
 import logging
-import os
-import secrets
-import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeAlias, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeAlias, TypeVar, cast
 
-from ledger._recorded import (
-    MAX_RECORDED_BYTES,
-    Redact,
-    check_max_bytes,
-    check_redact,
-    fits,
-    recordable,
-    redacted_args,
-    redacted_result,
-)
+from ledger._run.files import look_at
+from ledger._run.recorded import Recording
+from ledger._run.requests import ObservationRequest, OutcomeRequest, new_effect_id
 from ledger.effects import (
     Assessment,
     Coverage,
@@ -82,22 +69,19 @@ from ledger.effects import (
     resource_ref,
     utc_now,
 )
-from ledger.resources import FilesystemResource
 
 if TYPE_CHECKING:
-    from ledger._resume import Begin
+    from ledger._run.steps import Begin
 
 __all__ = [
     "AsyncEffectCall",
     "EffectCall",
     "EffectScope",
-    "FileTarget",
-    "Recording",
+    "Log",
     "Referable",
     "Settle",
-    "Tool",
-    "observe_file",
-    "read_file",
+    "current_call",
+    "exception_types",
 ]
 
 log = logging.getLogger("ledger")
@@ -114,20 +98,7 @@ class Referable(Protocol):
         ...
 
 
-FileTarget: TypeAlias = FilesystemResource | ResourceRef
 ExceptionTypes: TypeAlias = type[BaseException] | tuple[type[BaseException], ...]
-
-
-class Seen(NamedTuple):
-    """What an observation records of a resource, before the log gives it a seq and time."""
-
-    observation_id: str
-    resource: ResourceRef
-    mechanism: ObservationMechanism
-    exists: bool | None
-    sha256: str | None = None
-    revision: str | None = None
-    coverage: Coverage = Coverage.COMPLETE
 
 
 class Settle(NamedTuple):
@@ -139,86 +110,20 @@ class Settle(NamedTuple):
     recorded: bool = False
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Recording:
-    """What a log records of a call: its arguments, its result, through ``redact``, bounded."""
+class Log(Protocol):
+    """What this module needs of an :class:`~ledger.effect_log.EffectLog`: public doors only."""
 
-    args: bool = True
-    result: bool = True
-    redact: Redact | None = None
-    max_bytes: int = MAX_RECORDED_BYTES
+    @property
+    def recording(self) -> Recording: ...
 
-    @classmethod
-    def of(cls, args: object, result: object, redact: object, max_bytes: object) -> Recording:
-        """Checked options (a caller's error for a wrong type)."""
-        for name, value in (("record_args", args), ("record_result", result)):
-            if not isinstance(value, bool):
-                raise InvalidTypeError(f"{name} must be a bool, not {type(value).__name__}")
-        return cls(
-            cast("bool", args),
-            cast("bool", result),
-            check_redact(redact),
-            check_max_bytes(max_bytes),
-        )
-
-    def given(self, args: object, result: object, redact: object) -> Recording:
-        """These options, with those a call gives (``None``: the log's) in their place."""
-        if args is None and result is None and redact is None:
-            return self
-        return Recording.of(
-            self.args if args is None else args,
-            self.result if result is None else result,
-            self.redact if redact is None else redact,
-            self.max_bytes,
-        )
-
-    def stored_args(self, args: object, size: int, what: str) -> object:
-        """What a claim records of ``args`` (``size``: their canonical JSON's bytes, checked).
-
-        A caller's error if ``redact`` fails on them, before anything is written.
-        """
-        if not self.args:
-            return None
-        if self.redact is not None:
-            return recordable(redacted_args(args, self.redact), self.max_bytes, what=what)[0]
-        return args if fits(size, self.max_bytes, what=what) else None
-
-    def stored_result(self, value: object, what: str) -> tuple[object, bool]:
-        """What an outcome records of a result: ``(value, recorded)``; never an error."""
-        if not self.result:
-            return None, False
-        value, ok = redacted_result(value, self.redact, what=what)
-        if not ok:
-            return None, False
-        return recordable(value, self.max_bytes, what=what)
-
-
-class _Log(Protocol):
-    """What this module needs of an :class:`~ledger.effect_log.EffectLog`."""
-
-    def _begin_step(
-        self, probe: EffectClaim, seen: Sequence[Seen], step: str | None, *, tool: bool
-    ) -> Begin: ...
-
-    def _settle_seen(
+    def begin_step(
         self,
-        effect_id: str,
-        settle: Settle | None,
-        seen: Sequence[Seen],
-        source_action_id: str,
-    ) -> None: ...
-
-    def claim(
-        self,
+        probe: EffectClaim,
         *,
-        effect_id: str,
-        action_id: str,
-        operation: OperationRef,
-        impact_scope: Iterable[ResourceRef],
-        obligations: Iterable[Postcondition] = ...,
-        kind: EffectKind = ...,
-        retry_of: str | None = ...,
-    ) -> EffectClaim: ...
+        step: str | None,
+        observed: Sequence[ObservationRequest] = ...,
+        tool: bool = ...,
+    ) -> Begin: ...
 
     def outcome(
         self,
@@ -230,6 +135,14 @@ class _Log(Protocol):
         result: object = ...,
         result_recorded: bool | None = ...,
     ) -> EffectOutcome: ...
+
+    def outcome_many(
+        self,
+        requests: Iterable[OutcomeRequest],
+        *,
+        observed: Sequence[ObservationRequest] = ...,
+        source_action_id: str = ...,
+    ) -> tuple[EffectOutcome, ...]: ...
 
     def observe(
         self,
@@ -249,116 +162,6 @@ class _Log(Protocol):
     def assess(self, effect_id: str) -> Assessment: ...
 
 
-def new_effect_id() -> str:
-    """Return a new effect (or observation) id, unique in any run: 32 lowercase hex characters."""
-    return secrets.token_hex(16)
-
-
-# --------------------------------------------------------------------------- files
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class FileState:
-    """What one look at a path found: by which mechanism, whether it exists, its digest."""
-
-    mechanism: ObservationMechanism
-    exists: bool
-    sha256: str | None
-
-
-_ABSENT = FileState(ObservationMechanism.FILESYSTEM_READ, exists=False, sha256=None)
-_PRESENT = FileState(ObservationMechanism.FILESYSTEM_STAT, exists=True, sha256=None)
-# O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer; it changes
-# nothing for a regular file. O_NOCTTY: a terminal opened here must not become ours.
-_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-
-
-def read_file(path: str) -> FileState:
-    """Look at ``path`` as a reader would: its SHA-256, or that it is absent.
-
-    Symlinks are followed (the content is what a reader of the path gets); a dangling
-    one, or a path through a file, reads as absent. Anything there that has no content to
-    read (a directory, a FIFO, a socket, a device) or that this process may not read
-    exists without a digest, found by ``FILESYSTEM_STAT``. ``OSError`` when not even its
-    existence can be told (a parent directory that may not be searched, a symlink loop).
-    """
-    try:
-        fd = os.open(path, _OPEN_FLAGS)
-    except (FileNotFoundError, NotADirectoryError):
-        return _ABSENT
-    except OSError:
-        return _stat_only(path)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return _PRESENT
-        with open(fd, "rb", closefd=False) as f:
-            digest = hashlib.file_digest(f, "sha256").hexdigest()
-    finally:
-        os.close(fd)
-    return FileState(ObservationMechanism.FILESYSTEM_READ, exists=True, sha256=digest)
-
-
-def _stat_only(path: str) -> FileState:
-    try:
-        Path(path).stat()
-    except (FileNotFoundError, NotADirectoryError):
-        return _ABSENT  # removed meanwhile
-    return _PRESENT
-
-
-def _file_ref(resource: object) -> ResourceRef:
-    if isinstance(resource, FilesystemResource):
-        return resource.to_ref("target")
-    if isinstance(resource, ResourceRef):
-        if resource.kind != "fs":
-            raise ValueError(
-                f"observe_file reads files, not a resource of kind {resource.kind!r}: "
-                "record what the system holding it says with observe()"
-            )
-        return resource
-    raise InvalidTypeError(
-        f"resource must be a FilesystemResource or an fs ResourceRef, not {type(resource).__name__}"
-    )
-
-
-def observe_file(
-    log_: _Log,
-    resource: FileTarget,
-    *,
-    source_action_id: str,
-    observation_id: str | None = None,
-) -> Observation:
-    """Read a file and record what it holds (``EffectLog.observe_file``)."""
-    ref = _file_ref(resource)
-    check_identifier(source_action_id, "source_action_id")
-    if observation_id is None:
-        observation_id = new_effect_id()
-    check_identifier(observation_id, "observation_id")
-    state = read_file(ref.locator)
-    return log_.observe(
-        observation_id=observation_id,
-        resource=ref,
-        mechanism=state.mechanism,
-        coverage=Coverage.COMPLETE,
-        source_action_id=source_action_id,
-        exists=state.exists,
-        sha256=state.sha256,
-    )
-
-
-def look_at(targets: Iterable[ResourceRef], what: str, when: str) -> list[Seen]:
-    """Read each file target: what its observation records (one unreadable is logged, left out)."""
-    seen = []
-    for target in targets:
-        try:
-            state = read_file(target.locator)
-        except OSError as e:
-            log.warning("%s: %s could not be observed %s: %s", what, target.locator, when, e)
-            continue
-        seen.append(Seen(new_effect_id(), target, state.mechanism, state.exists, state.sha256))
-    return seen
-
-
 # --------------------------------------------------------------------------- one effect
 
 
@@ -373,7 +176,7 @@ def _scope_refs(value: object) -> tuple[ResourceRef, ...]:
     )
 
 
-def _exception_types(value: object) -> tuple[type[BaseException], ...]:
+def exception_types(value: object) -> tuple[type[BaseException], ...]:
     types = value if isinstance(value, tuple) else (value,)
     for item in types:
         if not (isinstance(item, type) and issubclass(item, BaseException)):
@@ -391,7 +194,7 @@ _UNSET: Any = object()  # no result given
 class _Plan:
     """One effect's checked arguments, and the steps that record it (each blocking)."""
 
-    log: _Log
+    log: Log
     probe: EffectClaim  # the claim as it will be, checked; seq and time are the log's
     targets: tuple[ResourceRef, ...]  # the files its postconditions name, once each
     no_impact: tuple[type[BaseException], ...]
@@ -408,7 +211,9 @@ class _Plan:
         """Observe the targets (the baseline), then claim, or replay: durable when it returns."""
         probe = self.probe
         try:
-            begun = self.log._begin_step(probe, self.look("before"), self.step, tool=self.tool)  # noqa: SLF001 - its own log
+            begun = self.log.begin_step(
+                probe, step=self.step, observed=self.look("before"), tool=self.tool
+            )
         except BaseException as e:
             # A caller's mistake or the store's trouble: the claim exists nowhere. A signal
             # handler's exception (Ctrl-C) is held back until the log knows whether the
@@ -452,9 +257,22 @@ class _Plan:
                     impact = Impact.NONE if isinstance(error, self.no_impact) else Impact.POSSIBLE
                     settle = Settle(ExecutionOutcome.FAILED, impact)
             # The outcome and the targets seen after the call share one transaction.
-            self.log._settle_seen(  # noqa: SLF001 - its own log
-                self.effect_id, settle, self.look("after"), self.probe.action_id
-            )
+            requests: tuple[OutcomeRequest, ...] = ()
+            if settle is not None:
+                requests = (
+                    OutcomeRequest(
+                        effect_id=self.effect_id,
+                        execution=settle.execution,
+                        impact=settle.impact,
+                        result=settle.result,
+                        result_recorded=settle.recorded,
+                    ),
+                )
+            seen = self.look("after")
+            if requests or seen:
+                self.log.outcome_many(
+                    requests, observed=seen, source_action_id=self.probe.action_id
+                )
         except Exception:
             if error is None:
                 raise
@@ -472,7 +290,7 @@ class _Plan:
         execution = self.log.assess(self.effect_id).execution
         return execution is not None and execution is not ExecutionOutcome.RUNNING
 
-    def look(self, when: str) -> list[Seen]:
+    def look(self, when: str) -> list[ObservationRequest]:
         """Read the targets (files): what the observations ``when`` the call will record."""
         return look_at(self.targets, f"effect {self.effect_id!r}", f"{when} its call")
 
@@ -682,7 +500,7 @@ class EffectScope:
 
     def __init__(
         self,
-        log_: _Log,
+        log_: Log,
         operation: str,
         *,
         args: object = None,
@@ -729,7 +547,7 @@ class EffectScope:
             log_,
             probe,
             tuple(targets.values()),
-            _exception_types(no_impact),
+            exception_types(no_impact),
             step,
             tool,
             recording,
@@ -820,191 +638,3 @@ class EffectScope:
             raise cancelled from error
         if error is not None:
             raise error
-
-
-# --------------------------------------------------------------------------- tools
-
-
-def _per_call(value: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterable[Any]:
-    if value is None:
-        return ()
-    if callable(value):
-        return cast("Iterable[Any]", value(*args, **kwargs))
-    return cast("Iterable[Any]", value)
-
-
-def _is_async(fn: Callable[..., Any]) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - an object with an async __call__
-    )
-
-
-# The logs entered with ``with log:`` in this context (thread or task), innermost last:
-# ledger.tool runs its calls as effects of the last one.
-_ENTERED: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar(
-    "ledger_entered_logs", default=()
-)
-
-
-def enter_log(log_: object) -> contextvars.Token[tuple[Any, ...]]:
-    """Make ``log_`` the log ``ledger.tool`` uses in this context, until :func:`leave_log`."""
-    return _ENTERED.set((*_ENTERED.get(), log_))
-
-
-def leave_log(token: contextvars.Token[tuple[Any, ...]]) -> None:
-    """Undo :func:`enter_log` (in another context, where the token is foreign: drop the log)."""
-    with contextlib.suppress(ValueError):  # exited in another thread or task: nothing to undo
-        _ENTERED.reset(token)
-
-
-def entered_log() -> _Log:
-    """The log entered last with ``with`` in this context; ``RuntimeError`` if none is."""
-    logs = _ENTERED.get()
-    if not logs:
-        raise RuntimeError(
-            "a ledger.tool function was called with no log entered in this thread or task: "
-            "run it inside `with EffectLog.resume(run_id) as log:` (or use @log.tool)"
-        )
-    return cast("_Log", logs[-1])
-
-
-def _step_of(value: object, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
-    if value is None:
-        return None
-    step = value(*args, **kwargs) if callable(value) else value
-    if not isinstance(step, str) or not step:
-        raise InvalidTypeError(
-            f"a tool's step must be a non-empty str, not {type(step).__name__} {step!r:.40}"
-        )
-    return step
-
-
-class Tool:
-    """A decorator making each call of a function one effect: ``log.tool`` and ``ledger.tool``.
-
-    Bound to a log (``log.tool``), or to the log entered last with ``with`` in the calling
-    thread or task, found at each call (``ledger.tool``).
-    """
-
-    __slots__ = ("_log",)
-
-    def __init__(self, log_: _Log | None) -> None:
-        self._log = log_
-
-    @overload
-    def __call__(self, fn: F, /) -> F: ...
-
-    @overload
-    def __call__(
-        self,
-        fn: None = None,
-        /,
-        *,
-        kind: EffectKind = ...,
-        operation: str | None = ...,
-        impact_scope: Iterable[ResourceRef | Referable]
-        | Callable[..., Iterable[ResourceRef | Referable]]
-        | None = ...,
-        obligations: Iterable[Postcondition] | Callable[..., Iterable[Postcondition]] | None = ...,
-        backend: str = ...,
-        no_impact: ExceptionTypes = ...,
-        step: Callable[..., str] | None = ...,
-        record_args: bool | None = ...,
-        record_result: bool | None = ...,
-        redact: Redact | None = ...,
-    ) -> Callable[[F], F]: ...
-
-    def __call__(
-        self,
-        fn: F | None = None,
-        /,
-        *,
-        kind: EffectKind = EffectKind.WRITE,
-        operation: str | None = None,
-        impact_scope: Iterable[ResourceRef | Referable]
-        | Callable[..., Iterable[ResourceRef | Referable]]
-        | None = None,
-        obligations: Iterable[Postcondition] | Callable[..., Iterable[Postcondition]] | None = None,
-        backend: str = "",
-        no_impact: ExceptionTypes = (),
-        step: Callable[..., str] | None = None,
-        record_args: bool | None = None,
-        record_result: bool | None = None,
-        redact: Redact | None = None,
-    ) -> F | Callable[[F], F]:
-        """Decorate ``fn`` (bare ``@log.tool``), or return a decorator with these options."""
-        if not isinstance(kind, EffectKind):
-            raise InvalidTypeError(f"kind must be an EffectKind, not {type(kind).__name__}")
-        if operation is not None:
-            check_identifier(operation, "operation")
-        OperationRef("tool", backend, "0" * 64)  # checks backend now, not at the first call
-        no_impact_types = _exception_types(no_impact)
-        if step is not None and not callable(step):
-            raise InvalidTypeError(
-                f"step must be a callable taking the tool's arguments, not {type(step).__name__}"
-            )
-        Recording().given(record_args, record_result, redact)  # checks them now
-        bound_log = self._log
-
-        def decorate(fn: F) -> F:
-            if not callable(fn):
-                raise InvalidTypeError(f"log.tool decorates a function, not {type(fn).__name__}")
-            if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
-                raise InvalidTypeError(
-                    "log.tool cannot wrap a generator: its work happens after the call "
-                    "returns; wrap each step in log.effect instead"
-                )
-            name = operation if operation is not None else getattr(fn, "__name__", None)
-            if name is None:
-                raise InvalidTypeError(f"{fn!r:.60} has no __name__: give log.tool an operation")
-            check_identifier(name, "operation")
-            signature = inspect.signature(fn)
-
-            def scope(args: tuple[Any, ...], kwargs: dict[str, Any]) -> EffectScope:
-                log_ = entered_log() if bound_log is None else bound_log
-                bound = signature.bind(*args, **kwargs)  # a wrong call fails as it would
-                bound.apply_defaults()
-                recording = cast("Any", log_).recording.given(record_args, record_result, redact)
-                return EffectScope(
-                    log_,
-                    name,
-                    args=dict(bound.arguments),
-                    kind=kind,
-                    impact_scope=_per_call(impact_scope, args, kwargs),
-                    obligations=_per_call(obligations, args, kwargs),
-                    backend=backend,
-                    no_impact=no_impact_types,
-                    step=_step_of(step, args, kwargs),
-                    recording=recording,
-                    tool=True,
-                )
-
-            if _is_async(fn):
-
-                @functools.wraps(fn)
-                async def async_tool(*args: Any, **kwargs: Any) -> Any:
-                    async with scope(args, kwargs) as call:
-                        if call.replayed:
-                            return call.result
-                        call.returned = await fn(*args, **kwargs)
-                        return call.returned
-
-                return cast("F", async_tool)
-
-            @functools.wraps(fn)
-            def sync_tool(*args: Any, **kwargs: Any) -> Any:
-                with scope(args, kwargs) as call:
-                    if call.replayed:
-                        return call.result
-                    call.returned = fn(*args, **kwargs)
-                    return call.returned
-
-            return cast("F", sync_tool)
-
-        if fn is None:
-            return decorate
-        return decorate(fn)
-
-
-tool = Tool(None)
-"""``ledger.tool``: ``log.tool``'s decorator, for functions defined before any log exists."""

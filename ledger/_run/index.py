@@ -56,7 +56,7 @@ class RunIndex:
         self._claims: dict[str, EffectClaim] = {}
         # Writes and irreversible calls whose call ended in doubt (neither a reported
         # success nor a failure without effect) and no person settled: the only effects
-        # whose decision can be ESCALATE but for a contradicted success (ledger._resume).
+        # whose decision can be ESCALATE but for a contradicted success (ledger._run.steps).
         self._doubtful: dict[str, EffectClaim] = {}
 
     @classmethod

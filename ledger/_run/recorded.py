@@ -9,14 +9,16 @@ and must never cost the call its claim or its outcome.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
-from ledger.effects import recorded_json
+from ledger.effects import InvalidTypeError, recorded_json
 
 __all__ = [
     "MAX_RECORDED_BYTES",
+    "Recording",
     "Redact",
     "check_max_bytes",
     "check_redact",
@@ -98,3 +100,57 @@ def redacted_result(value: object, redact: Redact | None, *, what: str) -> tuple
         log.warning("%s not recorded: redact returned a %s, not a dict", what, type(out).__name__)
         return None, False
     return out, True
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Recording:
+    """What a log records of a call: its arguments, its result, through ``redact``, bounded."""
+
+    args: bool = True
+    result: bool = True
+    redact: Redact | None = None
+    max_bytes: int = MAX_RECORDED_BYTES
+
+    @classmethod
+    def of(cls, args: object, result: object, redact: object, max_bytes: object) -> Recording:
+        """Checked options (a caller's error for a wrong type)."""
+        for name, value in (("record_args", args), ("record_result", result)):
+            if not isinstance(value, bool):
+                raise InvalidTypeError(f"{name} must be a bool, not {type(value).__name__}")
+        return cls(
+            cast("bool", args),
+            cast("bool", result),
+            check_redact(redact),
+            check_max_bytes(max_bytes),
+        )
+
+    def given(self, args: object, result: object, redact: object) -> Recording:
+        """These options, with those a call gives (``None``: the log's) in their place."""
+        if args is None and result is None and redact is None:
+            return self
+        return Recording.of(
+            self.args if args is None else args,
+            self.result if result is None else result,
+            self.redact if redact is None else redact,
+            self.max_bytes,
+        )
+
+    def stored_args(self, args: object, size: int, what: str) -> object:
+        """What a claim records of ``args`` (``size``: their canonical JSON's bytes, checked).
+
+        A caller's error if ``redact`` fails on them, before anything is written.
+        """
+        if not self.args:
+            return None
+        if self.redact is not None:
+            return recordable(redacted_args(args, self.redact), self.max_bytes, what=what)[0]
+        return args if fits(size, self.max_bytes, what=what) else None
+
+    def stored_result(self, value: object, what: str) -> tuple[object, bool]:
+        """What an outcome records of a result: ``(value, recorded)``; never an error."""
+        if not self.result:
+            return None, False
+        value, ok = redacted_result(value, self.redact, what=what)
+        if not ok:
+            return None, False
+        return recordable(value, self.max_bytes, what=what)
