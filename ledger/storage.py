@@ -10,6 +10,9 @@ the leaves of :class:`~ledger.errors.EffectPersistenceError` in one place.
 
 A backend is found by the kind of location it serves, and imported only when a store
 of that kind is opened: the layers above never import a backend.
+
+Internal: not part of the public API, and its names may change between versions; open
+a store through :class:`ledger.EffectLog` and the ``ledger`` command.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ durability settings and migrates under an advisory lock; ``guards`` renders the 
 and views of ``ledger._sql`` (the floor both backends share) as PL/pgSQL; ``liveness``
 holds runs by session advisory locks; ``forensics`` serves the ``ledger`` command's
 reads and ``psql``; ``errors`` turns driver errors into the caller's.
+
+Internal: not part of the public API, and its names may change between versions; open
+a store through :class:`ledger.EffectLog` and the ``ledger`` command.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ checks a store's schema against them; ``migrate`` serves ``ledger migrate``;
 ``forensics`` and ``shell`` serve the ``ledger`` command's reads;
 ``trust`` checks files before SQLite opens them; ``liveness`` holds runs by
 kernel locks; ``errors`` turns driver errors into the caller's.
+
+Internal: not part of the public API, and its names may change between versions; open
+a store through :class:`ledger.EffectLog` and the ``ledger`` command.
 """
 
 from __future__ import annotations
