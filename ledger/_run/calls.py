@@ -45,12 +45,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeAlias, TypeVar, cast
 
-from ledger._run.files import look_at
+from ledger._run.files import Observer, look_at
 from ledger._run.recorded import Recording
 from ledger._run.requests import ObservationRequest, OutcomeRequest, new_effect_id
 from ledger.effects import (
     Assessment,
-    Coverage,
     EffectClaim,
     EffectKind,
     EffectOutcome,
@@ -58,8 +57,6 @@ from ledger.effects import (
     History,
     Impact,
     InvalidTypeError,
-    Observation,
-    ObservationMechanism,
     OperationRef,
     Postcondition,
     ResourceRef,
@@ -110,7 +107,7 @@ class Settle(NamedTuple):
     recorded: bool = False
 
 
-class Log(Protocol):
+class Log(Observer, Protocol):
     """What this module needs of an :class:`~ledger.effect_log.EffectLog`: public doors only."""
 
     @property
@@ -143,19 +140,6 @@ class Log(Protocol):
         observed: Sequence[ObservationRequest] = ...,
         source_action_id: str = ...,
     ) -> tuple[EffectOutcome, ...]: ...
-
-    def observe(
-        self,
-        *,
-        observation_id: str,
-        resource: ResourceRef,
-        mechanism: ObservationMechanism,
-        coverage: Coverage,
-        source_action_id: str,
-        exists: bool | None = ...,
-        sha256: str | None = ...,
-        revision: str | None = ...,
-    ) -> Observation: ...
 
     def history(self) -> History: ...
 

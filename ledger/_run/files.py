@@ -28,14 +28,14 @@ from ledger.effects import (
 )
 from ledger.resources import FilesystemResource
 
-__all__ = ["FileState", "FileTarget", "look_at", "observe_file", "read_file"]
+__all__ = ["FileState", "FileTarget", "Observer", "look_at", "observe_file", "read_file"]
 
 log = logging.getLogger("ledger")
 
 FileTarget: TypeAlias = FilesystemResource | ResourceRef
 
 
-class _Observer(Protocol):
+class Observer(Protocol):
     """What :func:`observe_file` needs of a log: its public ``observe``."""
 
     def observe(
@@ -117,7 +117,7 @@ def _file_ref(resource: object) -> ResourceRef:
 
 
 def observe_file(
-    log_: _Observer,
+    log_: Observer,
     resource: FileTarget,
     *,
     source_action_id: str,
