@@ -21,7 +21,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger._bench.cases import built, new_run
-from ledger._bench.runner import scratch_directory
+from ledger._bench.runner import render_builds_and_notes, scratch_directory
 from ledger.errors import EffectPersistenceError
 
 __all__ = ["RATIO_TARGET", "render", "run"]
@@ -387,10 +386,4 @@ def render(report: dict[str, Any], table: Table, echo: Callable[[str], None]) ->
         f"start-up: ledger --version {s['ledger_version_s']} s, python -c pass "
         f"{s['python_pass_s']} s: {s['ratio']}x (medians of {s['n']})\n"
     )
-    table(
-        ("BUILT (NOT TIMED)", "RECORDS", "SECONDS"),
-        [(b["name"], f"{b['records']:,}", b["seconds"]) for b in report["builds"]],
-    )
-    echo("")
-    for note in report["notes"]:
-        echo(textwrap.fill(note, 88, initial_indent="- ", subsequent_indent="  "))
+    render_builds_and_notes(report, table, echo)

@@ -594,6 +594,13 @@ def render(report: dict[str, Any], table: Table, echo: Callable[[str], None]) ->
     ]
     table(("RATIO", "VALUE", "TARGET", "RESULT"), rows)
     echo("")
+    render_builds_and_notes(report, table, echo)
+
+
+def render_builds_and_notes(
+    report: dict[str, Any], table: Table, echo: Callable[[str], None]
+) -> None:
+    """The end of every bench report: the stores built for it (not timed), then its notes."""
     table(
         ("BUILT (NOT TIMED)", "RECORDS", "SECONDS"),
         [(b["name"], f"{b['records']:,}", b["seconds"]) for b in report["builds"]],
