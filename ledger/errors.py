@@ -134,14 +134,16 @@ class StoreSchemaOldError(EffectPersistenceError):
     """
 
 
-def retold(error: EffectPersistenceError, action: str) -> EffectPersistenceError:
+def retold(error: EffectPersistenceError, action: str | None = None) -> EffectPersistenceError:
     """The same kind of storage trouble, told as part of ``action``: a new error per caller.
 
-    The one way the library adds context to a storage error it passes on: the leaf is
-    kept (a caller's ``except StoreCorruptError`` still catches it), the message says
-    what was being done, and the original is the cause.
+    The one way the library passes a storage error on: the leaf is kept (a caller's
+    ``except StoreCorruptError`` still catches it), the message says what was being done
+    (as it was, without ``action``), and the original is the cause. Each caller that
+    shares one failed write gets an error of its own, so that none sees another's
+    traceback grow.
     """
-    told = type(error)(f"{action}: {error}")
+    told = type(error)(str(error) if action is None else f"{action}: {error}")
     told.__cause__ = error
     return told
 

@@ -30,7 +30,12 @@ from ledger.effects import (
     ResolutionOrigin,
     utc_now,
 )
-from ledger.errors import EffectPersistenceError, LogDegradedError, StoreTamperedError
+from ledger.errors import (
+    EffectPersistenceError,
+    LogDegradedError,
+    StoreTamperedError,
+    retold,
+)
 from ledger.storage import Batch
 
 __all__ = ["Request", "Writes", "degraded_error"]
@@ -219,8 +224,7 @@ class Writes:
                 if error is None:
                     request.error = degraded_error(self.run_id)
                 elif isinstance(error, EffectPersistenceError):
-                    request.error = type(error)(str(error))  # one per caller
-                    request.error.__cause__ = error
+                    request.error = retold(error)
                 else:
                     request.error = error  # not the store's trouble: raised as it is
             else:
