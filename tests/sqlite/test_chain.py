@@ -13,6 +13,7 @@ import dataclasses
 import json
 import sqlite3
 import subprocess
+from json.encoder import encode_basestring
 from pathlib import Path
 
 import pytest
@@ -426,18 +427,51 @@ def test_the_sql_encoding_and_hash_equal_the_python_ones_for_every_record(
         conn.close()
 
 
-@settings(max_examples=200, deadline=None)
+def _json_as_written_before(entries: list[dict[str, str | None]]) -> str:
+    """A claim's arrays as the library wrote them in Python, before the C encoder: the reference."""
+
+    def value(v: str | None) -> str:
+        return "null" if v is None else encode_basestring(v)
+
+    if not entries:
+        return "[]"
+    return (
+        "["
+        + ",".join(
+            "{" + ",".join(f"{encode_basestring(k)}:{value(v)}" for k, v in e.items()) + "}"
+            for e in entries
+        )
+        + "]"
+    )
+
+
+_ENTRY_TEXT = st.none() | st.text() | st.sampled_from(("", "caf\u00e9", '"\\/\n\x7f', "\u2028"))
+
+
+@settings(max_examples=300, deadline=None)
 @given(
     st.lists(
-        st.dictionaries(st.sampled_from(_chain.SCOPE_COLUMNS), st.none() | st.text()),
-        max_size=3,
+        st.dictionaries(st.sampled_from(_chain.SCOPE_COLUMNS), _ENTRY_TEXT)
+        | st.dictionaries(st.sampled_from(_chain.OBLIGATION_COLUMNS), _ENTRY_TEXT),
+        max_size=4,
     )
 )
 def test_the_claims_json_is_what_json_dumps_writes(entries: list[dict[str, str | None]]) -> None:
-    """A claim's arrays are written compactly, as json.dumps writes them (and loads reads them)."""
+    """A claim's arrays are written compactly, as json.dumps writes them (and loads reads them).
+
+    Byte for byte the text the library wrote before: the chain hashes it, so rows written
+    now must verify as those written then did.
+    """
     text = shared_rows._json(entries)
     assert text == json.dumps(entries, ensure_ascii=False, separators=(",", ":"))
+    assert text.encode("utf-8") == _json_as_written_before(entries).encode("utf-8")
     assert json.loads(text) == entries
+
+
+def test_the_claims_json_refuses_what_is_not_a_string_or_null() -> None:
+    """An entry holding anything else is a bug, refused rather than written some other way."""
+    with pytest.raises(TypeError, match="only strings and nulls"):
+        shared_rows._json([{"kind": b"fs"}])  # type: ignore[dict-item]
 
 
 _JSON = st.recursive(
