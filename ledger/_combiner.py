@@ -76,7 +76,9 @@ class Entry:
     def __init__(self) -> None:
         self.done = False
         self.lead = False
-        self.gate = threading.Lock()  # released once: when done, or to lead
+        # Released once: when done, or to lead. Made only when the entry queues: a
+        # caller that finds the queue idle writes at once and never waits on it.
+        self.gate: Any = None
 
 
 E = TypeVar("E", bound=Entry)
@@ -128,6 +130,12 @@ class Combiner(Generic[E]):
         once it has acted on the entry's fate. ``run`` raising is raised here, by the
         leader, after every entry of its batch was abandoned and woken.
         """
+        if not self._leading and not self._queue:
+            # Nobody writes or waits: the caller writes its own entry at once, through
+            # no queue. Callers that come meanwhile queue up for the next batch.
+            self._leading = True
+            return self._lead_alone(entry)
+        entry.gate = threading.Lock()
         entry.gate.acquire()  # a new lock: never blocks
         self._queue.append(entry)
         interrupt = None
@@ -160,6 +168,22 @@ class Combiner(Generic[E]):
                     for other in batch:
                         if other is not entry:
                             other.gate.release()
+        finally:
+            self.hand_over()
+        return interrupt
+
+    def _lead_alone(self, entry: E) -> BaseException | None:
+        """:meth:`_lead` for a batch of the leader's own entry alone, which no one waits on."""
+        batch = [entry]
+        try:
+            interrupt = self._run(batch)
+        except BaseException as e:  # settle the entry, then raise
+            if not entry.done:
+                self._abandon(batch, e)
+            raise
+        else:
+            if not entry.done:
+                self._abandon(batch, None)
         finally:
             self.hand_over()
         return interrupt

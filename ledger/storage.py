@@ -126,7 +126,7 @@ class Batch:
     run_id: str
     records: Sequence[Record]
     head: str
-    now: str  # when, for the run's row and its writer
+    now: str  # when, for the run's row and its writer ("" when the batch writes neither)
     start: bool = False  # the run's first write from this log: create its row
     continuing: bool = False  # the log loaded the run: an existing row is its own
     writer: Writer | None = None  # record this process as the run's writer

@@ -145,13 +145,23 @@ def idempotency_key(run_id: str, effect_id: str) -> str:
     The first half of SHA3-256 of ``ledger-key-v1<len>:<run_id><len>:<effect_id>``, which
     the stock ``sqlite3`` shell can compute too (docs/forensics.md).
     """
+    if type(run_id) is str and type(effect_id) is str:
+        return _checked_key(run_id, effect_id)
+    check_identifier(run_id, "run_id")  # raises for anything but a str
+    check_identifier(effect_id, "effect_id")
+    return _derived_key(run_id, effect_id)  # a str subclass: not cached
+
+
+# A claim's key is derived when it is made and again when the chain encodes it: the
+# second time, neither id is checked again. An id that fails its check raises, and a
+# raised call leaves nothing in the cache.
+@functools.lru_cache(maxsize=1024)
+def _checked_key(run_id: str, effect_id: str) -> str:
     check_identifier(run_id, "run_id")
     check_identifier(effect_id, "effect_id")
     return _derived_key(run_id, effect_id)
 
 
-# A claim's key is derived when it is made and again when the chain encodes it.
-@functools.lru_cache(maxsize=1024)
 def _derived_key(run_id: str, effect_id: str) -> str:
     seed = f"ledger-key-v1{len(run_id)}:{run_id}{len(effect_id)}:{effect_id}"
     return hashlib.sha3_256(seed.encode("utf-8")).hexdigest()[:32]

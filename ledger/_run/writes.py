@@ -173,15 +173,17 @@ class Writes:
                 request.done = True
             return None
         action = batch[0].action if len(batch) == 1 else f"{len(records)} records"
+        writer = self._writer()
         durable = Batch(
             action=f"cannot record {action} in run {self.run_id}",
             run_id=self.run_id,
             records=[*self.unwritten, *records] if not self.started else records,
             head=self.head,
-            now=utc_now(),
+            # Only the run's row and its writer's carry the time: asked only for them.
+            now=utc_now() if writer is not None or not self.started else "",
             start=not self.started,
             continuing=self.continuing,
-            writer=self._writer(),
+            writer=writer,
             # A loaded run that was empty must still be: had another process started it
             # since, this log's first record would clash with that one's.
             ends_at=0 if self.continuing and not self.started else None,

@@ -124,3 +124,78 @@ def test_every_caller_waiting_for_an_idle_queue_wakes_when_it_falls_idle() -> No
     with lock:
         lock.notify_all()  # let a stuck waiter end with the test
     assert stuck == []
+
+
+def test_a_caller_that_comes_while_one_writes_alone_is_written_next_by_itself() -> None:
+    """One caller writes at once on an idle queue; one that comes meanwhile leads the next batch.
+
+    The first writes its entry alone, through no queue; the second, queued while the first
+    writes, is handed the leadership and writes its own batch: each batch holds exactly
+    its caller's entry, and both return settled.
+    """
+    lock = threading.Condition(threading.RLock())
+    writing, finish = threading.Event(), threading.Event()
+    batches: list[list[str]] = []
+    names: dict[int, str] = {}
+
+    def run(batch: list[Entry]) -> None:
+        batches.append([names[id(e)] for e in batch])
+        if len(batches) == 1:
+            lock.release()  # as a store's write does while it commits
+            writing.set()
+            finish.wait(JOIN_TIMEOUT)
+            lock.acquire()
+        for entry in batch:
+            entry.done = True
+
+    queue: Combiner[Entry] = Combiner(lock, run, lambda _entries, _error: None)
+    first, second = Entry(), Entry()
+    names.update({id(first): "first", id(second): "second"})
+
+    def write(entry: Entry) -> None:
+        with lock:
+            queue.submit(entry)
+
+    writer = threading.Thread(target=write, args=(first,), daemon=True)
+    writer.start()
+    assert writing.wait(JOIN_TIMEOUT)
+    follower = threading.Thread(target=write, args=(second,), daemon=True)
+    follower.start()
+    while True:  # the follower has queued once the queue holds it
+        with lock:
+            if queue.waiting:
+                break
+        follower.join(0.01)
+    finish.set()
+    for thread in (writer, follower):
+        thread.join(JOIN_TIMEOUT)
+    assert not writer.is_alive()
+    assert not follower.is_alive()
+    assert batches == [["first"], ["second"]]
+    assert first.done
+    assert second.done
+    with lock:
+        assert not queue.busy
+
+
+def test_a_write_that_raises_alone_settles_its_entry_and_frees_the_queue() -> None:
+    """The run of a lone caller's batch raises: its entry is abandoned, the error raised, the queue idle."""
+    lock = threading.Condition(threading.RLock())
+    abandoned: list[tuple[int, BaseException | None]] = []
+
+    def run(_batch: list[Entry]) -> None:
+        raise OSError("the disk is gone")
+
+    def abandon(entries: list[Entry], error: BaseException | None) -> None:
+        for entry in entries:
+            abandoned.append((len(entries), error))
+            entry.done = True
+
+    queue: Combiner[Entry] = Combiner(lock, run, abandon)
+    entry = Entry()
+    with lock, pytest.raises(OSError, match="the disk is gone"):
+        queue.submit(entry)
+    assert entry.done
+    assert [(n, str(e)) for n, e in abandoned] == [(1, "the disk is gone")]
+    with lock:
+        assert not queue.busy

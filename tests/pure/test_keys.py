@@ -73,3 +73,38 @@ def test_a_claim_of_the_log_carries_the_derived_key_and_its_retry_the_same() -> 
 def test_ids_a_claim_cannot_have_derive_no_key(run_id: str, effect_id: str) -> None:
     with pytest.raises(ValueError, match=r"run_id|effect_id"):
         fx.idempotency_key(run_id, effect_id)
+
+
+class _Id(str):
+    """A str subclass: an identifier all the same."""
+
+    __slots__ = ()
+
+
+@pytest.mark.parametrize(
+    ("run_id", "effect_id", "error"),
+    [
+        (RUN, "", "effect_id must not be empty"),
+        (RUN, "x" * 201, "effect_id is longer than 200"),
+        (RUN, "a\x00b", "effect_id must be printable"),
+        (RUN, "\ud800", "effect_id must be printable"),
+        ("", "e1", "run_id must not be empty"),
+        (RUN, 7, "effect_id must be a str, not int"),
+        (RUN, ["e1"], "effect_id must be a str, not list"),
+    ],
+)
+def test_a_bad_id_is_refused_every_time_it_is_asked(
+    run_id: object, effect_id: object, error: str
+) -> None:
+    """Keys are remembered once derived: an id refused once is refused again, never remembered."""
+    for _ in range(3):
+        with pytest.raises(ValueError, match=error):
+            fx.idempotency_key(run_id, effect_id)  # type: ignore[arg-type]
+
+
+def test_a_key_asked_again_or_of_a_str_subclass_is_the_same_key() -> None:
+    """The key of a pair asked twice, or through str subclasses, is the derived one each time."""
+    for run_id, effect_id, key in KNOWN:
+        assert fx.idempotency_key(run_id, effect_id) == key
+        assert fx.idempotency_key(run_id, effect_id) == key
+        assert fx.idempotency_key(_Id(run_id), _Id(effect_id)) == key
