@@ -46,21 +46,33 @@ from ledger._bench.cases import (
 from ledger._paths import DB_NAME, effects_dir
 from ledger.effect_log import EffectLog, EffectPersistenceError
 
-__all__ = ["RATIOS", "default_directory", "render", "run"]
+__all__ = ["EARLIER_TARGETS", "RATIOS", "default_directory", "render", "run"]
 
 Progress = Callable[[str], None]
 Table = Callable[[Sequence[str], Sequence[Sequence[object]]], None]
 
-# The target of each ratio, in the order of the report.
+# The target of each ratio, in the order of the report: what the code controls first (the
+# library's Python over the schema's SQL, that SQL over a raw insert, the calls agent code
+# and MCP clients make over the record layer's), then the disk-bound and scale figures.
 RATIOS: dict[str, tuple[str, float]] = {
-    "claim_vs_raw": ("<=", 1.5),
-    "claim_vs_jsonl": ("<=", 1.1),
+    "cpu_off_vs_sql_off": ("<=", 1.5),
+    "sql_off_vs_raw_off": ("<=", 3.0),
+    "cpu_off_vs_raw_off": ("<=", 4.5),
+    "effect_vs_claim_outcome": ("<=", 1.15),
     "claim_many8_vs_claim": ("<=", 0.18),
     "threads8_shared_vs_single": (">=", 3.0),
-    "cpu_off_vs_raw_off": ("<=", 4.0),
+    "mcp_call_vs_claim_outcome": ("<=", 1.3),
+    "claim_vs_raw": ("<=", 2.0),
     "assess_100k_vs_1k": ("<=", 1.5),
     "recovery_1m_vs_10k": ("<=", 1.5),
     "status_100k_vs_1k": ("<=", 1.5),
+}
+# Earlier targets, still reported beside the extra ratios of the same name: a ratio can
+# meet today's target and miss the stricter one it was first held to.
+EARLIER_TARGETS: dict[str, tuple[str, float]] = {
+    "claim_vs_raw": ("<=", 1.5),
+    "claim_vs_jsonl": ("<=", 1.1),
+    "cpu_off_vs_raw_off": ("<=", 4.0),
 }
 _PROCESSES_P99_US = 5_000
 _PROCESSES_TARGET = f"errors == 0, p99 <= {_PROCESSES_P99_US // 1000} ms"
@@ -409,6 +421,11 @@ def _ratio(numerator: float, denominator: float) -> float:
     return round(numerator / denominator, 3)
 
 
+def _meets(value: float, target: tuple[str, float]) -> bool:
+    op, bound = target
+    return value <= bound if op == "<=" else value >= bound
+
+
 def _report(
     *,
     base: Path,
@@ -428,29 +445,39 @@ def _report(
     small, big = _label(SMALL_RUN), _label(plan.big_run)
     small_store, big_store = _label(_SMALL_STORE), _label(plan.big_store)
     ratios = {
-        "claim_vs_raw": _ratio(p50("claim"), p50("raw")),
-        "claim_vs_jsonl": _ratio(p50("claim"), p50("jsonl")),
+        "cpu_off_vs_sql_off": _ratio(p50("cpu_off"), p50("sql_off")),
+        "sql_off_vs_raw_off": _ratio(p50("sql_off"), p50("raw_off")),
+        "cpu_off_vs_raw_off": _ratio(p50("cpu_off"), p50("raw_off")),
+        "effect_vs_claim_outcome": _ratio(p50("effect"), p50("claim_outcome")),
         "claim_many8_vs_claim": _ratio(p50("claim_many8") / 8, p50("claim")),
         "threads8_shared_vs_single": _ratio(
             cases["threads8_shared"]["per_s"], cases["threads1"]["per_s"]
         ),
-        "cpu_off_vs_raw_off": _ratio(p50("cpu_off"), p50("raw_off")),
+        "claim_vs_raw": _ratio(p50("claim"), p50("raw")),
         "assess_100k_vs_1k": _ratio(p50(f"assess_{big}"), p50(f"assess_{small}")),
         "recovery_1m_vs_10k": _ratio(p50(f"recovery_{big_store}"), p50(f"recovery_{small_store}")),
         # Per claim: a run's status grows with its claims, never faster.
         "status_100k_vs_1k": _ratio(per_claim(f"status_{big}"), per_claim(f"status_{small}")),
     }
     extra_ratios = {
-        "effect_vs_claim_outcome": _ratio(p50("effect"), p50("claim_outcome")),
+        "claim_vs_jsonl": _ratio(p50("claim"), p50("jsonl")),
         "threads8_vs_single": _ratio(cases["threads8"]["per_s"], cases["threads1"]["per_s"]),
         "sql_vs_raw": _ratio(p50("sql"), p50("raw")),
-        "sql_off_vs_raw_off": _ratio(p50("sql_off"), p50("raw_off")),
     }
     if "mcp_call" in cases:
+        ratios["mcp_call_vs_claim_outcome"] = _ratio(p50("mcp_call"), p50("claim_outcome"))
         extra_ratios["mcp_call_vs_direct"] = _ratio(p50("mcp_call"), p50("mcp_direct"))
-    met = {
-        name: value <= RATIOS[name][1] if RATIOS[name][0] == "<=" else value >= RATIOS[name][1]
-        for name, value in ratios.items()
+    # The report's order is RATIOS' order, whichever were measured.
+    ratios = {name: ratios[name] for name in RATIOS if name in ratios}
+    met = {name: _meets(value, RATIOS[name]) for name, value in ratios.items()}
+    measured = ratios | extra_ratios
+    earlier = {
+        name: {
+            "value": measured[name],
+            "target": f"{op} {bound:g}",
+            "met": _meets(measured[name], (op, bound)),
+        }
+        for name, (op, bound) in EARLIER_TARGETS.items()
     }
     procs = cases["processes4"]
     notes = [
@@ -473,9 +500,10 @@ def _report(
             "statement and row of each claim are made beforehand by the library's own code, "
             "and a stdlib sqlite3 connection set up as the store's writers are runs BEGIN "
             "IMMEDIATE, the schema check, the insert (guards, keys, the scope_index row) and "
-            "COMMIT. sql_vs_raw and sql_off_vs_raw_off, reported without a target, are the "
-            "part of claim_vs_raw and cpu_off_vs_raw_off that is the schema's: no Python "
-            "around the SQL can take those below them."
+            "COMMIT. sql_off_vs_raw_off (and sql_vs_raw, reported without a target) is the "
+            "part of cpu_off_vs_raw_off (and claim_vs_raw) that is the schema's: no Python "
+            "around the SQL can take those below it. cpu_off_vs_sql_off is the rest: the "
+            "library's own work around that SQL."
         ),
         (
             "threads8_shared runs the same 8 threads and claims as threads8, all through one "
@@ -499,11 +527,17 @@ def _report(
             "mcp_call is a tools/call through ledger mcp-proxy (claimed, relayed, settled: two "
             "more pipe hops and two commits), mcp_direct the same call to the same server "
             "without it; mcp_call minus mcp_direct, next to claim_outcome, is what the proxy "
-            "adds beyond the ledger's own commits. mcp_call_vs_direct is reported without a "
-            "target."
+            "adds beyond the ledger's own commits. mcp_call_vs_claim_outcome holds the whole "
+            "call to the cost of a claim and its outcome; mcp_call_vs_direct is reported "
+            "without a target."
             if "mcp_call" in cases
-            else "mcp_call and mcp_direct were left out: the MCP SDK is not installed "
-            "(pip install tool-ledger[mcp])."
+            else "mcp_call and mcp_direct, and with them mcp_call_vs_claim_outcome, were left "
+            "out: the MCP SDK is not installed (pip install tool-ledger[mcp])."
+        ),
+        (
+            "Earlier targets, stricter or since dropped, are reported apart: "
+            + ", ".join(f"{name} {e['target']}" for name, e in earlier.items())
+            + "."
         ),
         f"The scratch directory {scratch} was removed.",
     ]
@@ -527,9 +561,10 @@ def _report(
         "cases": cases,
         "builds": builds,
         "ratios": ratios,
-        "targets": {name: f"{op} {bound:g}" for name, (op, bound) in RATIOS.items()},
+        "targets": {name: f"{op} {bound:g}" for name in ratios for op, bound in [RATIOS[name]]},
         "met": met,
         "extra_ratios": extra_ratios,
+        "earlier_targets": earlier,
         "processes4": {
             "claims_per_s": procs["per_s"],
             "errors": procs["errors"],
@@ -550,7 +585,8 @@ def _number(value: float) -> str:
 def render(report: dict[str, Any], table: Table, echo: Callable[[str], None]) -> None:
     """Print ``report`` for people: the cases, the ratios against their targets, the notes.
 
-    The extra ratios follow the others, without a target.
+    The extra ratios follow the others, without a target; then the earlier targets, each
+    ratio against the target it was first held to.
     """
     machine = report["machine"]
     mode = " --quick" if report["quick"] else ""
@@ -580,19 +616,30 @@ def render(report: dict[str, Any], table: Table, echo: Callable[[str], None]) ->
         (name, f"{value:.3f}", report["targets"][name], verdict[report["met"][name]])
         for name, value in report["ratios"].items()
     ]
-    rows.append(
+    # processes4 stands where the acceptance table has it: after claim_vs_raw, before scale.
+    scale = next((i for i, row in enumerate(rows) if str(row[0]).startswith("assess_")), len(rows))
+    rows.insert(
+        scale,
         (
             "processes4",
             f"{procs['errors']} errors, p99 {procs['p99_us'] / 1000:.1f} ms",
             procs["target"],
             verdict[procs["met"]],
-        )
+        ),
     )
     rows += [
         (name, f"{value:.3f}", None, "informative")
         for name, value in report["extra_ratios"].items()
     ]
     table(("RATIO", "VALUE", "TARGET", "RESULT"), rows)
+    echo("")
+    table(
+        ("EARLIER TARGET", "VALUE", "TARGET", "RESULT"),
+        [
+            (name, f"{e['value']:.3f}", e["target"], verdict[e["met"]])
+            for name, e in report["earlier_targets"].items()
+        ],
+    )
     echo("")
     render_builds_and_notes(report, table, echo)
 

@@ -313,6 +313,7 @@ class ProxyRun:
             result_recorded=recorded,
         )
         with self._lock:
+            written = True  # this outcome, by this call: the effect's only one
             try:
                 # Strict: an outcome that cannot be written raises and leaves the log as it
                 # was, rather than degrading it ("nothing more will be written" is not so
@@ -320,9 +321,12 @@ class ProxyRun:
                 self._log.outcome_many((request,), strict=True)
             except EffectPersistenceError:
                 self._reload()
-                if self._log.assess(effect_id).execution is None:
+                written = self._log.assess(effect_id).execution is None
+                if written:
                     self._log.outcome_many((request,), strict=True)
-            if self._log.decide(effect_id).step is NextStep.ESCALATE:
+            if (not written or _may_escalate(execution, impact)) and (
+                self._log.decide(effect_id).step is NextStep.ESCALATE
+            ):
                 self._doubtful.setdefault(self._keys[effect_id], set()).add(effect_id)
 
     def _reload(self) -> None:
@@ -334,3 +338,16 @@ class ProxyRun:
         """Release the run."""
         with self._lock:
             self._log.close()
+
+
+def _may_escalate(execution: ExecutionOutcome, impact: Impact) -> bool:
+    """Whether a call just settled so may be one a person must check.
+
+    A proxy's claim names no postcondition and is never retried, so when this outcome
+    is the effect's, the decision rules (``ledger.effects.decide``) give a reported
+    success DONE and a failure without effect RETRY, whatever its kind: only the other
+    outcomes need deciding.
+    """
+    return execution is not ExecutionOutcome.REPORTED_SUCCESS and not (
+        execution is ExecutionOutcome.FAILED and impact is Impact.NONE
+    )

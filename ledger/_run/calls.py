@@ -108,7 +108,7 @@ class Settle(NamedTuple):
 
 
 class Log(Observer, Protocol):
-    """What this module needs of an :class:`~ledger.effect_log.EffectLog`: public doors only."""
+    """What this module needs of an :class:`~ledger.effect_log.EffectLog` (its own, ToolCalls)."""
 
     @property
     def recording(self) -> Recording: ...
@@ -144,6 +144,8 @@ class Log(Observer, Protocol):
     def history(self) -> History: ...
 
     def assess(self, effect_id: str) -> Assessment: ...
+
+    def _has_terminal(self, effect_id: str) -> bool: ...
 
 
 # --------------------------------------------------------------------------- one effect
@@ -271,8 +273,7 @@ class _Plan:
 
     def _settled(self) -> bool:
         """Whether the body recorded a terminal outcome itself, through the log."""
-        execution = self.log.assess(self.effect_id).execution
-        return execution is not None and execution is not ExecutionOutcome.RUNNING
+        return self.log._has_terminal(self.effect_id)  # noqa: SLF001 - the log's own helper
 
     def look(self, when: str) -> list[ObservationRequest]:
         """Read the targets (files): what the observations ``when`` the call will record."""

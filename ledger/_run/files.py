@@ -66,6 +66,7 @@ _PRESENT = FileState(ObservationMechanism.FILESYSTEM_STAT, exists=True, sha256=N
 # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer; it changes
 # nothing for a regular file. O_NOCTTY: a terminal opened here must not become ours.
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_CHUNK = 1 << 16  # below malloc's mmap threshold: no fresh pages for each read
 
 
 def read_file(path: str) -> FileState:
@@ -86,11 +87,14 @@ def read_file(path: str) -> FileState:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return _PRESENT
-        with open(fd, "rb", closefd=False) as f:
-            digest = hashlib.file_digest(f, "sha256").hexdigest()
+        # Read straight from the descriptor: hashlib.file_digest's buffered file and its
+        # zeroed 256 KiB buffer cost more than the hashing of a small file.
+        digest = hashlib.sha256()
+        while chunk := os.read(fd, _CHUNK):
+            digest.update(chunk)
     finally:
         os.close(fd)
-    return FileState(ObservationMechanism.FILESYSTEM_READ, exists=True, sha256=digest)
+    return FileState(ObservationMechanism.FILESYSTEM_READ, exists=True, sha256=digest.hexdigest())
 
 
 def _stat_only(path: str) -> FileState:

@@ -97,3 +97,37 @@ def test_a_store_holding_a_run_that_does_not_validate_is_refused_at_start(tmp_pa
             again.start()
     finally:
         again.close()
+
+
+@pytest.mark.parametrize("kind", list(EffectKind))
+def test_the_guard_holds_exactly_the_calls_decide_escalates(
+    tmp_path: Path, kind: EffectKind
+) -> None:
+    """Whatever a call's kind and outcome, it is refused again iff decide says ESCALATE.
+
+    The proxy decides only the outcomes that can escalate; this checks, on every outcome
+    it can record, that the ones it does not decide never escalate.
+    """
+    run = ProxyRun(tmp_path / "store", "srv")
+    run.start()
+    try:
+        outcomes = [
+            (execution, impact)
+            for execution in fx.ExecutionOutcome
+            if execution is not fx.ExecutionOutcome.RUNNING
+            for impact in fx.Impact
+        ]
+        for n, (execution, impact) in enumerate(outcomes):
+            args = {"n": n}
+            claim = run.claim("tool", args, kind=kind, backend="srv/1", server="srv")
+            try:
+                run.settle(claim.effect_id, execution, impact)
+            except ValueError:  # not an outcome (INTERRUPTED is always POSSIBLE)
+                continue
+            escalated = run._log.decide(claim.effect_id).step is NextStep.ESCALATE
+            refusal = run.refusal("tool", args, kind)
+            refused = refusal is not None and refusal.effect_id == claim.effect_id
+            guarded = kind in (EffectKind.WRITE, EffectKind.IRREVERSIBLE)
+            assert refused is (escalated and guarded), (kind, execution, impact)
+    finally:
+        run.close()
