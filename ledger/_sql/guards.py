@@ -1,15 +1,16 @@
 """The guards: what every row inserted into a record table must satisfy, as data.
 
 Each guard is a condition on the new row (``NEW``) that refuses it, and the message it is
-refused with; each backend renders them (SQLite as ``BEFORE INSERT`` triggers,
-PostgreSQL as PL/pgSQL trigger functions), so both refuse the same rows with the same
-words. UPDATE and DELETE of the append-only tables are refused by triggers each backend
-writes itself.
+refused with; each backend renders them (SQLite as one ``BEFORE INSERT`` trigger per
+table, see :func:`by_table`; PostgreSQL as PL/pgSQL trigger functions), so both refuse
+the same rows with the same words. UPDATE and DELETE of the append-only tables are
+refused by triggers each backend writes itself.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from ledger._chain import GENESIS, sql_hash
@@ -230,6 +231,21 @@ def insert_guards(dialect: str) -> dict[str, Guard]:
         for name, spec in ENTRY_GUARDS.items()
     )
     return {guard.trigger: guard for guard in guards}
+
+
+def by_table(guards: Iterable[Guard]) -> dict[str, list[Guard]]:
+    """The guards of each table, in the order SQLite checks them.
+
+    SQLite renders a table's guards as one trigger whose statements run in turn: one
+    trigger program per inserted row instead of one per guard (SQLite sets up each
+    program afresh for every row). The order is the reverse of :func:`insert_guards`',
+    the order in which SQLite fired them when each guard was its own trigger (newest
+    first), so a row that fails several guards is refused with the same message.
+    """
+    tables: dict[str, list[Guard]] = {}
+    for guard in reversed(list(guards)):
+        tables.setdefault(guard.table, []).append(guard)
+    return tables
 
 
 # What the tables' CHECK constraints refused in the rows of impact_scope and obligations

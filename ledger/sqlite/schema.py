@@ -1,11 +1,11 @@
 """The schema's derived objects on SQLite: the guards as triggers, and the views.
 
 The tables are ``ledger._sql.tables`` (the migrations build exactly them); the guards
-are ``ledger._sql.guards``, each rendered here as a ``BEFORE INSERT`` trigger that
-raises its message; the views are ``ledger._sql.views``. :func:`install_derived` drops
-and re-creates all of them at the end of every upgrade, so a batch migration (which
-rebuilds a table on SQLite and silently drops its triggers) can never leave the store
-unguarded.
+are ``ledger._sql.guards``, rendered here as one ``BEFORE INSERT`` trigger per table
+whose statements each raise one guard's message; the views are ``ledger._sql.views``.
+:func:`install_derived` drops and re-creates all of them at the end of every upgrade,
+so a batch migration (which rebuilds a table on SQLite and silently drops its
+triggers) can never leave the store unguarded.
 
 The names of the floor below stay importable from here, where SQLite's callers and
 tests found them.
@@ -14,6 +14,7 @@ tests found them.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Iterable, Mapping
 
 from sqlalchemy import Connection
 
@@ -21,6 +22,8 @@ from ledger._sql.guards import (  # noqa: F401 - named here too
     ENTRY_GUARDS,
     OTHER_WRITER,
     WRITER_SOURCE_ID,
+    Guard,
+    by_table,
     entries_message,
     entries_refused,
     insert_guards,
@@ -49,10 +52,14 @@ from ledger._sql.views import (  # noqa: F401 - named here too
 )
 
 
-def _raise(message: str) -> str:
+def _message(message: str) -> str:
     if "'" in message:
         raise ValueError("trigger messages are SQL string literals: no quotes")
-    return f"SELECT RAISE(ABORT, 'ledger: {message}');"
+    return message
+
+
+def _raise(message: str) -> str:
+    return f"SELECT RAISE(ABORT, 'ledger: {_message(message)}');"
 
 
 # The claim's scope entries into scope_index, in the claim's own statement: the library
@@ -78,31 +85,58 @@ SCOPE_INDEX_TRIGGER = {
 }
 
 
-def _sqlite_triggers() -> dict[str, str]:
+def guard_check(guard: Guard) -> str:
+    """The statement of ``guard`` in its table's trigger (one line)."""
+    return f"SELECT RAISE(ABORT, 'ledger: {_message(guard.message)}') WHERE {guard.condition};"
+
+
+def guard_trigger(table: str, guards: Iterable[Guard]) -> str:
+    """The ``CREATE TRIGGER`` statement of ``table``'s guards: each a statement, in turn."""
+    checks = "\n".join(guard_check(g) for g in guards)
+    return f"CREATE TRIGGER {table}_guard BEFORE INSERT ON {table}\nBEGIN\n{checks}\nEND"
+
+
+def _reads(ddl: str) -> frozenset[str]:
+    """The library's tables that SQL ``ddl`` fires on or reads."""
+    return frozenset(re.findall(r"\b(?:ON|FROM|JOIN) (\w+)", ddl)) & set(metadata.tables)
+
+
+def sqlite_triggers(tables: Mapping[str, Collection[str]] | None = None) -> dict[str, str]:
+    """Every trigger of the store, by name: its ``CREATE TRIGGER`` statement.
+
+    The guards of a table are one trigger, ``<table>_guard``, with one statement per
+    guard (see ``ledger._sql.guards.by_table``). ``tables`` (each table's columns) is a
+    store at an older revision, on its way to head: it gets the guards whose tables and
+    columns it has; None is the store at head.
+    """
+
+    def fits(ddl: str, table: str) -> bool:
+        return tables is None or (
+            _reads(ddl) <= tables.keys()
+            and frozenset(re.findall(r"\bNEW\.(\w+)", ddl)) <= set(tables[table])
+        )
+
     triggers: dict[str, str] = {}
     for table in APPEND_ONLY_TABLES:
         for event in ("UPDATE", "DELETE"):
             name = f"{table}_no_{event.lower()}"
-            triggers[name] = (
+            ddl = (
                 f"CREATE TRIGGER {name} BEFORE {event} ON {table}\n"
                 f"BEGIN {_raise(f'{table} is append-only, {event} is refused')} END"
             )
-    for name, guard in insert_guards("sqlite").items():
-        triggers[name] = (
-            f"CREATE TRIGGER {name} BEFORE INSERT ON {guard.table}\n"
-            f"WHEN {guard.condition}\nBEGIN {_raise(guard.message)} END"
-        )
-    triggers.update(SCOPE_INDEX_TRIGGER)
+            if fits(ddl, table):
+                triggers[name] = ddl
+    for table, guards in by_table(insert_guards("sqlite").values()).items():
+        present = [g for g in guards if fits(f"ON {table}\n{g.condition}", table)]
+        if present:
+            triggers[f"{table}_guard"] = guard_trigger(table, present)
+    triggers.update((n, ddl) for n, ddl in SCOPE_INDEX_TRIGGER.items() if fits(ddl, "claims"))
     return triggers
 
 
-SQLITE_TRIGGERS = _sqlite_triggers()
-# The tables each trigger fires on or reads: a store at an older revision (on its way to
-# head) gets the guards whose tables it has.
-TRIGGER_TABLES = {
-    name: frozenset(re.findall(r"\b(?:ON|FROM|JOIN) (\w+)", ddl)) & set(metadata.tables)
-    for name, ddl in SQLITE_TRIGGERS.items()
-}
+SQLITE_TRIGGERS = sqlite_triggers()
+# The tables each trigger fires on or reads ...
+TRIGGER_TABLES = {name: _reads(ddl) for name, ddl in SQLITE_TRIGGERS.items()}
 # ... and the columns of its own table it reads (NEW.x).
 TRIGGER_COLUMNS = {
     name: frozenset(re.findall(r"\bNEW\.(\w+)", ddl)) for name, ddl in SQLITE_TRIGGERS.items()
@@ -133,10 +167,8 @@ def install_derived(connection: Connection) -> None:
             "SELECT name FROM sqlite_master WHERE type = 'table'"
         ).scalars()
     }
-    for name, ddl in SQLITE_TRIGGERS.items():
-        on = re.search(r" ON (\w+)\n", ddl).group(1)  # type: ignore[union-attr]
-        if TRIGGER_TABLES[name] <= tables.keys() and TRIGGER_COLUMNS[name] <= tables[on]:
-            connection.exec_driver_sql(ddl)
+    for ddl in sqlite_triggers(tables).values():
+        connection.exec_driver_sql(ddl)
     if has_every_column(tables):
         for ddl in VIEWS.values():
             connection.exec_driver_sql(ddl)

@@ -24,8 +24,10 @@ from typing import Any
 import pytest
 
 from ledger import effects as fx
+from ledger._sql.guards import insert_guards
 from ledger.effect_log import EffectLog, new_run_id
 from tests.builders import fs_ref, ledger, ledger_all, op, sha
+from tests.sqlite.driver import drop_guards
 
 DB = "ledger.sqlite3"
 T0 = "2026-03-01T12:00:00.000000+00:00"
@@ -218,29 +220,36 @@ def _run_ids(store: Path) -> set[str]:
 def _forge(store: Path, *statements: str, past: tuple[str, ...] = ()) -> None:
     """Write with plain sqlite3 as a forger would: CHECKs ignored, foreign keys off.
 
-    The triggers and indexes named in ``past`` are dropped for the write; the
-    triggers are put back afterwards (an index may no longer fit the rows). The chain
-    guards are always among them: forged rows carry made-up chain columns (CHAIN).
+    The guards and indexes named in ``past`` are taken out for the write; the guards
+    are put back afterwards (an index may no longer fit the rows). The chain guards
+    are always among them: forged rows carry made-up chain columns (CHAIN).
     """
-    past = (
-        *past,
+    every = insert_guards("sqlite")
+    guards = (
+        *(name for name in past if name in every),
         *(f"{t}_guard_chain" for t in ("claims", "outcomes", "observations")),
         *(f"{t}_guard_hash" for t in ("claims", "outcomes", "observations")),
     )
+    indexes = [name for name in past if name not in every]
     conn = sqlite3.connect(store / DB, isolation_level=None)
     try:
         conn.execute("PRAGMA foreign_keys = OFF")
         conn.execute("PRAGMA ignore_check_constraints = ON")
         saved = [
-            conn.execute("SELECT type, sql FROM sqlite_master WHERE name = ?", (name,)).fetchone()
-            for name in past
+            conn.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND name = ?",
+                (name,),
+            ).fetchone()
+            for name in {f"{every[guard].table}_guard" for guard in guards}
         ]
-        for name, (kind, _ddl) in zip(past, saved, strict=True):
-            conn.execute(f'DROP {kind.upper()} "{name}"')
+        drop_guards(conn, *guards)
+        for name in indexes:
+            conn.execute(f'DROP INDEX "{name}"')
         for statement in statements:
             conn.execute(statement)
-        for kind, ddl in saved:
-            if kind == "trigger":
+        for name, ddl in filter(None, saved):  # unless the trigger was dropped whole
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (name,)).fetchone():
+                conn.execute(f'DROP TRIGGER "{name}"')
                 conn.execute(ddl)
     finally:
         conn.close()
@@ -422,8 +431,8 @@ def _second_terminal(store: Path, run_id: str) -> tuple[str, tuple[str, ...]]:
 
 
 def _dropped_trigger(store: Path, run_id: str) -> tuple[str, tuple[str, ...]]:
-    _forge(store, "DROP TRIGGER outcomes_guard_order")
-    return "schema: trigger outcomes_guard_order is missing", ()
+    _forge(store, "DROP TRIGGER outcomes_guard")
+    return "schema: trigger outcomes_guard is missing", ()
 
 
 def _dropped_view(store: Path, run_id: str) -> tuple[str, tuple[str, ...]]:

@@ -26,11 +26,19 @@ def test_postgresql_checks_what_sqlite_checks_with_the_same_words() -> None:
 
 
 def test_each_guard_is_rendered_by_each_backend() -> None:
-    """SQLite has a trigger per guard raising its message; PostgreSQL a function and a trigger."""
-    for name, guard in insert_guards("sqlite").items():
-        ddl = sqlite_schema.SQLITE_TRIGGERS[name]
-        assert ddl.startswith(f"CREATE TRIGGER {name} BEFORE INSERT ON {guard.table}\n")
-        assert f"RAISE(ABORT, 'ledger: {guard.message}')" in ddl
+    """SQLite has a trigger per table, a statement per guard raising its message, in the
+    order SQLite fired them as triggers of their own (newest first); PostgreSQL a
+    function and a trigger per guard."""
+    for guard in insert_guards("sqlite").values():
+        ddl = sqlite_schema.SQLITE_TRIGGERS[f"{guard.table}_guard"]
+        assert ddl.startswith(
+            f"CREATE TRIGGER {guard.table}_guard BEFORE INSERT ON {guard.table}\n"
+        )
+        assert f"\nSELECT RAISE(ABORT, 'ledger: {guard.message}') WHERE {guard.condition};\n" in ddl
+    for table in RECORD_TABLES:
+        created = [g.message for g in insert_guards("sqlite").values() if g.table == table]
+        ddl = sqlite_schema.SQLITE_TRIGGERS[f"{table}_guard"]
+        assert sorted(created, key=ddl.index) == created[::-1]
     for name, guard in insert_guards("postgresql").items():
         assert f"RAISE EXCEPTION 'ledger: {guard.message}'" in pg.FUNCTIONS[f"ledger_{name}"]
         assert f"IF ({guard.condition}) THEN" in pg.FUNCTIONS[f"ledger_{name}"]

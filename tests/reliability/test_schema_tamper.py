@@ -529,7 +529,7 @@ def test_a_guard_rewritten_to_when_0_is_named_and_refused(
     sql = base.master[("trigger", trigger)]
     _plant(directory, _rewrite_script("trigger", trigger, _disabled(sql)))
     outcome = Outcome(f"guard {trigger} WHEN 0")
-    cli = trigger == "claims_guard_hash"
+    cli = trigger == "claims_guard"
     if outcome.check(_verify_names(directory, trigger, cli=cli), "verify"):
         FIGURES["verify_named"] += 1
     _refused(base, directory, "observations", trigger, outcome)
@@ -569,13 +569,17 @@ QUOTED_CASES = [
 def test_a_guard_rewritten_with_a_double_quoted_keyword_is_named_and_refused(
     base: Base, tmp_path: Path, case: tuple[str, str, str, str]
 ) -> None:
-    trigger, word, quoted, table = case
+    guard, word, quoted, table = case
+    trigger = f"{guard.split('_guard_')[0]}_guard"  # the trigger of the table's guards
     directory = _copy(base, tmp_path / "store")
     sql = base.master[("trigger", trigger)]
-    assert word in sql, (trigger, word)
-    _plant(directory, _rewrite_script("trigger", trigger, sql.replace(word, quoted, 1)))
-    outcome = Outcome(f"guard {trigger}: {word} rewritten to {quoted}")
-    cli = trigger == "claims_guard_retry"
+    line = _schema.guard_check(_schema.insert_guards("sqlite")[guard])
+    assert line in sql, guard
+    assert word in line, (guard, word)
+    rewritten = sql.replace(line, line.replace(word, quoted, 1))
+    _plant(directory, _rewrite_script("trigger", trigger, rewritten))
+    outcome = Outcome(f"guard {guard}: {word} rewritten to {quoted}")
+    cli = guard == "claims_guard_retry"
     if outcome.check(_verify_names(directory, trigger, cli=cli), "verify"):
         FIGURES["verify_named"] += 1
     _refused(base, directory, table, trigger, outcome)

@@ -57,7 +57,7 @@ def _append(
     if backend.name == "sqlite":
         assert isinstance(store, Path)
         if wrong_hash:
-            guard = f"{table}_guard_hash"
+            guard = f"{table}_guard"  # the table's guards, the hash's among them
             ((ddl,),) = backend.query(
                 store, "SELECT sql FROM sqlite_master WHERE name = ?", (guard,)
             )

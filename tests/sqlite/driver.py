@@ -24,8 +24,10 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import command
 
+from ledger._sql.guards import insert_guards
 from ledger.sqlite import liveness
 from ledger.sqlite.engine import _foreign_keys_off, _on_begin, _on_connect, alembic_config
+from ledger.sqlite.schema import SQLITE_TRIGGERS, guard_check
 from ledger.storage import Mode
 from tests.builders import CHILD_TIMEOUT, require_tool
 
@@ -274,3 +276,41 @@ def turn_seen_from_another_process(store_dir: Path) -> str:
     return subprocess.run(
         argv, capture_output=True, text=True, check=True, timeout=CHILD_TIMEOUT
     ).stdout.strip()
+
+
+def drop_changed_guards(conn: sqlite3.Connection) -> None:
+    """Drop every guard trigger that is not the library's: missing, it is put back on write.
+
+    What an attacker does after :func:`drop_guards` to leave no changed trigger behind
+    (the library refuses to write to a store whose triggers it did not write).
+    """
+    for name, sql in conn.execute(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'"
+    ).fetchall():
+        if name in SQLITE_TRIGGERS and sql != SQLITE_TRIGGERS[name]:
+            conn.execute(f"DROP TRIGGER {name}")
+
+
+def drop_guards(conn: sqlite3.Connection, *guards: str) -> None:
+    """Take the named guards (``claims_guard_chain``, say) out of the store's triggers.
+
+    Each table's guards are one trigger, a statement each: the trigger is re-created
+    without the guards' statements, whatever else it holds kept. (The store's schema
+    check then finds the trigger changed.)
+    """
+    every = insert_guards("sqlite")
+    for name in guards:
+        guard = every[name]
+        trigger = f"{guard.table}_guard"
+        found = conn.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = ?", (trigger,)
+        ).fetchone()
+        if found is None:  # dropped whole already
+            continue
+        lines = found[0].split("\n")
+        if guard_check(guard) not in lines:
+            raise ValueError(f"the store has no guard {name}")
+        kept = [line for line in lines if line != guard_check(guard)]
+        conn.execute(f"DROP TRIGGER {trigger}")
+        if len(kept) > 3:  # a head, BEGIN and END, and a check at least
+            conn.execute("\n".join(kept))

@@ -152,8 +152,7 @@ assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 # A one-page cache spills the transaction's pages into the WAL before any commit.
 con.execute("PRAGMA cache_size = 1")
 con.execute("BEGIN IMMEDIATE")
-con.execute("DROP TRIGGER claims_guard_chain")  # rolled back with the rest
-con.execute("DROP TRIGGER claims_guard_hash")  # same
+con.execute("DROP TRIGGER claims_guard")  # rolled back with the rest
 # Forged rows copy the last committed claim, so they pass every constraint and guard
 # whatever columns the schema has; only seq and the identifiers change.
 row = dict(con.execute(

@@ -26,6 +26,8 @@ import ledger._sql.tables
 import ledger.sqlite.schema
 from ledger import _inspect
 from ledger import effects as fx
+from ledger._chain import sha3
+from ledger._sql.guards import insert_guards
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.errors import SchemaTooNewError, StoreCorruptError
 from ledger.sqlite import schema_check as _schema_check
@@ -36,12 +38,11 @@ from ledger.sqlite.engine import (
 )
 from ledger.sqlite.schema import (
     SQLITE_TRIGGERS,
-    TRIGGER_COLUMNS,
-    TRIGGER_TABLES,
     VIEWS,
     has_every_column,
     install_derived,
     metadata,
+    sqlite_triggers,
 )
 from tests.builders import (
     REPO,
@@ -147,7 +148,7 @@ def test_every_trigger_and_view_exists_at_head_as_shipped(migrated: sa.Engine) -
 def expected_at_this_revision(connection: sa.Connection) -> list[str]:
     """The derived objects of missing_derived that a store at an older revision can hold.
 
-    A trigger needs the tables it reads; a view needs every column; an index its columns.
+    A table's guard trigger holds the guards whose tables and columns it has; a view needs every column; an index its columns.
     """
     tables = {
         name: {
@@ -158,12 +159,7 @@ def expected_at_this_revision(connection: sa.Connection) -> list[str]:
             "SELECT name FROM sqlite_master WHERE type = 'table'"
         )
     }
-    possible = {
-        name
-        for name, ddl in SQLITE_TRIGGERS.items()
-        if TRIGGER_TABLES[name] <= set(tables)
-        and TRIGGER_COLUMNS[name] <= tables[ddl.split(" ON ")[1].split()[0]]
-    }
+    possible = set(sqlite_triggers(tables))
     if has_every_column(tables):  # the views read every table (and a claim's step)
         possible |= set(VIEWS)
     possible |= {
@@ -221,7 +217,7 @@ def test_a_batch_migration_drops_triggers_and_install_derived_restores_them(
         sql = conn.exec_driver_sql("SELECT sql FROM sqlite_master WHERE name = 'runs'").scalar_one()
         assert "CONSTRAINT ck_runs_run_id CHECK" in sql
         assert sql.rstrip().endswith("STRICT")
-        assert missing_derived(conn) == ["runs_guard_key", "runs_no_delete", "runs_no_update"]
+        assert missing_derived(conn) == ["runs_guard", "runs_no_delete", "runs_no_update"]
         conn.exec_driver_sql("UPDATE runs SET created_at = 'forged'")  # unguarded now
         install_derived(conn)
         assert missing_derived(conn) == []
@@ -629,6 +625,47 @@ def test_a_claims_one_resource_is_indexed_by_its_own_trigger_after_0011(
             " ORDER BY effect_id, position",
             (run_id,),
         ).fetchall() == [("e0", 0), ("e1", 0), ("e2", 0), ("e2", 1)]
+
+
+# --------------------------------------------------------------------------- 0014
+
+
+def test_a_store_at_0013_with_a_trigger_per_guard_gets_one_per_table(
+    store_dir: Path, run_id: str
+) -> None:
+    """Migration 0014: the triggers of a store at 0013, one per guard, become one per table.
+
+    On its next write the store holds exactly the library's triggers: none of the old
+    ones is left beside the new, and the guards still refuse what they refused.
+    """
+    with EffectLog(run_id, store_dir) as log:
+        claim_target(log, "e0")
+    db = store_dir / "ledger.sqlite3"
+    migrate(db, "0013", down=True)
+    every = insert_guards("sqlite")
+    execute(
+        db,
+        "".join(f"DROP TRIGGER {t}_guard; " for t in {g.table for g in every.values()})
+        + "".join(
+            f"CREATE TRIGGER {name} BEFORE INSERT ON {g.table}\nWHEN {g.condition}\n"
+            f"BEGIN SELECT RAISE(ABORT, 'ledger: {g.message}'); END; "
+            for name, g in every.items()
+        ),
+    )
+    with EffectLog.load(run_id, store_dir) as log:
+        claim_target(log, "e1")
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        assert conn.execute("SELECT version_num FROM alembic_version").fetchall() == [
+            (head_revision(),)
+        ]
+        assert dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'")) == (
+            SQLITE_TRIGGERS
+        )
+        assert _schema_check.compare(conn.execute(_schema_check.MASTER_SQL).fetchall()) == []
+    with contextlib.closing(sqlite3.connect(db, isolation_level=None)) as conn:
+        conn.create_function("sha3", 2, sha3)  # as the stock shell has it
+        with pytest.raises(sqlite3.IntegrityError, match="that seq is already recorded"):
+            conn.execute("INSERT INTO claims SELECT * FROM claims WHERE effect_id = 'e1'")
 
 
 # --------------------------------------------------------------------------- 0012

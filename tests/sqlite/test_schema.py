@@ -28,6 +28,7 @@ from ledger.sqlite.rows import chain_hash
 from ledger.sqlite.schema import APPEND_ONLY_TABLES, RECORD_TABLES
 from ledger.sqlite.store import Store
 from tests.builders import fs_ref, op, sha
+from tests.sqlite.driver import drop_changed_guards, drop_guards
 
 TS = "2024-01-01T00:00:00+00:00"
 # Attack rows carry well-formed chain columns; the chain guard itself is dropped by
@@ -171,15 +172,16 @@ def built(template: Built, store_dir: Path) -> Built:
 def attacker(built: Built) -> Iterator[sqlite3.Connection]:
     """A plain ``sqlite3`` connection in autocommit mode, as the shell would open.
 
-    The chain guards (link and hash) are dropped first (see CHAIN).
+    The chain guards (link and hash) are dropped first (see CHAIN); the triggers so
+    changed are dropped on leaving, to be put back by the library's next write.
     """
     conn = sqlite3.connect(built.path, isolation_level=None)
-    for table in RECORD_TABLES:
-        conn.execute(f"DROP TRIGGER IF EXISTS {table}_guard_chain")
-    for table in RECORD_TABLES:
-        conn.execute(f"DROP TRIGGER IF EXISTS {table}_guard_hash")
+    drop_guards(
+        conn, *(f"{table}_guard_{guard}" for table in RECORD_TABLES for guard in ("chain", "hash"))
+    )
     try:
         yield conn
+        drop_changed_guards(conn)
     finally:
         conn.close()
 
@@ -477,7 +479,7 @@ def test_outcome_for_a_missing_claim_is_refused_by_the_foreign_key(built: Built)
     """With PRAGMA foreign_keys=ON and the guard trigger dropped, the foreign key still refuses it."""
     with attacker(built) as conn:
         conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute("DROP TRIGGER outcomes_guard_claim")
+        drop_guards(conn, "outcomes_guard_claim")
         with pytest.raises(sqlite3.IntegrityError, match=r"^FOREIGN KEY constraint failed$"):
             insert(conn, "outcomes", **row(built, "outcomes", effect_id="nobody"))
 
@@ -493,7 +495,7 @@ def test_outcome_for_a_missing_claim_is_refused_without_fks_too(built: Built) ->
 def test_an_orphan_outcome_slipped_past_the_guard_fails_load(built: Built) -> None:
     """With the guard dropped and no foreign keys an orphan outcome gets in, and load refuses the run."""
     with attacker(built) as conn:
-        conn.execute("DROP TRIGGER outcomes_guard_claim")
+        drop_guards(conn, "outcomes_guard_claim")
         insert(conn, "outcomes", **row(built, "outcomes", effect_id="nobody"))
         assert conn.execute(
             "SELECT count(*) FROM outcomes WHERE effect_id = 'nobody'"
@@ -517,7 +519,7 @@ def test_a_second_terminal_outcome_is_refused(built: Built, execution: str) -> N
 def test_the_terminal_unique_index_is_a_backstop_to_the_guard(built: Built) -> None:
     """With the guard trigger dropped, the partial unique index still refuses a second terminal."""
     with attacker(built) as conn:
-        conn.execute("DROP TRIGGER outcomes_guard_settled")
+        drop_guards(conn, "outcomes_guard_settled")
         with pytest.raises(
             sqlite3.IntegrityError,
             match=r"^UNIQUE constraint failed: outcomes\.run_id, outcomes\.effect_id$",
@@ -662,7 +664,7 @@ IGNORE_CHECKS = "PRAGMA ignore_check_constraints = ON"
         ),
         pytest.param(
             [
-                "DROP TRIGGER outcomes_guard_settled",
+                "outcomes_guard_settled",
                 "DROP INDEX uq_outcomes_terminal",
             ],
             "outcomes",
@@ -679,42 +681,42 @@ IGNORE_CHECKS = "PRAGMA ignore_check_constraints = ON"
             id="seq-gap",
         ),
         pytest.param(
-            ["DROP TRIGGER observations_guard_seq"],
+            ["observations_guard_seq"],
             "observations",
             {"seq": 2},
             "without gap or repeat",
             id="seq-repeat",
         ),
         pytest.param(
-            ["DROP TRIGGER scope_index_guard_claim"],
+            ["scope_index_guard_claim"],
             "scope_index",
             {"effect_id": "nobody"},
             "scope_index does not match the claims' impact scopes",
             id="scope-index-of-no-claim",
         ),
         pytest.param(
-            ["DROP TRIGGER claims_guard_obligations"],
+            ["claims_guard_obligations"],
             "claims",
             {"obligation_count": 1, "obligations": _entries(OBLIGATION, predicate="contains")},
             "claim at seq 8.*'contains' is not a valid Predicate",
             id="obligation-predicate",
         ),
         pytest.param(
-            ["DROP TRIGGER claims_guard_impact_scope"],
+            ["claims_guard_impact_scope"],
             "claims",
             {"scope_count": 2, "impact_scope": _SCOPE_GOOD},
             "claim at seq 8.*scope_count is 2 but impact_scope holds 1",
             id="scope-count",
         ),
         pytest.param(
-            ["DROP TRIGGER claims_guard_impact_scope"],
+            ["claims_guard_impact_scope"],
             "claims",
             {"scope_count": 1, "impact_scope": _entries(SCOPE, role=...)},
             "claim at seq 8.*impact_scope must be an array of objects with the keys",
             id="scope-keys",
         ),
         pytest.param(
-            ["DROP TRIGGER claims_guard_impact_scope"],
+            ["claims_guard_impact_scope"],
             "claims",
             {"scope_count": 1, "impact_scope": _SCOPE_TWICE},
             "claim at seq 8.*an object repeats a key",
@@ -734,8 +736,11 @@ def test_a_row_slipped_past_the_schema_makes_load_fail_closed(
 ) -> None:
     """A row the disarmed schema let in (checks ignored, guards dropped) makes load raise."""
     with attacker(built) as conn:
-        for statement in statements:
-            conn.execute(statement)
+        for statement in statements:  # SQL, or the name of a guard to take out
+            if " " in statement:
+                conn.execute(statement)
+            else:
+                drop_guards(conn, statement)
         insert(conn, table, **row(built, table, **values))
     with pytest.raises(EffectPersistenceError, match=message):
         EffectLog.load(built.run_id, built.directory)
@@ -745,7 +750,7 @@ def test_an_outcome_before_its_claim_makes_load_fail_closed(built: Built) -> Non
     """An outcome written before a claim with a later seq is refused on load."""
     with attacker(built) as conn:
         for guard in ("guard_order", "guard_seq", "guard_settled", "guard_claim"):
-            conn.execute(f"DROP TRIGGER outcomes_{guard}")
+            drop_guards(conn, f"outcomes_{guard}")
         insert(conn, "outcomes", **row(built, "outcomes", seq=8, effect_id="e9"))
         insert(conn, "claims", **row(built, "claims", seq=9, effect_id="e9"))
     with pytest.raises(EffectPersistenceError, match="outcome at seq 8 precedes the claim of 'e9'"):
@@ -778,7 +783,7 @@ def test_a_scope_index_row_that_is_no_scope_entry_is_refused(built: Built) -> No
 def test_a_scope_index_row_past_the_guard_fails_load(built: Built) -> None:
     """With the guard dropped, an extra scope_index row makes load fail closed."""
     with attacker(built) as conn:
-        conn.execute("DROP TRIGGER scope_index_guard_claim")
+        drop_guards(conn, "scope_index_guard_claim")
         insert(conn, "scope_index", **row(built, "scope_index", **WIDENED))
     with pytest.raises(EffectPersistenceError, match=r"scope_index does not match .* refusing"):
         EffectLog.load(built.run_id, built.directory)

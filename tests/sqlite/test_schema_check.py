@@ -213,11 +213,11 @@ def test_a_writer_restores_a_replaced_view_and_a_dropped_guard(store: Path) -> N
         store,
         "DROP VIEW unsettled_claims;"
         " CREATE VIEW unsettled_claims AS SELECT * FROM claims WHERE 0;"
-        " DROP TRIGGER claims_guard_hash;",
+        " DROP TRIGGER claims_guard;",
     )
     assert {str(p) for p in _schema_check.compare(_master(store))} == {
         "view unsettled_claims is not the library's definition",
-        "trigger claims_guard_hash is missing",
+        "trigger claims_guard is missing",
     }
     with EffectLog(new_run_id(), store.parent) as log:
         _claim(log)
@@ -270,14 +270,14 @@ def test_a_changed_guard_is_refused_not_restored(store: Path) -> None:
     execute(
         store,
         "PRAGMA writable_schema = ON;"
-        " UPDATE sqlite_master SET sql = replace(sql, 'WHEN EXISTS', 'WHEN 0 AND EXISTS')"
-        " WHERE name = 'claims_guard_key';"
+        " UPDATE sqlite_master SET sql = replace(sql, 'WHERE EXISTS', 'WHERE 0 AND EXISTS')"
+        " WHERE name = 'claims_guard';"
         " PRAGMA writable_schema = OFF;",
     )
     with (
         EffectLog(new_run_id(), store.parent) as log,
         pytest.raises(
-            StoreTamperedError, match="trigger claims_guard_key is not the library's definition"
+            StoreTamperedError, match="trigger claims_guard is not the library's definition"
         ),
     ):
         _claim(log)
