@@ -579,6 +579,16 @@ class EffectLog(ToolCalls):
             claim = self._state.claim_of(effect_id)
             return assess(claim, self._state.index.relevant(claim))
 
+    def outcome_of(self, effect_id: str) -> EffectOutcome | None:
+        """The terminal outcome of ``effect_id``, or ``None`` while it has none.
+
+        One look in the log's index, where :meth:`assess` weighs every record the rules
+        consult; ``ValueError`` for an effect the run never claimed, as :meth:`assess`.
+        """
+        with self._cond:
+            self._state.claim_of(effect_id)
+            return self._state.index.terminal(effect_id)
+
     def decide(self, effect_id: str) -> Decision:
         """What to do next about ``effect_id``: ``fx.decide(claim, log.history())``.
 

@@ -51,16 +51,6 @@ class ToolCalls:
             observed: Sequence[ObservationRequest] = (),
         ) -> tuple[EffectClaim, ...]: ...
 
-    def _has_terminal(self, effect_id: str) -> bool:
-        """Whether ``effect_id`` has a terminal outcome (what ``assess`` would say of it).
-
-        A call asks this after its body, to learn whether the body settled the effect
-        itself; the index answers in one look, where a verdict gathers the records it
-        weighs.
-        """
-        with self._cond:
-            return self._state.index.terminal(effect_id) is not None
-
     def begin_step(
         self,
         probe: EffectClaim,

@@ -108,7 +108,7 @@ class Settle(NamedTuple):
 
 
 class Log(Observer, Protocol):
-    """What this module needs of an :class:`~ledger.effect_log.EffectLog` (its own, ToolCalls)."""
+    """What this module needs of an :class:`~ledger.effect_log.EffectLog`: public doors only."""
 
     @property
     def recording(self) -> Recording: ...
@@ -145,7 +145,7 @@ class Log(Observer, Protocol):
 
     def assess(self, effect_id: str) -> Assessment: ...
 
-    def _has_terminal(self, effect_id: str) -> bool: ...
+    def outcome_of(self, effect_id: str) -> EffectOutcome | None: ...
 
 
 # --------------------------------------------------------------------------- one effect
@@ -273,7 +273,7 @@ class _Plan:
 
     def _settled(self) -> bool:
         """Whether the body recorded a terminal outcome itself, through the log."""
-        return self.log._has_terminal(self.effect_id)  # noqa: SLF001 - the log's own helper
+        return self.log.outcome_of(self.effect_id) is not None
 
     def look(self, when: str) -> list[ObservationRequest]:
         """Read the targets (files): what the observations ``when`` the call will record."""

@@ -139,3 +139,20 @@ def test_bad_observed_is_refused_before_anything_is_written(store_dir: Path) -> 
         with pytest.raises(TypeError, match="strict must be a bool"):
             log.outcome_many((), strict="yes")  # type: ignore[arg-type]
         assert len(log.history().records()) == 1
+
+
+def test_outcome_of_is_the_terminal_outcome_or_none(store_dir: Path) -> None:
+    """``outcome_of`` says whether an effect has settled, as ``assess`` would, in one look."""
+    with EffectLog(new_run_id(), store_dir) as log:
+        log.claim_many(claim_requests("e1"))
+        assert log.outcome_of("e1") is None
+        running = log.outcome(
+            effect_id="e1", execution=fx.ExecutionOutcome.RUNNING, impact=POSSIBLE
+        )
+        assert not running.terminal
+        assert log.outcome_of("e1") is None
+        assert log.assess("e1").execution is fx.ExecutionOutcome.RUNNING
+        settled = log.outcome(effect_id="e1", execution=SUCCESS, impact=CERTAIN)
+        assert log.outcome_of("e1") == settled
+        with pytest.raises(ValueError, match="no claim"):
+            log.outcome_of("never-claimed")
