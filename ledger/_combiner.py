@@ -130,20 +130,18 @@ class Combiner(Generic[E]):
         once it has acted on the entry's fate. ``run`` raising is raised here, by the
         leader, after every entry of its batch was abandoned and woken.
         """
-        if not self._leading and not self._queue:
-            # Nobody writes or waits: the caller writes its own entry at once, through
-            # no queue. Callers that come meanwhile queue up for the next batch.
-            self._leading = True
-            return self._lead_alone(entry)
-        entry.gate = threading.Lock()
-        entry.gate.acquire()  # a new lock: never blocks
         self._queue.append(entry)
         interrupt = None
         if self._leading:
+            entry.gate = threading.Lock()
+            entry.gate.acquire()  # a new lock: never blocks
             self.lock.release()
             interrupt = wait_for_gate(entry.gate, lambda: entry.done or entry.lead)
             interrupt = acquire_uninterrupted(self.lock) or interrupt
         else:
+            # Nobody writes or waits: the caller leads at once, its own entry the whole
+            # first batch, with no gate (none waits on it). Callers that come meanwhile
+            # queue for the next batch.
             self._leading = True
         if not entry.done:  # this caller leads until its own entry is settled
             interrupt = self._lead(entry) or interrupt
@@ -168,22 +166,6 @@ class Combiner(Generic[E]):
                     for other in batch:
                         if other is not entry:
                             other.gate.release()
-        finally:
-            self.hand_over()
-        return interrupt
-
-    def _lead_alone(self, entry: E) -> BaseException | None:
-        """:meth:`_lead` for a batch of the leader's own entry alone, which no one waits on."""
-        batch = [entry]
-        try:
-            interrupt = self._run(batch)
-        except BaseException as e:  # settle the entry, then raise
-            if not entry.done:
-                self._abandon(batch, e)
-            raise
-        else:
-            if not entry.done:
-                self._abandon(batch, None)
         finally:
             self.hand_over()
         return interrupt
