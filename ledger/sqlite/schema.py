@@ -135,12 +135,6 @@ def sqlite_triggers(tables: Mapping[str, Collection[str]] | None = None) -> dict
 
 
 SQLITE_TRIGGERS = sqlite_triggers()
-# The tables each trigger fires on or reads ...
-TRIGGER_TABLES = {name: _reads(ddl) for name, ddl in SQLITE_TRIGGERS.items()}
-# ... and the columns of its own table it reads (NEW.x).
-TRIGGER_COLUMNS = {
-    name: frozenset(re.findall(r"\bNEW\.(\w+)", ddl)) for name, ddl in SQLITE_TRIGGERS.items()
-}
 
 
 def install_derived(connection: Connection) -> None:
