@@ -64,7 +64,7 @@ from pydantic import ValidationError
 
 from ledger import storage
 from ledger._mcp.calls import Call, brief, kinds_listed, outcome_of, read_call, result_of
-from ledger._mcp.runs import MAX_NAME, ProxyRun, check_name
+from ledger._mcp.runs import MAX_NAME, REFUSAL_META, ProxyRun, Refusal, check_name
 from ledger._mcp.wire import (
     IdKey,
     Lines,
@@ -74,7 +74,8 @@ from ledger._mcp.wire import (
     error_line,
     id_key,
     parse,
-    tool_error_line,
+    result_line,
+    tool_error,
 )
 from ledger._text import printable
 from ledger.effects import EffectClaim, EffectKind, ExecutionOutcome, Impact
@@ -441,10 +442,7 @@ class Proxy:
             run = self._ensure_run()
             refusal = run.refusal(call.tool, call.args, kind)
             if refusal is not None:
-                self._say(
-                    f"refused {call.tool}: effect {refusal.effect_id} of run {refusal.run_id}"
-                )
-                self._to_client(tool_error_line(call.request_id, refusal.message(self._directory)))
+                self._refuse(run, call, kind, refusal)
                 return None
             return run.claim(
                 call.tool,
@@ -460,6 +458,32 @@ class Proxy:
             code = INTERNAL_ERROR
         self._to_client(error_line(call.request_id, code, why))
         return None
+
+    def _refuse(self, run: ProxyRun, call: Call, kind: EffectKind, refusal: Refusal) -> None:
+        """Answer a call the guard does not forward, once the refusal is recorded.
+
+        The refusal is a record of the run (a claim settled as failed with impact none,
+        the answer as its result), so the run shows what the client asked and was told;
+        the answer's ``_meta`` names the effect that blocks it. The answer does not wait
+        on the record: a refusal that cannot be written is said, and the call refused
+        all the same.
+        """
+        blocking = {"run_id": refusal.run_id, "effect_id": refusal.effect_id}
+        answer = tool_error(refusal.message(self._directory), {REFUSAL_META: blocking})
+        said = f"refused {call.tool}: effect {refusal.effect_id} of run {refusal.run_id}"
+        try:
+            effect_id = run.refused(
+                call.tool,
+                call.args,
+                kind=kind,
+                backend=self._backend(),
+                server=self._resource_host(run),
+                answer=answer,
+            )
+            self._say(f"{said}; recorded as effect {effect_id}")
+        except (ValueError, EffectPersistenceError) as e:
+            self._say(f"{said}; the refusal could not be recorded: {brief(e)}")
+        self._to_client(result_line(call.request_id, answer))
 
     def _settle(
         self,

@@ -40,10 +40,20 @@ from ledger.effects import (
 from ledger.errors import EffectPersistenceError
 from ledger.resources import ExternalResource
 
-__all__ = ["MAX_NAME", "Earlier", "ProxyRun", "Refusal", "action_prefix", "check_name"]
+__all__ = [
+    "MAX_NAME",
+    "REFUSAL_META",
+    "Earlier",
+    "ProxyRun",
+    "Refusal",
+    "action_prefix",
+    "check_name",
+]
 
 _ACTION = "mcp-proxy/{name}/"
 MAX_NAME = 100  # the action id (prefix, name, 32-hex effect id) stays an identifier
+# The ``_meta`` key of a refused call's answer: the run and effect that block it.
+REFUSAL_META = "ledger/refusal"
 
 
 def action_prefix(name: str) -> str:
@@ -302,9 +312,42 @@ class ProxyRun:
             result, recorded = recordable(
                 result, MAX_RECORDED_BYTES, what=f"the result of effect {effect_id}"
             )
-        if not recorded:
-            result = None
+        self._outcome(effect_id, execution, impact, result if recorded else None, recorded)
 
+    def refused(
+        self,
+        tool: str,
+        args: object,
+        *,
+        kind: EffectKind,
+        backend: str,
+        server: str,
+        answer: Mapping[str, object],
+    ) -> str:
+        """Record a call the guard did not forward; the new effect's id.
+
+        The call is claimed as any other (so the run shows what was asked, and when),
+        and settled at once as failed with impact none: it never reached the server.
+        Its result is ``answer``, the tool error the client gets, recorded even when
+        this run records nothing else (the arguments then are not): it is the proxy's
+        own text, naming the effect that blocked the call. Raises as :meth:`claim` and
+        :meth:`settle` do.
+        """
+        claim = self.claim(tool, args, kind=kind, backend=backend, server=server)
+        result, recorded = recordable(
+            dict(answer), MAX_RECORDED_BYTES, what=f"the result of effect {claim.effect_id}"
+        )
+        self._outcome(claim.effect_id, ExecutionOutcome.FAILED, Impact.NONE, result, recorded)
+        return claim.effect_id
+
+    def _outcome(
+        self,
+        effect_id: str,
+        execution: ExecutionOutcome,
+        impact: Impact,
+        result: object,
+        recorded: bool,
+    ) -> None:
         request = OutcomeRequest(
             effect_id=effect_id,
             execution=execution,

@@ -38,6 +38,7 @@ __all__ = [
     "id_key",
     "parse",
     "result_line",
+    "tool_error",
     "tool_error_line",
 ]
 
@@ -210,7 +211,17 @@ def result_line(request_id: int | str, result: dict[str, Any]) -> bytes:
     return encode(response.model_dump(mode="json", by_alias=True))
 
 
+def tool_error(text: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A ``tools/call`` result with ``isError``: the model sees ``text`` and can act on it.
+
+    ``meta`` becomes the result's ``_meta``, for a client that reads it.
+    """
+    result = CallToolResult(
+        content=[TextContent(type="text", text=text)], is_error=True, _meta=meta
+    )
+    return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
 def tool_error_line(request_id: int | str, text: str) -> bytes:
-    """A ``tools/call`` result with ``isError``: the model sees ``text`` and can act on it."""
-    result = CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
-    return result_line(request_id, result.model_dump(mode="json", by_alias=True, exclude_none=True))
+    """A ``tools/call`` result with ``isError``, answering ``request_id``."""
+    return result_line(request_id, tool_error(text))

@@ -17,7 +17,7 @@ import anyio
 import pytest
 from mcp.types import TextContent
 
-from tests.builders import FAILED, INTERRUPTED, POSSIBLE
+from tests.builders import FAILED, INTERRUPTED, NONE, POSSIBLE
 from tests.mcp.driver import Setup, outcome_of, run_id_in, run_session, session, wait_until
 
 pytestmark = pytest.mark.program
@@ -48,6 +48,22 @@ def _kill_proxy_mid_call(setup: Setup, errlog: Path, *options: str) -> str:
     run_session(scenario)
     (setup.state / "release-k").write_text("")  # the server may still be running the call
     return run_id_in(errlog.read_text())
+
+
+def _refusal_recorded(setup: Setup, latest: Any, text: str, blocking: tuple[str, str]) -> None:
+    """The refusal is a record of the run: the call asked for, settled as never sent,
+    the answer the client got as its result, naming the effect that blocked it."""
+    run_id, effect_id = blocking
+    refusal = latest.claims[0]
+    assert refusal.args == {"label": "k"}
+    assert outcome_of(latest, refusal.effect_id) == (FAILED, NONE)
+    [outcome] = [o for o in latest.outcomes if o.effect_id == refusal.effect_id]
+    assert outcome.result["isError"] is True
+    assert outcome.result["content"] == [{"type": "text", "text": text}]
+    assert outcome.result["_meta"] == {"ledger/refusal": {"run_id": run_id, "effect_id": effect_id}}
+    # Recorded refusals ask nothing of a person.
+    attention = setup.ledger("status", "--attention", "--json")
+    assert refusal.effect_id not in attention.stdout
 
 
 def test_a_killed_proxy_is_recovered_and_its_call_guarded_until_resolved(tmp_path: Path) -> None:
@@ -108,8 +124,11 @@ def test_a_killed_proxy_is_recovered_and_its_call_guarded_until_resolved(tmp_pat
     # The server saw: the first call, the other proxy's, the different one, the resolved one.
     assert [c["args"]["label"] for c in setup.calls()] == ["k", "k", "other", "k"]
     latest = setup.history(run_id_in(stderr))
-    assert [c.operation.name for c in latest.claims] == ["slow_write", "slow_write"]
+    assert [c.operation.name for c in latest.claims] == ["slow_write"] * 3
     assert setup.calls()[-1]["key"] == latest.claims[-1].idempotency_key
+    _refusal_recorded(setup, latest, refused[1], (first, in_doubt.effect_id))
+    recorded = f"effect {in_doubt.effect_id} of run {first}; recorded as effect "
+    assert recorded + latest.claims[0].effect_id in stderr
 
 
 def test_the_call_in_doubt_is_on_the_incident_list_after_recovery(tmp_path: Path) -> None:

@@ -231,9 +231,21 @@ def test_a_tool_error_maybe_done_is_guarded_in_its_own_run_until_resolved(
     assert history.claims[0].effect_id in refused
     assert "ledger resolve" in refused
     assert [c["args"]["reason"] for c in setup.calls()] == ["boom", "other", "boom"]
-    assert len(history.claims) == 3
+    # Five claims: the three calls sent, and the two refusals, each settled as never sent
+    # and naming the effect that blocked it.
+    assert len(history.claims) == 5
     assert len(history.resolutions) == 1
-    assert {outcome_of(history, c.effect_id) for c in history.claims} == {(FAILED, POSSIBLE)}
+    outcomes = {o.effect_id: o for o in history.outcomes}
+    sent = [c for c in history.claims if outcomes[c.effect_id].impact is not NONE]
+    assert {outcome_of(history, c.effect_id) for c in sent} == {(FAILED, POSSIBLE)}
+    assert [c.args for c in sent] == [{"reason": "boom"}, {"reason": "other"}, {"reason": "boom"}]
+    blocked = [
+        outcomes[c.effect_id].result["_meta"]["ledger/refusal"]["effect_id"]
+        for c in history.claims
+        if c not in sent
+    ]
+    assert blocked == [sent[0].effect_id, sent[2].effect_id]
+    assert {outcome_of(history, e) for e in blocked} == {(FAILED, POSSIBLE)}
     expected = KIND.IRREVERSIBLE if "--kind" in options else KIND.WRITE
     assert {c.kind for c in history.claims} == {expected}
 
