@@ -6,6 +6,7 @@ columns; ``--json`` holds everything whole.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -39,6 +40,7 @@ _VALUE_SHOWN = 50
 # `ledger show` holds: its lines fit about 120 columns.
 _ID_SHOWN = 12
 _LOCATOR_SHOWN = 40
+_OPERATION_SHOWN = 24
 _WIDTH = 118
 
 
@@ -83,7 +85,7 @@ def _describe(record: Record) -> tuple[str, str]:
             + ("" if p.target.locator in alone else f" {_tail(p.target.locator)}")
             for p in record.obligations
         )
-        retry = f", retry of {record.retry_of}" if record.retry_of else ""
+        retry = f"; retry of {_short_id(record.retry_of)}" if record.retry_of else ""
         step = f"; step {shortened(compact_json(record.step), _STEP_SHOWN)}" if record.step else ""
         args = (
             ""
@@ -92,7 +94,7 @@ def _describe(record: Record) -> tuple[str, str]:
         )
         return (
             record.effect_id,
-            f"{record.operation.name} ({record.kind.value}{retry}) on {scope}"
+            f"{record.operation.name} ({record.kind.value}) on {scope}{retry}"
             + (f"; expects {duties}" if duties else "")
             + f"; key {_short_id(record.idempotency_key)}{step}{args}",
         )
@@ -165,7 +167,7 @@ def show(run: str | None, store: storage.Location | None, as_json: bool) -> None
         [
             (
                 _short_id(a.effect_id),
-                operations[a.effect_id],
+                _cut(operations[a.effect_id], _OPERATION_SHOWN),
                 None if a.execution is None else a.execution.value,
                 None if a.impact is None else a.impact.value,
                 a.verdict.value,
@@ -178,8 +180,19 @@ def show(run: str | None, store: storage.Location | None, as_json: bool) -> None
         ],
     )
     click.echo()
-    for d in report.decisions:  # each effect's whole id, to copy
-        click.echo(printable(f"{d.effect_id}: {d.step.value.upper()}: {d.reason}"))
+    for d in report.decisions:  # each effect's whole id, to copy; the reason wrapped
+        advice = printable(f"{d.effect_id}: {d.step.value.upper()}: {d.reason}")
+        click.echo(
+            "\n".join(
+                textwrap.wrap(
+                    advice,
+                    _WIDTH,
+                    subsequent_indent="    ",
+                    break_long_words=False,
+                    break_on_hyphens=False,
+                )
+            )
+        )
 
 
 def _newest_run(location: storage.Location) -> str:
@@ -208,11 +221,17 @@ def _times(stamps: Sequence[str]) -> tuple[str | None, list[str]]:
     return None, list(stamps)
 
 
-# How many ids a cell of evidence or stale observations names before it counts the rest.
+# How many ids a cell of evidence or stale observations names before it counts the rest,
+# and how much of each: two such cells and the verdict's columns fit about 120 columns.
 _IDS_SHOWN = 2
+_CELL_ID_SHOWN = 8
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _ids(idents: Sequence[str]) -> str | None:
-    shown = ",".join(_short_id(i) for i in idents[:_IDS_SHOWN])
+    shown = ",".join(_cut(i, _CELL_ID_SHOWN + 3) for i in idents[:_IDS_SHOWN])
     more = f" +{len(idents) - _IDS_SHOWN} more" if len(idents) > _IDS_SHOWN else ""
     return shown + more or None

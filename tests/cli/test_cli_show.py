@@ -23,8 +23,8 @@ DEEP = "/srv/agents/worker-07/sandboxes/2026-12-05/ledger-demo-sandbox-h9e0xfvp/
 LONG_ARGS = {"content": "figures and prose " * 40, "path": "notes/plan.md"}
 
 
-def _write(log: EffectLog, effect_id: str) -> None:
-    target = fs_ref(DEEP)
+def _write(log: EffectLog, effect_id: str, path: str = DEEP) -> None:
+    target = fs_ref(path)
     log.claim(
         effect_id=effect_id,
         action_id=f"a-{effect_id}",
@@ -104,3 +104,50 @@ def test_show_without_run_on_a_store_without_runs_is_a_usage_mistake(tmp_path: P
     assert shown.returncode == 2
     assert shown.stdout == ""
     assert shown.stderr == "Error: no RUN given, and the store holds no run yet\n"
+
+
+def _look(log: EffectLog, sha256: str) -> None:
+    log.observe(
+        observation_id=uuid.uuid4().hex,
+        resource=fs_ref(DEEP),
+        mechanism=fx.ObservationMechanism.FILESYSTEM_READ,
+        coverage=fx.Coverage.COMPLETE,
+        source_action_id="a-look",
+        exists=True,
+        sha256=sha256,
+    )
+
+
+def _end(log: EffectLog, effect_id: str, execution: fx.ExecutionOutcome, impact: fx.Impact) -> None:
+    log.outcome(effect_id=effect_id, execution=execution, impact=impact)
+
+
+def test_show_fits_retries_evidence_and_stale_ids_in_120_columns(tmp_path: Path) -> None:
+    """32-hex ids everywhere: a retry, evidence and a stale id, a reason naming a retry."""
+    run = new_run_id()
+    checked, overlapping, failed = (uuid.uuid4().hex for _ in range(3))
+    with EffectLog(run, tmp_path) as log:
+        _write(log, checked)
+        _end(log, checked, fx.ExecutionOutcome.REPORTED_SUCCESS, fx.Impact.CERTAIN)
+        _write(log, overlapping)
+        _look(log, sha(b"plan"))  # stale: another write to the file was in flight
+        _end(log, overlapping, fx.ExecutionOutcome.FAILED, fx.Impact.POSSIBLE)
+        _look(log, sha(b"not the plan"))  # the evidence, contradicting the call
+        _write(log, failed, DEEP.replace("plan.md", "other-plan.md"))  # not the same file
+        _end(log, failed, fx.ExecutionOutcome.FAILED, fx.Impact.NONE)
+        retry = log.retry(failed, new_effect_id=uuid.uuid4().hex)
+        [assessment] = [log.assess(checked)]
+    assert assessment.evidence
+    assert assessment.stale
+    shown = ledger("show", run, "--store", str(tmp_path))
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 120, "\n".join(lines)
+    assert f"retry of {failed[:12]}..." in shown.stdout
+    [row] = [line for line in lines if line.startswith(f"{checked[:12]}... ")]
+    assert "contradicted" in row
+    assert f"{assessment.evidence[0][:8]}..." in row
+    assert f"{assessment.stale[0][:8]}..." in row
+    # The advice names each effect whole, and a reason naming a retry keeps its whole id.
+    assert f"\n{failed}: WAIT: " in shown.stdout
+    assert f"'{retry.effect_id}'" in shown.stdout.replace("\n    ", " ")
