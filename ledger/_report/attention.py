@@ -6,7 +6,8 @@ An effect needs a person when the worker cannot settle it by itself:
   an irreversible effect, then a write that may have landed;
 - ``wait`` whose run no live process holds: the claim has no outcome and its writer is
   gone, so none will come until the run is recovered (``ledger recover``, or the
-  worker's own ``EffectLog.resume``).
+  worker's own ``EffectLog.resume``); or the call was reported running, which recovery
+  leaves alone, and a person must check (``ledger resolve``).
 
 Everything else is the worker's own business (``retry``) or settled (``done``), however
 unverified: listing it would bury the few effects that need someone.
@@ -78,7 +79,9 @@ def needs_person(
     for row in rows:
         if row.next_step == "escalate":
             found.append(_escalation(row))
-        elif row.next_step == "wait":
+        elif row.next_step == "wait" and row.execution in (None, "running"):
+            # An attempt with an outcome of its own waits on its newest retry, which is
+            # listed itself.
             waiting.append(row)
     if waiting:
         alive = held({row.run_id for row in waiting})
@@ -101,9 +104,10 @@ def _escalation(row: EffectRow) -> Attention:
 
 
 def _abandoned(row: EffectRow) -> Attention:
-    return Attention(
-        row,
-        ABANDONED,
-        "claimed, no outcome, and no live process holds its run: none will come",
-        f"ledger recover {row.run_id}",
-    )
+    if row.execution is None:
+        reason = "claimed, no outcome, and no live process holds its run: none will come"
+        return Attention(row, ABANDONED, reason, f"ledger recover {row.run_id}")
+    # Recovery leaves a call reported running alone (it said it had started): only a
+    # person can say whether it landed.
+    reason = "reported running, and no live process holds its run: a person must check"
+    return Attention(row, ABANDONED, reason, _escalation(row).action)

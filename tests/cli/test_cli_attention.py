@@ -146,3 +146,40 @@ def test_attention_and_unresolved_together_is_a_usage_mistake(tmp_path) -> None:
     assert found.returncode == 2
     assert "not both" in found.stderr
     assert "Traceback" not in found.stderr
+
+
+def test_a_retried_effect_is_listed_once_by_its_retry(tmp_path: Path) -> None:
+    """A call that failed and may have acted, retried, the retry left unanswered by a dead
+    writer: only the retry is listed.
+
+    The original's next step is its newest retry's (``wait``), but it has an outcome of
+    its own: listing it as "claimed, no outcome" would be false, and the same wait twice.
+    """
+    directory = tmp_path / "store"
+    with EffectLog(new_run_id(), directory, writer_name="worker") as log:
+        _claim(log, "failed", fx.EffectKind.IDEMPOTENT)
+        settle(log, "failed", fx.ExecutionOutcome.FAILED, fx.Impact.POSSIBLE)
+        retry = log.retry("failed", new_effect_id="retried")
+        assert log.decide("failed").step is fx.NextStep.WAIT
+    found = ledger("status", "--attention", "--json", "--store", str(directory))
+    assert found.returncode == 1, found.stderr
+    assert [r["effect_id"] for r in json.loads(found.stdout)] == [retry.effect_id]
+
+
+def test_a_call_reported_running_by_a_dead_writer_asks_a_person(tmp_path: Path) -> None:
+    """Recovery leaves a RUNNING outcome alone: the command given is ledger resolve."""
+    directory = tmp_path / "store"
+    with EffectLog(new_run_id(), directory, writer_name="worker") as log:
+        _claim(log, "started", fx.EffectKind.WRITE)
+        settle(log, "started", fx.ExecutionOutcome.RUNNING, fx.Impact.POSSIBLE)
+        run_id = log.run_id
+    found = ledger("status", "--attention", "--json", "--store", str(directory))
+    assert found.returncode == 1, found.stderr
+    [row] = json.loads(found.stdout)
+    assert row["effect_id"] == "started"
+    assert row["reason"].startswith("reported running")
+    assert row["action"].startswith(f"ledger resolve {run_id} started ")
+    recovered = ledger("recover", run_id, "--store", str(directory))
+    assert recovered.returncode == 0, recovered.stderr
+    again = ledger("status", "--attention", "--json", "--store", str(directory))
+    assert [r["effect_id"] for r in json.loads(again.stdout)] == ["started"]
