@@ -22,6 +22,7 @@ import dataclasses
 import enum
 import importlib
 import re
+import sys
 import urllib.parse
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -233,6 +234,14 @@ class RunSummary:
         }
 
 
+def _shared(value: Any) -> Any:
+    """One string object for every row that says the same (run id, operation, verdict).
+
+    A run's 100,000 rows would otherwise hold as many copies of each, read anew.
+    """
+    return sys.intern(value) if type(value) is str else value
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class EffectRow:
     """One claimed effect and its verdict, as the ``effect_status`` view gives it."""
@@ -263,19 +272,19 @@ class EffectRow:
         (run_id, seq, effect_id, operation, execution, impact, verdict, unresolved) = row[:8]
         (claimed_at, kind, key, resolution, next_step, step) = row[8:14]
         return cls(
-            run_id=run_id,
+            run_id=_shared(run_id),
             seq=seq,
             effect_id=effect_id,
-            operation=operation,
-            execution=execution,
-            impact=impact,
-            verdict=verdict,
+            operation=_shared(operation),
+            execution=_shared(execution),
+            impact=_shared(impact),
+            verdict=_shared(verdict),
             unresolved_impact=bool(unresolved),
             claimed_at=claimed_at,
-            kind=kind,
+            kind=_shared(kind),
             idempotency_key=key,
-            resolution=resolution,
-            next_step=next_step,
+            resolution=_shared(resolution),
+            next_step=_shared(next_step),
             run_problem=run_problem,
             step=step,
         )
