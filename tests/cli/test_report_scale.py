@@ -74,11 +74,12 @@ def _jsonl(directory: Path, records: list[fx.Record]) -> Path:
 
 @pytest.mark.program
 def test_a_verdict_drawn_counts_a_claim_the_page_leaves_out(tmp_path: Path) -> None:
-    """A file verified, then its directory claimed by an effect the page does not draw.
+    """A file and a directory verified, then claims over them the page does not draw.
 
-    The page draws the first 200 effects with unresolved impact; the directory's claim
-    comes after 250 of them, so it is not drawn, and yet it makes the file's evidence
-    stale: the file's lane says UNVERIFIED, as `ledger status` does, not VERIFIED.
+    The page draws the first 200 effects with unresolved impact; a claim on the file's
+    directory and one on a file in the other directory come after 250 of them, so they
+    are not drawn, and yet they make the evidence stale: each lane says UNVERIFIED, as
+    `ledger status` does, not VERIFIED.
     """
     start = dt.datetime(2026, 3, 1, 9, 0, tzinfo=dt.UTC)
     seq = 0
@@ -122,6 +123,40 @@ def test_a_verdict_drawn_counts_a_claim_the_page_leaves_out(tmp_path: Path) -> N
             at(),
         )
     )
+    logs = fs_ref("/srv/logs")  # a directory that must exist, seen to exist
+    seq += 1
+    records.append(
+        fx.EffectClaim(
+            "logs",
+            seq,
+            "a-logs",
+            op("make_dir"),
+            (logs,),
+            (fx.Postcondition(logs, fx.Predicate.EXISTS),),
+            at(),
+        )
+    )
+    seq += 1
+    records.append(
+        fx.EffectOutcome(
+            "logs", seq, fx.ExecutionOutcome.REPORTED_SUCCESS, fx.Impact.CERTAIN, recorded_at=at()
+        )
+    )
+    seq += 1
+    records.append(
+        fx.Observation(
+            "o-logs",
+            seq,
+            logs,
+            fx.ObservationMechanism.FILESYSTEM_READ,
+            fx.Coverage.COMPLETE,
+            "a-look",
+            True,
+            None,
+            None,
+            at(),
+        )
+    )
     for i in range(250):  # pending: each drawn before the directory's claim
         seq += 1
         records.append(
@@ -135,16 +170,22 @@ def test_a_verdict_drawn_counts_a_claim_the_page_leaves_out(tmp_path: Path) -> N
                 at(),
             )
         )
-    seq += 1
+    seq += 1  # the directory above the file
     records.append(
         fx.EffectClaim("dir", seq, "a-dir", op("remove_tree"), (fs_ref("/srv/data"),), (), at())
+    )
+    seq += 1  # a file below the directory of logs
+    records.append(
+        fx.EffectClaim(
+            "log", seq, "a-log", op("write_file"), (fs_ref("/srv/logs/today.txt"),), (), at()
+        )
     )
     store = tmp_path / "store"
     imported = ledger("import", str(_jsonl(tmp_path, records)), "--store", str(store))
     assert imported.returncode == 0, imported.stderr
     status = ledger("status", "--json", "--store", str(store))
     verdicts = {row["effect_id"]: row["verdict"] for row in json.loads(status.stdout)}
-    assert verdicts["file"] == "unverified"
+    assert verdicts["file"] == verdicts["logs"] == "unverified"
     out = tmp_path / "page.html"
     made = ledger("report", "--store", str(store), "-o", str(out), timeout=300)
     assert made.returncode == 0, made.stderr
@@ -152,9 +193,10 @@ def test_a_verdict_drawn_counts_a_claim_the_page_leaves_out(tmp_path: Path) -> N
     (found,) = dom.lane_titles.values()
     titles = [t for t in found if not t.startswith("seq: ")]  # a lane's, not a mark's
     assert len(titles) == LANE_LIMIT
-    assert not any(t.startswith("dir:") for t in titles)
-    (drawn,) = [t for t in titles if t.startswith("file:")]
-    assert ", unverified; impact unresolved" in drawn
+    assert not any(t.startswith(("dir:", "log:")) for t in titles)
+    for effect_id in ("file", "logs"):
+        (drawn,) = [t for t in titles if t.startswith(f"{effect_id}:")]
+        assert ", unverified; impact unresolved" in drawn
     for title in titles:
         effect_id, _, rest = title.partition(": ")
         assert f", {verdicts[effect_id]}" in rest
