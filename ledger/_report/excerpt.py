@@ -1,20 +1,21 @@
 """What the page keeps of a run: the records it shows and those their verdicts consult.
 
-A run of 100,000 effects is never held whole. The survey validates it, then hands its
-records again (:class:`ledger.storage.RunRecords`), a kind at a time, to :func:`excerpt`,
-which keeps:
+A run of 100,000 effects is never held whole. The survey shows each record to an
+:class:`Excerpt` as it validates the run (a :class:`ledger.storage.Take`), which keeps:
 
 - the effects drawn (at most :data:`~ledger._report.model.LANE_LIMIT`: those with
   unresolved impact first, then in claim order) and the effects the lists at the top of
-  the page name, each with its retries;
-- what assessing and deciding those effects consults (:meth:`RunIndex.relevant`: the
-  claims whose scope overlaps their obligations' targets, with their outcomes and
-  resolutions, and the observations of those targets), so that every verdict and
-  decision shown is the one the whole run gives;
-- the observations of the drawn effects' targets, the last observations of targets no
-  claim names, the first resolutions, and the run's times where the timeline marks them.
+  the page name, each named one with its later attempts, each drawn one with its retries;
+- the observations of their targets, and the last observations of targets no claim
+  names (the timeline's strays).
 
-Memory holds that part, a set of the targets observed, and the retries' ids.
+Once the run has validated it reads, in the same snapshot (:class:`ledger.storage.RunRecords`),
+the claims whose scope may overlap those effects' obligations (filtered by the run's own
+index, :meth:`RunIndex.relevant`), the outcomes of every claim kept, the resolutions
+(the first :data:`~ledger._report.model.TABLE_LIMIT` and those of the effects kept) and
+the run's times where the timeline marks them: each verdict and decision shown is the
+one the whole run gives. Memory holds that part, the targets observed, and the ids of
+the retries.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import dataclasses
 import datetime as dt
 import heapq
 from collections import defaultdict, deque
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable
 
 from ledger import storage
 from ledger._report.model import GAP_S, LANE_LIMIT, TABLE_LIMIT
@@ -31,7 +32,6 @@ from ledger._run.index import RunIndex
 from ledger.effects import (
     Assessment,
     EffectClaim,
-    EffectOutcome,
     History,
     Observation,
     Record,
@@ -39,11 +39,10 @@ from ledger.effects import (
     assess,
 )
 
-__all__ = ["TICKS", "Excerpt", "InMemory", "Loaded", "excerpt_of"]
+__all__ = ["Excerpt", "Loaded"]
 
 TICKS = 6  # times marked under a timeline
 GAPS = 8  # longest pauses marked on a timeline
-_CHUNK = 2000  # claims indexed at a time to find those that overlap the effects kept
 
 _Key = tuple[str, str]
 
@@ -259,37 +258,3 @@ class Excerpt:
             ticks=ticks,
             gaps=gaps,
         )
-
-
-class InMemory:
-    """A whole history's reads (:class:`ledger.storage.RunRecords`), for a run in memory."""
-
-    def __init__(self, history: History) -> None:
-        self._history = history
-
-    def observed(self) -> set[tuple[str, str]]:
-        return {_key(o) for o in self._history.observations}
-
-    def claims(self, effect_ids: Collection[str]) -> list[EffectClaim]:
-        return [c for c in self._history.claims if c.effect_id in effect_ids]
-
-    def overlapping(self, targets: Collection[tuple[str, str]]) -> set[str]:  # noqa: ARG002 - every claim is a superset
-        return {c.effect_id for c in self._history.claims}
-
-    def outcomes(self, effect_ids: Collection[str]) -> list[EffectOutcome]:
-        return [o for o in self._history.outcomes if o.effect_id in effect_ids]
-
-    def resolutions(self) -> Iterator[Resolution]:
-        return iter(self._history.resolutions)
-
-    def times(self) -> Iterator[tuple[int, str | None]]:
-        return ((r.seq, r.recorded_at) for r in self._history.records())
-
-
-def excerpt_of(history: History, unresolved: Collection[str], named: Collection[str]) -> Loaded:
-    """What :class:`Excerpt` keeps of a history in memory, shown it as validation would."""
-    take = Excerpt(InMemory(history), unresolved, named)
-    for kind in (history.claims, history.outcomes, history.observations, history.resolutions):
-        for record in kind:
-            take.see(record)
-    return take.done()
