@@ -698,44 +698,48 @@ def reread_claims(conn: Connection, run_id: str, effect_ids: Collection[str]) ->
     return sorted(found, key=lambda c: c.seq)
 
 
+def _above(locator: str) -> list[str]:
+    # Every P such that locator starts with P + "/": the fs locators it lies below.
+    return [locator[:i] for i, char in enumerate(locator) if char == "/"]
+
+
 def overlap_candidates(
     conn: Connection, run_id: str, targets: Collection[tuple[str, str]]
 ) -> set[str]:
     """The effects of a run whose impact scope may overlap one of ``targets`` (kind, locator).
 
-    A superset of what the run's index finds (ledger._run.index.RunIndex): a scope entry
-    at the target (any kind); for an ``fs`` target, an entry at ``/``, at a directory
-    above the target or below it (every ``fs`` entry for ``/``); for an ``external``
-    target, every ``external`` entry.
+    What the run's index finds (ledger._run.index.RunIndex): a scope entry at a target
+    (any kind); for an ``fs`` target, an entry at ``/``, at a directory above the target
+    or below it (every ``fs`` entry for ``/``); for an ``external`` target, every
+    ``external`` entry. One pass over the run's scope index, a page at a time.
     """
+    exact = set(targets)
+    fs = {locator for kind, locator in exact if kind == "fs"}
+    external = any(kind == "external" for kind, _ in exact)
+    above = {p for locator in fs for p in _above(locator)}
     found: set[str] = set()
-    batch = sorted(targets)
-    for at in range(0, len(batch), 100):
-        where = []
-        params: dict[str, object] = {"run": run_id}
-        for i, (kind, locator) in enumerate(batch[at : at + 100]):
-            params[f"k{i}"], params[f"l{i}"] = kind, locator
-            if kind == "external" or (kind == "fs" and locator == "/"):
-                where.append(f"kind = :k{i}")
-                continue
-            if kind != "fs":
-                where.append(f"(kind = :k{i} AND locator = :l{i})")
-                continue
-            above = [locator[:j] for j, char in enumerate(locator) if char == "/"]
-            names = [f":a{i}_{j}" for j in range(len(above))]
-            params |= {f"a{i}_{j}": p for j, p in enumerate(above)}
-            params[f"b{i}"], params[f"n{i}"] = locator + "/", len(locator) + 1
-            where.append(
-                f"(kind = 'fs' AND (locator = :l{i} OR locator = '/'"
-                + (f" OR locator IN ({', '.join(names)})" if names else "")
-                + f" OR substr(locator, 1, :n{i}) = :b{i}))"
-            )
-        statement = text(
-            "SELECT DISTINCT effect_id FROM scope_index WHERE run_id = :run AND ("
-            + " OR ".join(where)
-            + ")"
-        )
-        found.update(conn.execute(statement, params).scalars())
+    statement = (
+        select(scope_index.c.kind, scope_index.c.locator, scope_index.c.effect_id)
+        .where(scope_index.c.run_id == run_id)
+        .execution_options(yield_per=_PAGE)
+    )
+    with conn.execute(statement) as entries:
+        for kind, locator, effect_id in entries:
+            if (
+                (kind, locator) in exact
+                or (external and kind == "external")
+                or (
+                    fs
+                    and kind == "fs"
+                    and (
+                        "/" in fs
+                        or locator == "/"
+                        or locator in above
+                        or any(p in fs for p in _above(locator))
+                    )
+                )
+            ):
+                found.add(effect_id)
     return found
 
 
