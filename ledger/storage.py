@@ -22,14 +22,21 @@ import dataclasses
 import enum
 import importlib
 import re
+import sys
 import urllib.parse
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from ledger._owner import Writer
-from ledger.effects import History, Record
+from ledger.effects import (
+    EffectClaim,
+    EffectOutcome,
+    History,
+    Record,
+    Resolution,
+)
 from ledger.errors import EffectPersistenceError, retold
 
 __all__ = [
@@ -48,11 +55,13 @@ __all__ = [
     "Record",
     "RecoveryHold",
     "RunNotFoundError",
+    "RunRecords",
     "RunSummary",
     "Shell",
     "ShellMissingError",
     "Store",
     "Survey",
+    "Take",
     "VerifyReport",
     "Written",
     "backend",
@@ -225,6 +234,14 @@ class RunSummary:
         }
 
 
+def _shared(value: Any) -> Any:
+    """One string object for every row that says the same (run id, operation, verdict).
+
+    A run's 100,000 rows would otherwise hold as many copies of each, read anew.
+    """
+    return sys.intern(value) if type(value) is str else value
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class EffectRow:
     """One claimed effect and its verdict, as the ``effect_status`` view gives it."""
@@ -255,19 +272,19 @@ class EffectRow:
         (run_id, seq, effect_id, operation, execution, impact, verdict, unresolved) = row[:8]
         (claimed_at, kind, key, resolution, next_step, step) = row[8:14]
         return cls(
-            run_id=run_id,
+            run_id=_shared(run_id),
             seq=seq,
             effect_id=effect_id,
-            operation=operation,
-            execution=execution,
-            impact=impact,
-            verdict=verdict,
+            operation=_shared(operation),
+            execution=_shared(execution),
+            impact=_shared(impact),
+            verdict=_shared(verdict),
             unresolved_impact=bool(unresolved),
             claimed_at=claimed_at,
-            kind=kind,
+            kind=_shared(kind),
             idempotency_key=key,
-            resolution=resolution,
-            next_step=next_step,
+            resolution=_shared(resolution),
+            next_step=_shared(next_step),
             run_problem=run_problem,
             step=step,
         )
@@ -371,45 +388,104 @@ class ShellMissingError(LookupError):
     """The store's interactive client is not installed."""
 
 
+K = TypeVar("K")
+K_co = TypeVar("K_co", covariant=True)
+
+
+class RunRecords(Protocol):
+    """Reads of one run in the survey's snapshot, for what a :class:`Take` keeps of it.
+
+    Before the run has validated they only choose what to keep; nothing read is shown
+    unless the run validates.
+    """
+
+    def observed(self) -> set[tuple[str, str]]:
+        """The (kind, locator) of every resource the run's observations name."""
+        ...
+
+    def claims(self, effect_ids: Collection[str]) -> list[EffectClaim]:
+        """The claims of ``effect_ids``, in seq order."""
+        ...
+
+    def overlapping(self, targets: Collection[tuple[str, str]]) -> set[str]:
+        """The effects whose impact scope may overlap one of ``targets`` (kind, locator).
+
+        At least those the run's index (``RunIndex``) finds overlapping them, maybe more.
+        """
+        ...
+
+    def outcomes(self, effect_ids: Collection[str]) -> list[EffectOutcome]:
+        """The outcomes of ``effect_ids``, in seq order."""
+        ...
+
+    def resolutions(self) -> Iterator[Resolution]:
+        """The run's resolutions, in seq order, as they are read."""
+        ...
+
+    def times(self) -> Iterator[tuple[int, str | None]]:
+        """The seq and time of every record of the run, in seq order, as they are read."""
+        ...
+
+
+class Take(Protocol[K_co]):
+    """What a survey keeps of one run: shown each record as the run is validated, then done."""
+
+    def see(self, record: Record) -> bool:
+        """One record, as validation builds it; True keeps it whole for the taker to hold.
+
+        Claims, outcomes, observations, resolutions, each in seq order; a record not
+        kept is let go.
+        """
+        ...
+
+    def done(self) -> K_co:
+        """What is kept, once the run has validated (never called if it does not)."""
+        ...
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
-class Survey:
+class Survey(Generic[K]):
     """A whole store read in one snapshot, each run read and validated once (``ledger report``).
 
     ``verify`` is what :meth:`Reader.verify` finds (without anchors); ``runs`` are the
     summaries of :meth:`Reader.runs`; ``effects`` the rows of
-    ``Reader.effects(None, unresolved=True)``; ``histories`` the validated histories
-    of the runs the caller picked that validate.
+    ``Reader.effects(None, unresolved=True)``; ``kept`` what the caller took of each run
+    it picked that validates.
     """
 
     verify: VerifyReport
     runs: list[RunSummary]
     effects: EffectRows
-    histories: dict[str, History]
+    kept: dict[str, K]
 
 
-Keep = Callable[[Sequence[RunSummary], EffectRows], Iterable[str]]
-"""Which runs' histories a survey keeps, picked from the summaries and the unresolved
-effects before any run is validated (their ``problem`` is not set yet)."""
+Keep = Callable[[Sequence[RunSummary], EffectRows], Mapping[str, Callable[[RunRecords], Take[K]]]]
+"""What a survey keeps of which runs, picked from the summaries and the unresolved effects
+before any run is validated (their ``problem`` is not set yet): for each run picked, a
+:class:`Take`, made (with the run's reads) just before the run is validated."""
 
 
 def survey_of(
     summaries: list[RunSummary],
-    keep: Keep,
+    keep: Keep[K],
     status_rows: Callable[[str], list[EffectRow]],
-    check: Callable[[set[str]], tuple[VerifyReport, dict[str, str], dict[str, History]]],
+    check: Callable[
+        [Mapping[str, Callable[[RunRecords], Take[K]]]],
+        tuple[VerifyReport, dict[str, str], dict[str, K]],
+    ],
     judge: Callable[[Iterable[str]], dict[str, str]],
-) -> Survey:
+) -> Survey[K]:
     """A backend's :meth:`Reader.survey`, from its reads of one snapshot.
 
     ``status_rows(where)`` gives the ``effect_status`` rows a WHERE clause (or ``""``)
     picks; ``check(keep)`` verifies the store, each run once: the report, each run's
-    problem, and the validated histories of the runs in ``keep``; ``judge(runs)`` the
-    problems of runs outside ``runs`` (records without their run).
+    problem, and what ``keep`` takes of each run it names that validates; ``judge(runs)``
+    the problems of runs outside ``runs`` (records without their run).
     """
     unresolved = status_rows("WHERE unresolved_impact = 1")
-    wanted = set(keep(summaries, EffectRows(unresolved)))
+    wanted = keep(summaries, EffectRows(unresolved))
     known = {s.run_id for s in summaries}
-    checked, problems, histories = check(wanted)
+    checked, problems, kept = check(wanted)
     problems |= judge({row.run_id for row in unresolved} - known)
     if problems:  # every effect of a run that does not validate is shown
         found = status_rows("")
@@ -423,7 +499,7 @@ def survey_of(
         checked,
         [dataclasses.replace(s, problem=problems.get(s.run_id)) for s in summaries],
         effects,
-        histories,
+        kept,
     )
 
 
@@ -493,12 +569,12 @@ class Reader(Protocol):
         """The command line that prints ``query``'s rows with the store's own client."""
         ...
 
-    def survey(self, keep: Keep) -> Survey:
-        """The store in one snapshot: its checks, runs, unresolved effects and chosen histories.
+    def survey(self, keep: Keep[K]) -> Survey[K]:
+        """The store in one snapshot: its checks, runs, unresolved effects and what is kept.
 
-        Every run is read and validated once, for all of these; the histories kept are
-        those of the runs ``keep`` names (given the summaries and the unresolved effects,
-        before validation) that validate.
+        Every run is read and validated once, for all of these; of each run ``keep``
+        names (given the summaries and the unresolved effects, before validation) that
+        validates, what its :class:`Take` keeps as the run is validated.
         """
         ...
 

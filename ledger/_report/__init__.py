@@ -9,6 +9,8 @@ so it says nothing they would not. By job:
 - :mod:`~ledger._report.model`: the page as data, and its limits;
 - :mod:`~ledger._report.assemble`: the model from one survey: the runs chosen, the two
   lists at the top and the commands that settle each entry;
+- :mod:`~ledger._report.excerpt`: what the page keeps of a run it draws or lists (the
+  records it shows and what their verdicts consult, never the whole run);
 - :mod:`~ledger._report.runs`: one run drawn, its timeline and its table of records;
 - :mod:`~ledger._report.html`: the page rendered by Jinja2 (escaped, loading nothing)
   and written privately.
@@ -19,7 +21,7 @@ need a person and :data:`INCIDENT_LIMIT` incidents listed, :data:`LANE_LIMIT` la
 timeline (effects with unresolved impact first), :data:`TABLE_LIMIT` rows in a run's
 record table, and :data:`RUN_LIMIT` runs drawn in full (the newest); the page says what
 it left out and which command shows the rest. Only the effects drawn are assessed, and
-only the histories shown are kept.
+of a run only the records shown and those their verdicts consult are kept.
 
 The package imports none of them: ``ledger status --attention`` loads the attention
 list alone, and Jinja2 is imported only when a page is rendered.

@@ -9,13 +9,15 @@ Each run's timeline and table are :mod:`ledger._report.runs`'.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 import shlex
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ledger import _inspect, _text, storage
 from ledger._report.attention import Attention, needs_person
+from ledger._report.excerpt import Excerpt, Loaded
 from ledger._report.html import shell_word
 from ledger._report.model import (
     ATTENTION_LIMIT,
@@ -26,8 +28,8 @@ from ledger._report.model import (
     Needs,
     Report,
 )
-from ledger._report.runs import Loaded, recorded, run_page
-from ledger.effects import EffectClaim, History
+from ledger._report.runs import recorded, run_page
+from ledger.effects import EffectClaim
 
 __all__ = ["build", "parse_since"]
 
@@ -115,22 +117,32 @@ def build(
     ``unresolved`` keeps the runs that hold an effect with unresolved impact; ``since``
     (from :func:`parse_since`) the runs that wrote a record at or after it. The store is
     read once (:meth:`ledger.storage.Reader.survey`): each run is read and validated
-    once, and only the histories of the runs drawn or with an incident are kept.
+    once, and of the runs drawn or listed only what the page shows is kept
+    (:func:`~ledger._report.excerpt.excerpt`).
     """
     read = _inspect.reader(directory)
 
-    def keep(summaries: Sequence[_inspect.RunSummary], rows: storage.EffectRows) -> set[str]:
+    def keep(
+        summaries: Sequence[_inspect.RunSummary], rows: storage.EffectRows
+    ) -> dict[str, Callable[[storage.RunRecords], Excerpt]]:
         # Chosen as if every run validated: one that does not is never drawn nor listed,
         # and adding it to what is shown only pushes others out, so whatever is drawn or
-        # listed is kept here.
+        # listed is kept here: of each run, the effects drawn and those the lists name.
         shown = _choose(summaries, rows, runs, unresolved=unresolved, since=since, broken=set())
         ids = {s.run_id for s in shown}
         listed = [row for row in rows if row.run_id in ids]
-        return (
-            {row.run_id for row in listed[:INCIDENT_LIMIT]}
-            | {row.run_id for row in _listed_first(listed)}
-            | {s.run_id for s in shown[-RUN_LIMIT:]}
-        )
+        named: dict[str, set[str]] = defaultdict(set)
+        for row in [*listed[:INCIDENT_LIMIT], *_listed_first(listed)]:
+            named[row.run_id].add(row.effect_id)
+        unresolved_of: dict[str, set[str]] = defaultdict(set)
+        for row in listed:
+            unresolved_of[row.run_id].add(row.effect_id)
+        return {
+            run_id: functools.partial(
+                Excerpt, unresolved=unresolved_of[run_id], named=named[run_id]
+            )
+            for run_id in {*named, *(s.run_id for s in shown[-RUN_LIMIT:])}
+        }
 
     survey = read.survey(keep)
     effects = survey.effects
@@ -153,17 +165,12 @@ def build(
     )
     if others:
         store_problems.append(f"{others} problem(s) in runs this page does not show")
-    loaded = _Cache(
-        {
-            run_id: history
-            for run_id, history in survey.histories.items()
-            if run_id in shown and run_id not in broken
-        }
-    )
+    loaded = {
+        run_id: run
+        for run_id, run in survey.kept.items()
+        if run_id in shown and run_id not in broken
+    }
     rows = [row for row in effects if row.run_id in shown]
-    unresolved_ids: dict[str, set[str]] = defaultdict(set)
-    for row in rows:
-        unresolved_ids[row.run_id].add(row.effect_id)
     drawn = {s.run_id for s in summaries[-RUN_LIMIT:]}
     pages = [
         run_page(
@@ -171,7 +178,6 @@ def build(
             i,
             s,
             by_run[s.run_id],
-            unresolved_ids[s.run_id],
             draw=s.run_id in drawn,
         )
         for i, s in enumerate(summaries)
@@ -203,28 +209,18 @@ def build(
 def _listed_first(rows: Sequence[_inspect.EffectRow]) -> list[_inspect.EffectRow]:
     """The rows that may be among the first of what needs a person, whoever holds their run.
 
-    The most urgent escalations, as ``needs_person`` orders them, and every claim waiting
-    for an outcome (whether its writer is gone is asked later).
+    The most urgent escalations, as ``needs_person`` orders them, and the first claims
+    of each run waiting for an outcome (whether its writer is gone is asked later; those
+    listed are in claim order).
     """
     escalations = needs_person((r for r in rows if r.next_step == "escalate"), lambda _: set())
-    waiting = [r for r in rows if r.next_step == "wait"]
-    return [a.row for a in escalations[:ATTENTION_LIMIT]] + waiting
-
-
-class _Cache:
-    """The validated histories kept, each indexed the first time it is asked for."""
-
-    def __init__(self, histories: dict[str, History]) -> None:
-        self._histories = histories
-        self._loaded: dict[str, Loaded] = {}
-
-    def get(self, run_id: str) -> Loaded | None:
-        if run_id not in self._loaded:
-            history = self._histories.get(run_id)
-            if history is None:
-                return None
-            self._loaded[run_id] = Loaded.of(history)
-        return self._loaded[run_id]
+    waiting: dict[str, list[_inspect.EffectRow]] = defaultdict(list)
+    for row in rows:
+        if row.next_step == "wait" and len(waiting[row.run_id]) < ATTENTION_LIMIT:
+            waiting[row.run_id].append(row)
+    return [a.row for a in escalations[:ATTENTION_LIMIT]] + [
+        row for found in waiting.values() for row in found
+    ]
 
 
 def _asked(runs: Sequence[str], *, unresolved: bool, since: str | None) -> str:

@@ -1,22 +1,21 @@
 """One run of the page drawn: its timeline in SVG and its table of records.
 
-A run is indexed once (:class:`Loaded`); only the effects drawn are assessed, at most
-:data:`~ledger._report.model.LANE_LIMIT` lanes (those with unresolved impact first) and
-:data:`~ledger._report.model.TABLE_LIMIT` rows, and every other record is looked at once.
+A run is drawn from what the page keeps of it (:class:`~ledger._report.excerpt.Loaded`):
+at most :data:`~ledger._report.model.LANE_LIMIT` lanes (those with unresolved impact
+first) and :data:`~ledger._report.model.TABLE_LIMIT` rows; only the effects drawn are
+assessed.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as dt
 import itertools
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from ledger import _inspect, _text
+from ledger._report.excerpt import Loaded
 from ledger._report.html import when
 from ledger._report.model import (
-    GAP_S,
     LANE_H,
     LANE_LIMIT,
     LEFT,
@@ -34,56 +33,17 @@ from ledger._report.model import (
     Tick,
     Timeline,
 )
-from ledger._run.index import RunIndex
 from ledger.effects import (
     Assessment,
     EffectClaim,
     EffectOutcome,
     ExecutionOutcome,
-    History,
     Observation,
     Record,
     Resolution,
-    assess,
 )
 
-__all__ = ["Loaded", "recorded", "run_page"]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Loaded:
-    """A validated run, indexed once: its records, claims, retries, decisions on demand."""
-
-    records: tuple[Record, ...]
-    index: RunIndex
-    claims: dict[str, EffectClaim]
-    retries: dict[str, list[EffectClaim]]  # the claims that retry each effect, in order
-    resolutions: tuple[Resolution, ...]
-
-    @classmethod
-    def of(cls, history: History) -> Loaded:
-        """``history`` indexed: its claims by id, and the retries of each."""
-        retries: dict[str, list[EffectClaim]] = defaultdict(list)
-        for claim in history.claims:
-            if claim.retry_of is not None:
-                retries[claim.retry_of].append(claim)
-        return cls(
-            history.records(),
-            RunIndex.of(history),
-            {c.effect_id: c for c in history.claims},
-            retries,
-            history.resolutions,
-        )
-
-    def assess(self, effect_id: str) -> Assessment:
-        """The verdict on one effect, from the part of the run its rules consult."""
-        claim = self.claims[effect_id]
-        return assess(claim, self.index.relevant(claim))
-
-    def reason(self, effect_id: str) -> str:
-        """Why the effect's next step is what it is, as ``decide`` says ("" if unclaimed)."""
-        claim = self.claims.get(effect_id)
-        return "" if claim is None else self.index.decide(claim).reason
+__all__ = ["recorded", "run_page"]
 
 
 def run_page(
@@ -91,7 +51,6 @@ def run_page(
     index: int,
     summary: _inspect.RunSummary,
     problems: list[str],
-    unresolved: set[str],
     *,
     draw: bool,
 ) -> RunPage:
@@ -104,7 +63,7 @@ def run_page(
         return RunPage(index, summary, tuple(found), 0, None, (), summary.verdicts)
     if run is None:  # cannot happen: a run drawn that validates was kept by the survey
         return RunPage(index, summary, ("not read",), 0, None, (), summary.verdicts)
-    timeline, drawn = _timeline(run, unresolved)
+    timeline, drawn = _timeline(run)
     listed = set(itertools.islice((seq for seq in sorted(drawn)), TABLE_LIMIT))
     verdicts = {lane.effect_id: lane.verdict for lane in timeline.lanes}
     rows = tuple(_row(r, run, listed, index, verdicts) for r in run.records if r.seq in listed)
@@ -115,20 +74,16 @@ def run_page(
         index,
         summary,
         (),
-        len(run.records),
+        run.count,
         timeline,
         rows,
         summary.verdicts,
         resolutions,
-        len(run.resolutions),
+        run.resolution_count,
     )
 
 
 # --------------------------------------------------------------------------- the timeline
-
-
-def _seconds(stamp: str) -> float:
-    return dt.datetime.fromisoformat(stamp).timestamp()
 
 
 def _span(seconds: float) -> str:
@@ -144,30 +99,19 @@ def _span(seconds: float) -> str:
     return f"{seconds:.1f}s"
 
 
-def _lanes_to_draw(claims: Sequence[EffectClaim], unresolved: set[str]) -> list[EffectClaim]:
-    """Every effect when they fit; else those with unresolved impact first, then claim order.
-
-    Drawn in claim order.
-    """
-    if len(claims) <= LANE_LIMIT:
-        return list(claims)
-    ranked = sorted(range(len(claims)), key=lambda i: (claims[i].effect_id not in unresolved, i))
-    return [claims[i] for i in sorted(ranked[:LANE_LIMIT])]
-
-
-def _timeline(run: Loaded, unresolved: set[str]) -> tuple[Timeline, set[int]]:
+def _timeline(run: Loaded) -> tuple[Timeline, set[int]]:
     """The run's drawing, and the seqs of the records it draws (the table lists those).
 
-    Only the effects drawn are assessed; every other record is looked at once.
+    Only the effects drawn are assessed; every record kept is looked at once.
     """
-    records = run.records
-    last = max(len(records), 2)
+    last = max(run.count, 2)
 
     def x(seq: int) -> float:
         return round(LEFT + (seq - 1) / (last - 1) * (RIGHT - LEFT), 1)
 
-    claims = _lanes_to_draw(list(run.claims.values()), unresolved)
-    outcomes, resolved, seen, strays = _gather(records, {c.effect_id for c in claims})
+    claims = [run.claims[effect_id] for effect_id in run.lanes]
+    outcomes, resolved, seen = _gather(run.records, {c.effect_id for c in claims})
+    strays = run.strays
     drawn: set[int] = set()
     lanes = []
     for i, claim in enumerate(claims):
@@ -218,10 +162,13 @@ def _timeline(run: Loaded, unresolved: set[str]) -> tuple[Timeline, set[int]]:
             lanes=tuple(lanes),
             strays=stray_marks,
             strays_y=TOP + len(lanes) * LANE_H + LANE_H / 2 if stray_marks else None,
-            ticks=_ticks(records, x),
-            gaps=_gaps(records, x),
+            ticks=tuple(
+                Tick(x(seq), f"#{seq} {(recorded_at or '')[11:19]}")
+                for seq, recorded_at in run.ticks
+            ),
+            gaps=tuple(Tick(x(seq) - 0.5, "+" + _span(waited)) for waited, seq in run.gaps),
             height=TOP + rows * LANE_H + 8,
-            effects=len(run.claims),
+            effects=run.effects,
         ),
         drawn,
     )
@@ -233,65 +180,31 @@ def _gather(
     dict[str, list[EffectOutcome]],
     dict[str, Resolution],
     dict[str, list[Observation]],
-    list[Observation],
 ]:
     """The outcomes, resolutions and observations of the effects ``keep`` draws.
 
-    And the observations of targets no claim names. Each record is looked at twice at most.
+    Each record is looked at twice at most.
     """
     outcomes: dict[str, list[EffectOutcome]] = defaultdict(list)
     resolved: dict[str, Resolution] = {}
     watchers: dict[tuple[str, str], list[str]] = defaultdict(list)
-    claimed: set[tuple[str, str]] = set()
     for record in records:
         if isinstance(record, EffectOutcome) and record.effect_id in keep:
             outcomes[record.effect_id].append(record)
         elif isinstance(record, Resolution) and record.effect_id in keep:
             resolved[record.effect_id] = record
-        elif isinstance(record, EffectClaim):
+        elif isinstance(record, EffectClaim) and record.effect_id in keep:
             targets = {(r.kind, r.locator) for r in record.impact_scope}
             targets |= {(p.target.kind, p.target.locator) for p in record.obligations}
-            claimed |= targets
-            if record.effect_id in keep:
-                for target in targets:
-                    watchers[target].append(record.effect_id)
+            for target in targets:
+                watchers[target].append(record.effect_id)
     seen: dict[str, list[Observation]] = defaultdict(list)
-    strays: list[Observation] = []
     for record in records:
         if isinstance(record, Observation):
             target = (record.resource.kind, record.resource.locator)
             for effect_id in watchers.get(target, ()):
                 seen[effect_id].append(record)
-            if target not in claimed:
-                strays.append(record)
-    return outcomes, resolved, seen, strays
-
-
-def _ticks(records: Sequence[Record], x: Callable[[int], float]) -> tuple[Tick, ...]:
-    if not records:
-        return ()
-    count = min(len(records), 6)
-    picks = sorted({round(i * (len(records) - 1) / max(count - 1, 1)) for i in range(count)})
-    return tuple(
-        Tick(x(records[i].seq), f"#{records[i].seq} {(records[i].recorded_at or '')[11:19]}")
-        for i in picks
-    )
-
-
-def _gaps(records: Sequence[Record], x: Callable[[int], float]) -> tuple[Tick, ...]:
-    """The longest pauses between consecutive records (a crash and a restart, say)."""
-    pauses = []
-    for before, after in itertools.pairwise(records):
-        if before.recorded_at is None or after.recorded_at is None:
-            continue
-        waited = _seconds(after.recorded_at) - _seconds(before.recorded_at)
-        if waited >= GAP_S:
-            pauses.append((waited, after.seq))
-    longest = sorted(pauses, reverse=True)[:8]
-    return tuple(
-        Tick(x(seq) - 0.5, "+" + _span(waited))
-        for waited, seq in sorted(longest, key=lambda p: p[1])
-    )
+    return outcomes, resolved, seen
 
 
 def _outcome_shape(outcome: EffectOutcome) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import TypeVar
 
 from sqlalchemy import Connection, text
@@ -22,7 +22,12 @@ from ledger._owner import Writer
 from ledger._sql import rows
 from ledger._sql.tables import RECORD_TABLES
 from ledger._sql.views import STATUS_QUERY
-from ledger.effects import History
+from ledger.effects import (
+    EffectClaim,
+    EffectOutcome,
+    History,
+    Resolution,
+)
 from ledger.errors import EffectPersistenceError
 from ledger.storage import (
     VERDICTS,
@@ -31,13 +36,16 @@ from ledger.storage import (
     Head,
     Keep,
     RunNotFoundError,
+    RunRecords,
     RunSummary,
     Survey,
+    Take,
     VerifyReport,
     survey_of,
 )
 
 T = TypeVar("T")
+K = TypeVar("K")
 _HEX = re.compile(r"[0-9a-f]{1,32}")
 
 # Runs with a claim but no row in `runs`: their effects are in effect_status all the same.
@@ -67,8 +75,31 @@ SELECT r.run_id, t.first_at, t.last_at, coalesce(v.claims, 0), {columns}
     columns=", ".join(f"coalesce(v.{v}, 0)" for v in VERDICTS),
 )
 
-# What checking the runs found: the report, each run's problem, the histories kept.
-Checked = tuple[VerifyReport, dict[str, str], dict[str, History]]
+
+class _Reread:
+    """Reads of one run in the survey's snapshot (ledger.storage.RunRecords)."""
+
+    def __init__(self, conn: Connection, run_id: str) -> None:
+        self._conn = conn
+        self._run_id = run_id
+
+    def observed(self) -> set[tuple[str, str]]:
+        return rows.observed_targets(self._conn, self._run_id)
+
+    def claims(self, effect_ids: Collection[str]) -> list[EffectClaim]:
+        return rows.reread_claims(self._conn, self._run_id, effect_ids)
+
+    def overlapping(self, targets: Collection[tuple[str, str]]) -> set[str]:
+        return rows.overlap_candidates(self._conn, self._run_id, targets)
+
+    def outcomes(self, effect_ids: Collection[str]) -> list[EffectOutcome]:
+        return rows.reread_outcomes(self._conn, self._run_id, effect_ids)
+
+    def resolutions(self) -> Iterator[Resolution]:
+        return rows.reread_resolutions(self._conn, self._run_id)
+
+    def times(self) -> Iterator[tuple[int, str | None]]:
+        return rows.reread_times(self._conn, self._run_id)
 
 
 class Reader:
@@ -204,7 +235,7 @@ class Reader:
                     for a in anchors
                 )
                 return VerifyReport(0, 0, gone)
-            checked = self._check(conn, set(), progress)[0]
+            checked = self._check(conn, {}, progress)[0]
             found = [p for a in anchors if (p := self._check_anchor(conn, a)) is not None]
             return dataclasses.replace(checked, problems=checked.problems + tuple(found))
 
@@ -220,10 +251,10 @@ class Reader:
             )
         )
 
-    def survey(self, keep: Keep) -> Survey:
+    def survey(self, keep: Keep[K]) -> Survey[K]:
         """The store in one snapshot, each run read and validated once (ledger.storage.Reader)."""
 
-        def query(conn: Connection) -> Survey:
+        def query(conn: Connection) -> Survey[K]:
             if self._blank(conn):
                 return Survey(VerifyReport(0, 0, ()), [], EffectRows(), {})
             return survey_of(
@@ -289,12 +320,16 @@ class Reader:
         return [EffectRow.from_view(row) for row in found]
 
     def _check(
-        self, conn: Connection, wanted: set[str], progress: Callable[[int], None] | None = None
-    ) -> Checked:
+        self,
+        conn: Connection,
+        wanted: Mapping[str, Callable[[RunRecords], Take[K]]],
+        progress: Callable[[int], None] | None = None,
+    ) -> tuple[VerifyReport, dict[str, str], dict[str, K]]:
         """What ``verify`` checks, each run read once: the report, and each run's problem.
 
-        And the histories of the runs of ``wanted`` that validate; the others are checked,
-        not held. ``progress`` hears how many runs were checked so far.
+        And, of each run of ``wanted`` that validates, what its :class:`Take` keeps as
+        the run is validated; the others are checked, not held. ``progress`` hears how
+        many runs were checked so far.
         """
         found = self._schema_findings(conn)
         run_ids = list(conn.execute(text("SELECT run_id FROM runs ORDER BY run_id")).scalars())
@@ -308,21 +343,21 @@ class Reader:
         found.extend(f"run {run_id}: records without a row in runs" for run_id in orphans)
         records = 0
         problems: dict[str, str] = {}
-        histories: dict[str, History] = {}
+        kept: dict[str, K] = {}
         for done, run_id in enumerate(run_ids, start=1):
+            # A run is never held whole: a taker keeps what it needs as it is checked.
+            take = wanted[run_id](_Reread(conn, run_id)) if run_id in wanted else None
             try:
-                if run_id in wanted:
-                    history = rows.load_history(conn, run_id)
-                    histories[run_id] = history
-                    records += len(history.records())
-                else:
-                    records += rows.check_run(conn, run_id)[1]  # the run is not kept
+                records += rows.check_run(conn, run_id, None if take is None else take.see)[1]
             except EffectPersistenceError as e:
                 found.append(f"run {run_id}: {e}")
                 problems[run_id] = str(e)
+            else:
+                if take is not None:
+                    kept[run_id] = take.done()
             if progress is not None:
                 progress(done)
-        return VerifyReport(len(run_ids), records, tuple(found)), problems, histories
+        return VerifyReport(len(run_ids), records, tuple(found)), problems, kept
 
     def _check_anchor(self, conn: Connection, anchor: Head) -> str | None:
         if not _HEX.fullmatch(anchor.run_id):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from json.encoder import encode_basestring
 from typing import Any, TypeVar
 
@@ -596,13 +596,17 @@ def _let_go(record: Record) -> Record:
     return record
 
 
-def check_run(conn: Connection, run_id: str) -> tuple[str, int]:
+def check_run(
+    conn: Connection, run_id: str, see: Callable[[Record], bool] | None = None
+) -> tuple[str, int]:
     """Validate a run exactly as :func:`load_run` does: its head hash and its record count.
 
     The same checks in the same order, so a run that does not validate is refused with
     the same message (:class:`StoreCorruptError`); but each record is let go once it is
     built and its hash checked, and rows are read as they come: memory holds the few
-    fields of each record the history's rules read, not the run.
+    fields of each record the history's rules read, not the run. ``see`` is shown each
+    record as it is built (claims, outcomes, observations, resolutions, each in seq
+    order); a record it answers True for is kept whole, for it to hold.
     """
     where = "record"
     # The seqs whose hash, computed from their record after their stored prev_hash,
@@ -615,7 +619,7 @@ def check_run(conn: Connection, run_id: str) -> tuple[str, int]:
         prev = row["prev_hash"]
         if not isinstance(prev, str) or chain_hash(run_id, record, prev) != row["hash"]:
             changed.add(row["seq"])
-        kept[kind].append(_let_go(record))
+        kept[kind].append(record if see is not None and see(record) else _let_go(record))
 
     try:
         with _streamed(conn, claims, run_id) as found:
@@ -677,3 +681,108 @@ def _check_links(conn: Connection, run_id: str, changed: set[Any]) -> str:
                 )
             prev = stored_hash
     return prev
+
+
+# --------------------------------------------------------------------------- reading again
+
+
+def reread_claims(conn: Connection, run_id: str, effect_ids: Collection[str]) -> list[EffectClaim]:
+    """The claims of ``effect_ids`` in a run validated in this snapshot, in seq order."""
+    found = []
+    ids = sorted(effect_ids)
+    for at in range(0, len(ids), _PAGE):
+        statement = select(claims).where(
+            claims.c.run_id == run_id, claims.c.effect_id.in_(ids[at : at + _PAGE])
+        )
+        found += [claim_of(row)[0] for row in conn.execute(statement).mappings()]
+    return sorted(found, key=lambda c: c.seq)
+
+
+def _above(locator: str) -> list[str]:
+    # Every P such that locator starts with P + "/": the fs locators it lies below.
+    return [locator[:i] for i, char in enumerate(locator) if char == "/"]
+
+
+def overlap_candidates(
+    conn: Connection, run_id: str, targets: Collection[tuple[str, str]]
+) -> set[str]:
+    """The effects of a run whose impact scope may overlap one of ``targets`` (kind, locator).
+
+    What the run's index finds (ledger._run.index.RunIndex): a scope entry at a target
+    (any kind); for an ``fs`` target, an entry at ``/``, at a directory above the target
+    or below it (every ``fs`` entry for ``/``); for an ``external`` target, every
+    ``external`` entry. One pass over the run's scope index, a page at a time.
+    """
+    exact = set(targets)
+    fs = {locator for kind, locator in exact if kind == "fs"}
+    external = any(kind == "external" for kind, _ in exact)
+    above = {p for locator in fs for p in _above(locator)}
+    found: set[str] = set()
+    statement = (
+        select(scope_index.c.kind, scope_index.c.locator, scope_index.c.effect_id)
+        .where(scope_index.c.run_id == run_id)
+        .execution_options(yield_per=_PAGE)
+    )
+    with conn.execute(statement) as entries:
+        for kind, locator, effect_id in entries:
+            if (
+                (kind, locator) in exact
+                or (external and kind == "external")
+                or (
+                    fs
+                    and kind == "fs"
+                    and (
+                        "/" in fs
+                        or locator == "/"
+                        or locator in above
+                        or any(p in fs for p in _above(locator))
+                    )
+                )
+            ):
+                found.add(effect_id)
+    return found
+
+
+def reread_outcomes(
+    conn: Connection, run_id: str, effect_ids: Collection[str]
+) -> list[EffectOutcome]:
+    """The outcomes of ``effect_ids`` in a run validated in this snapshot, in seq order."""
+    found = []
+    ids = sorted(effect_ids)
+    for at in range(0, len(ids), _PAGE):
+        statement = select(outcomes).where(
+            outcomes.c.run_id == run_id, outcomes.c.effect_id.in_(ids[at : at + _PAGE])
+        )
+        found += [_outcome(row) for row in conn.execute(statement).mappings()]
+    return sorted(found, key=lambda o: o.seq)
+
+
+def observed_targets(conn: Connection, run_id: str) -> set[tuple[str, str]]:
+    """The (kind, locator) of every resource a run's observations name."""
+    statement = select(observations.c.resource_kind, observations.c.resource_locator).where(
+        observations.c.run_id == run_id
+    )
+    return {(kind, locator) for kind, locator in conn.execute(statement.distinct())}
+
+
+def reread_resolutions(conn: Connection, run_id: str) -> Iterator[Resolution]:
+    """The resolutions of a run validated in this snapshot, in seq order, as they come."""
+    with _streamed(conn, resolutions, run_id) as found:
+        for row in found:
+            yield _resolution(row)
+
+
+_TIMES = (
+    " UNION ALL ".join(
+        f"SELECT seq, recorded_at FROM {t.name} WHERE run_id = :run_id"
+        for t in (claims, outcomes, observations, resolutions)
+    )
+    + " ORDER BY seq"
+)
+
+
+def reread_times(conn: Connection, run_id: str) -> Iterator[tuple[int, str | None]]:
+    """The seq and time of every record of a run, in seq order, as they come."""
+    with conn.execute(text(_TIMES).execution_options(yield_per=_PAGE), {"run_id": run_id}) as found:
+        for seq, recorded_at in found:
+            yield int(seq), recorded_at
