@@ -65,6 +65,7 @@ from ledger.effects import (
     ObservationMechanism,
     OperationRef,
     Postcondition,
+    Record,
     Resolution,
     ResourceRef,
     assess,
@@ -372,18 +373,24 @@ class EffectLog(ToolCalls):
         none) and ``args`` is the call's arguments as recorded (a JSON value; ``None``: not
         recorded): both are stored and chained as given.
         """
-        request = ClaimRequest(
-            effect_id=effect_id,
-            action_id=action_id,
-            operation=operation,
-            impact_scope=impact_scope,
-            obligations=obligations,
-            kind=kind,
-            retry_of=retry_of,
-            step=step,
-            args=args,
-        )
-        return self._claim_all((request,), f"claim {effect_id!r}")[0]
+        # claim_many's path without its request: a claim is built once, from the keywords.
+        with self._cond:
+            self._check_open()
+            now = utc_now()
+            record = self._state.claim_record(
+                self._state.next_free,  # the seq it gets unless the queue moves
+                now,
+                effect_id=effect_id,
+                action_id=action_id,
+                operation=operation,
+                impact_scope=impact_scope,
+                obligations=obligations,
+                kind=kind,
+                retry_of=retry_of,
+                step=step,
+                args=args,
+            )
+            return self._write_claims([record], f"claim {effect_id!r}")[0]
 
     def claim_many(
         self,
@@ -423,14 +430,19 @@ class EffectLog(ToolCalls):
             seq = self._state.next_free  # the seq it gets unless the queue moves
             seen = self._state.observation_records(observed, batch[0].action_id, seq, now)
             records = self._state.claim_records(batch, seq + len(seen), now)
-            if self.degraded:
-                raise degraded_error(self._run_id)
-            pending = Request(action, [*seen, *records], raises=True)
-            self._writes.submit(pending)
-            if pending.error is not None:
-                raise pending.error
-            # the claims, numbered
-            return tuple(pending.records[len(seen) :])  # type: ignore[arg-type]
+            return self._write_claims([*seen, *records], action, len(seen))
+
+    def _write_claims(
+        self, records: list[Record], action: str, seen: int = 0
+    ) -> tuple[EffectClaim, ...]:
+        """Write checked records (lock held): the claims after the first ``seen``, numbered."""
+        if self.degraded:
+            raise degraded_error(self._run_id)
+        pending = Request(action, records, raises=True)
+        self._writes.submit(pending)
+        if pending.error is not None:
+            raise pending.error
+        return tuple(pending.records[seen:])  # type: ignore[arg-type]
 
     def outcome(
         self,

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 
 from ledger._run import steps
 from ledger._run.index import RunIndex
 from ledger._run.requests import ClaimRequest, ObservationRequest, OutcomeRequest
 from ledger.effects import (
     EffectClaim,
+    EffectKind,
     EffectOutcome,
     ExecutionOutcome,
     History,
@@ -29,6 +30,8 @@ from ledger.effects import (
     InvalidTypeError,
     NextStep,
     Observation,
+    OperationRef,
+    Postcondition,
     Record,
     Resolution,
     ResourceRef,
@@ -178,14 +181,14 @@ class RunState:
 
     # ------------------------------------------------------------------ records, checked
 
-    def key_for(self, request: ClaimRequest) -> str:
+    def key_for(self, effect_id: str, retry_of: str | None) -> str:
         """The idempotency key of a claim: its own, or that of the effect it retries."""
-        if request.retry_of is None:
-            return idempotency_key(self.run_id, request.effect_id)
-        retried = self.claimed.get(request.retry_of)
+        if retry_of is None:
+            return idempotency_key(self.run_id, effect_id)
+        retried = self.claimed.get(retry_of)
         if retried is None:
             raise ValueError(
-                f"effect {request.retry_of!r} is not claimed in run {self.run_id}: "
+                f"effect {retry_of!r} is not claimed in run {self.run_id}: "
                 "a retry repeats an effect of its run"
             )
         return retried.idempotency_key
@@ -196,39 +199,71 @@ class RunState:
         batch_ids: set[str] = set()
         batch_steps: set[str] = set()
         for request in batch:
-            # The record checks every field, with the same errors as claim's keywords.
-            record = EffectClaim(
+            record = self.claim_record(
+                seq + len(records),
+                now,
                 effect_id=request.effect_id,
-                seq=seq + len(records),
                 action_id=request.action_id,
                 operation=request.operation,
-                impact_scope=request.impact_scope,  # type: ignore[arg-type]  # validated, made a tuple
-                obligations=request.obligations,  # type: ignore[arg-type]  # same
-                recorded_at=now,
+                impact_scope=request.impact_scope,
+                obligations=request.obligations,
                 kind=request.kind,
-                idempotency_key=self.key_for(request),
                 retry_of=request.retry_of,
                 step=request.step,
                 args=request.args,
+                batch_ids=batch_ids,
+                batch_steps=batch_steps,
             )
-            effect_id = record.effect_id
-            if (
-                effect_id in self.claimed
-                or effect_id in self.queued_claims
-                or effect_id in batch_ids
-            ):
-                raise ValueError(f"effect {effect_id!r} is already claimed in run {self.run_id}")
-            first = record.step and record.retry_of is None
-            if first and (self.steps.taken(record.step) or record.step in batch_steps):
-                raise ValueError(
-                    f"step {record.step!r} already has a first attempt in run "
-                    f"{self.run_id}: a step names one call (retry it instead)"
-                )
-            if first:
+            if record.step and record.retry_of is None:
                 batch_steps.add(record.step)
-            batch_ids.add(effect_id)
+            batch_ids.add(record.effect_id)
             records.append(record)
         return records
+
+    def claim_record(
+        self,
+        seq: int,
+        now: str,
+        *,
+        effect_id: str,
+        action_id: str,
+        operation: OperationRef,
+        impact_scope: Iterable[ResourceRef],
+        obligations: Iterable[Postcondition],
+        kind: EffectKind,
+        retry_of: str | None,
+        step: str,
+        args: object,
+        batch_ids: Container[str] = (),
+        batch_steps: Container[str] = (),
+    ) -> EffectClaim:
+        """One claim (the keywords of ``EffectLog.claim``) at ``seq``, checked; nothing is reserved.
+
+        ``batch_ids`` and ``batch_steps`` are those the claims before it in its batch take.
+        """
+        # The record checks every field, with the same errors as claim's keywords.
+        record = EffectClaim(
+            effect_id=effect_id,
+            seq=seq,
+            action_id=action_id,
+            operation=operation,
+            impact_scope=impact_scope,  # type: ignore[arg-type]  # validated, made a tuple
+            obligations=obligations,  # type: ignore[arg-type]  # same
+            recorded_at=now,
+            kind=kind,
+            idempotency_key=self.key_for(effect_id, retry_of),
+            retry_of=retry_of,
+            step=step,
+            args=args,
+        )
+        if effect_id in self.claimed or effect_id in self.queued_claims or effect_id in batch_ids:
+            raise ValueError(f"effect {effect_id!r} is already claimed in run {self.run_id}")
+        if step and retry_of is None and (self.steps.taken(step) or step in batch_steps):
+            raise ValueError(
+                f"step {step!r} already has a first attempt in run "
+                f"{self.run_id}: a step names one call (retry it instead)"
+            )
+        return record
 
     def outcome_records(
         self, batch: Sequence[OutcomeRequest], seq: int, now: str
