@@ -160,17 +160,15 @@ def encode(
         # A row of a store migration 0013 has not reached yet has no origin column.
         version = VERSION_4
         values.extend(_RESOLUTION_4(row))
-    # Each field as <length>:<text>, or ~ for NULL. Most fields are text: encoded inline,
-    # in one comprehension, since this runs for every field of every record written.
-    return version + "".join([f"{len(v)}:{v}" if type(v) is str else _field(v) for v in values])
-
-
-def _field(value: object) -> str:
-    """A field of :func:`encode` that is not text: ``~`` for NULL, an integer in decimal."""
-    if value is None:
-        return "~"
-    text = str(int(value) if type(value) is bool else value)  # a bool as the 0/1 stored
-    return f"{len(text)}:{text}"
+    # Each field as <length>:<text>, or ~ for NULL; inlined, it runs for every field written.
+    parts = [version]
+    for value in values:
+        if value is None:
+            parts.append("~")
+            continue
+        text = value if type(value) is str else str(int(value) if type(value) is bool else value)
+        parts.append(f"{len(text)}:{text}")
+    return "".join(parts)
 
 
 def link(prev_hash: str, encoding: str) -> str:
