@@ -60,6 +60,8 @@ def check_identifier(value: object, field: str, *, optional: bool = False) -> No
 
 
 def _check_encodable(value: str, field: str) -> None:
+    if value.isascii():  # nearly every id: no surrogate, and no bytes made to find out
+        return
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:

@@ -14,7 +14,6 @@ Pure: values in, values out. No storage, no clock (the caller gives the time), n
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 from collections.abc import Container, Iterable, Sequence
 
 from ledger._run import steps
@@ -81,7 +80,7 @@ class RunState:
         self.queued_resolutions: set[str] = set()
         # The idempotency keys of claims queued or being written: an effect whose key is
         # among them has a retry on its way, and is not to be retried again meanwhile.
-        self.queued_keys: Counter[str] = Counter()
+        self.queued_keys: dict[str, int] = {}  # how many claims being written carry each key
 
     # ------------------------------------------------------------------ memory
 
@@ -148,7 +147,8 @@ class RunState:
         for record in records:
             if isinstance(record, EffectClaim):
                 self.queued_claims.add(record.effect_id)
-                self.queued_keys[record.idempotency_key] += 1
+                key = record.idempotency_key
+                self.queued_keys[key] = self.queued_keys.get(key, 0) + 1
                 if record.step and record.retry_of is None:
                     self.steps.queued.add(record.step)
             elif isinstance(record, EffectOutcome):
@@ -166,8 +166,10 @@ class RunState:
             if isinstance(record, EffectClaim):
                 self.queued_claims.discard(record.effect_id)
                 key = record.idempotency_key
-                self.queued_keys[key] -= 1
-                if not self.queued_keys[key]:
+                left = self.queued_keys[key] - 1
+                if left:
+                    self.queued_keys[key] = left
+                else:
                     del self.queued_keys[key]
                 if record.step and record.retry_of is None:
                     self.steps.queued.discard(record.step)
@@ -405,7 +407,7 @@ class RunState:
         claim = self.claim_of(effect_id)
         decision = self.index.decide(claim)
         step, reason = decision.step, decision.reason
-        if self.queued_keys[claim.idempotency_key]:
+        if claim.idempotency_key in self.queued_keys:
             # Decided together with the queue: two threads retrying at once make one retry.
             step, reason = NextStep.WAIT, _WAIT_FOR_RETRY
         if step is not NextStep.RETRY:
@@ -428,7 +430,7 @@ class RunState:
             newest = self.index.attempts(first)[-1]
             decision = self.index.decide(first)
             outcome = self.index.terminal(newest.effect_id)
-            if self.queued_keys[first.idempotency_key]:
+            if first.idempotency_key in self.queued_keys:
                 decision = dataclasses.replace(decision, step=NextStep.WAIT, reason=_WAIT_FOR_RETRY)
         elif step in self.steps.queued:
             raise StillRunning(
