@@ -116,9 +116,12 @@ def _check_timestamp(value: object, field: str = "recorded_at") -> None:
 
 
 def _tuple_of(value: object, cls: type[Any], field: str) -> tuple[Any, ...]:
-    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+    if type(value) is tuple or type(value) is list:  # no abstract class asked (Python code)
+        items = tuple(value)
+    elif isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
         raise InvalidTypeError(f"{field} must be a sequence of {cls.__name__}")
-    items = tuple(value)
+    else:
+        items = tuple(value)
     for item in items:
         if not isinstance(item, cls):
             raise InvalidTypeError(
