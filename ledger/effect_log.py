@@ -389,7 +389,9 @@ class EffectLog(ToolCalls):
                 step=step,
                 args=args,
             )
-            return self._write_claims([record], f"claim {effect_id!r}")[0]
+            if self.degraded:
+                raise degraded_error(self._run_id)
+            return self._submit([record], f"claim {effect_id!r}", raises=True)[0]  # type: ignore[return-value]  # the claim
 
     def claim_many(
         self,
@@ -429,19 +431,22 @@ class EffectLog(ToolCalls):
             seq = self._state.next_free  # the seq it gets unless the queue moves
             seen = self._state.observation_records(observed, batch[0].action_id, seq, now)
             records = self._state.claim_records(batch, seq + len(seen), now)
-            return self._write_claims([*seen, *records], action, len(seen))
+            if self.degraded:
+                raise degraded_error(self._run_id)
+            written = self._submit([*seen, *records], action, raises=True)
+            return tuple(written[len(seen) :])  # type: ignore[arg-type]  # the claims, numbered
 
-    def _write_claims(
-        self, records: list[Record], action: str, seen: int = 0
-    ) -> tuple[EffectClaim, ...]:
-        """Write checked records (lock held): the claims after the first ``seen``, numbered."""
-        if self.degraded:
-            raise degraded_error(self._run_id)
-        pending = Request(action, records, raises=True)
+    def _submit(self, records: list[Record], action: str, *, raises: bool) -> list[Record]:
+        """Write checked records, lock held; them, numbered, once written (or kept in memory).
+
+        ``raises``: the caller gets the error of records that cannot be written, which
+        then exist nowhere; otherwise they stay in memory and the log is degraded.
+        """
+        pending = Request(action, records, raises=raises)
         self._writes.submit(pending)
         if pending.error is not None:
             raise pending.error
-        return tuple(pending.records[seen:])  # type: ignore[arg-type]
+        return pending.records
 
     def outcome(
         self,
@@ -462,15 +467,20 @@ class EffectLog(ToolCalls):
         ``result_recorded`` defaults to whether it is given, and ``True`` with no result
         records a ``None`` answer.
         """
-        request = OutcomeRequest(
-            effect_id=effect_id,
-            execution=execution,
-            impact=impact,
-            execution_id=execution_id,
-            result=result,
-            result_recorded=result_recorded,
-        )
-        return self._outcome_all((request,), f"outcome of {effect_id!r}")[0]
+        # outcome_many's path without its request: the outcome is built once, from the keywords.
+        with self._cond:
+            self._check_open()
+            record = self._state.outcome_record(
+                self._state.next_free,
+                utc_now(),
+                effect_id=effect_id,
+                execution=execution,
+                impact=impact,
+                execution_id=execution_id,
+                result=result,
+                result_recorded=result_recorded,
+            )
+            return self._submit([record], f"outcome of {effect_id!r}", raises=False)[0]  # type: ignore[return-value]  # the outcome
 
     def outcome_many(
         self,
@@ -528,12 +538,8 @@ class EffectLog(ToolCalls):
             )
             if strict and self.degraded:
                 raise degraded_error(self._run_id)
-            pending = Request(action, [*records, *seen], raises=strict)
-            self._writes.submit(pending)
-            if pending.error is not None:
-                raise pending.error
-            # the outcomes, numbered
-            return tuple(pending.records[: len(records)])  # type: ignore[arg-type]
+            written = self._submit([*records, *seen], action, raises=strict)
+            return tuple(written[: len(records)])  # type: ignore[arg-type]  # the outcomes, numbered
 
     def observe(
         self,

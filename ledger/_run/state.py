@@ -239,7 +239,7 @@ class RunState:
         batch_ids: Container[str] = (),
         batch_steps: Container[str] = (),
     ) -> EffectClaim:
-        """One claim (the keywords of ``EffectLog.claim``) at ``seq``, checked; nothing is reserved.
+        """One claim (the keywords of ``EffectLog.claim``) at ``seq``, checked; none reserved.
 
         ``batch_ids`` and ``batch_steps`` are those the claims before it in its batch take.
         """
@@ -274,44 +274,71 @@ class RunState:
         records: list[EffectOutcome] = []
         settled: set[str] = set()
         for request in batch:
-            effect_id = request.effect_id
-            check_identifier(effect_id, "effect_id")
-            if not isinstance(request.execution, ExecutionOutcome):
-                raise InvalidTypeError(
-                    f"execution must be an ExecutionOutcome, not {type(request.execution).__name__}"
-                )
-            if not isinstance(request.impact, Impact):
-                raise InvalidTypeError(
-                    f"impact must be an Impact, not {type(request.impact).__name__}"
-                )
-            if effect_id not in self.claimed:
-                if effect_id in self.queued_claims:
-                    raise ValueError(
-                        f"effect {effect_id!r} is still being claimed in run {self.run_id}: "
-                        "record its outcome after claim returns"
-                    )
-                raise ValueError(f"effect {effect_id!r} has no claim in run {self.run_id}")
-            if (
-                effect_id in self.settled
-                or effect_id in self.queued_settles
-                or effect_id in settled
-            ):
-                raise ValueError(f"effect {effect_id!r} already has a terminal outcome")
-            record = EffectOutcome(
-                effect_id=effect_id,
-                seq=seq + len(records),
+            record = self.outcome_record(
+                seq + len(records),
+                now,
+                effect_id=request.effect_id,
                 execution=request.execution,
                 impact=request.impact,
                 execution_id=request.execution_id,
-                replayed=False,
-                recorded_at=not_before(now, self.claimed[effect_id]),
                 result=request.result,
                 result_recorded=request.result_recorded,
+                batch_settled=settled,
             )
             if record.terminal:
-                settled.add(effect_id)
+                settled.add(record.effect_id)
             records.append(record)
         return records
+
+    def outcome_record(
+        self,
+        seq: int,
+        now: str,
+        *,
+        effect_id: str,
+        execution: ExecutionOutcome,
+        impact: Impact,
+        execution_id: str | None,
+        result: object,
+        result_recorded: bool | None,
+        batch_settled: Container[str] = (),
+    ) -> EffectOutcome:
+        """One outcome (the keywords of ``EffectLog.outcome``) at ``seq``, checked; none reserved.
+
+        ``batch_settled`` are the effects the outcomes before it in its batch settle.
+        """
+        check_identifier(effect_id, "effect_id")
+        if not isinstance(execution, ExecutionOutcome):
+            raise InvalidTypeError(
+                f"execution must be an ExecutionOutcome, not {type(execution).__name__}"
+            )
+        if not isinstance(impact, Impact):
+            raise InvalidTypeError(f"impact must be an Impact, not {type(impact).__name__}")
+        claim = self.claimed.get(effect_id)
+        if claim is None:
+            if effect_id in self.queued_claims:
+                raise ValueError(
+                    f"effect {effect_id!r} is still being claimed in run {self.run_id}: "
+                    "record its outcome after claim returns"
+                )
+            raise ValueError(f"effect {effect_id!r} has no claim in run {self.run_id}")
+        if (
+            effect_id in self.settled
+            or effect_id in self.queued_settles
+            or effect_id in batch_settled
+        ):
+            raise ValueError(f"effect {effect_id!r} already has a terminal outcome")
+        return EffectOutcome(
+            effect_id=effect_id,
+            seq=seq,
+            execution=execution,
+            impact=impact,
+            execution_id=execution_id,
+            replayed=False,
+            recorded_at=not_before(now, claim),
+            result=result,
+            result_recorded=result_recorded,
+        )
 
     def observation_records(
         self, seen: Iterable[ObservationRequest], source_action_id: str, seq: int, now: str
