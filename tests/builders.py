@@ -545,19 +545,15 @@ class Call:
             self._error = e
 
     def waits_for_the_log(self) -> bool:
-        """Whether the thread sleeps in ``Condition.wait`` called from the log's own code.
-
-        Directly, or through its write queue's ``wait_idle`` (``ledger._combiner``).
-        """
+        """Whether the thread sleeps in ``Condition.wait`` called from the log's own code."""
         frame = sys._current_frames().get(self.thread.ident or 0)
-        if frame is None or frame.f_code.co_name != "wait":
-            return False
-        if frame.f_code.co_filename != threading.__file__:
-            return False
-        caller = frame.f_back
-        if caller is not None and caller.f_code.co_name == "wait_idle":
-            caller = caller.f_back
-        return caller is not None and Path(caller.f_code.co_filename).name == "effect_log.py"
+        return (
+            frame is not None
+            and frame.f_code.co_name == "wait"
+            and frame.f_code.co_filename == threading.__file__
+            and frame.f_back is not None
+            and Path(frame.f_back.f_code.co_filename).name == "effect_log.py"
+        )
 
     def result(self) -> Any:
         """Join the thread (failing on a timeout); its return value, or raise its error."""
