@@ -27,27 +27,22 @@ _RETRIES = 1000
 
 
 def acquire_uninterrupted(lock: Any) -> BaseException | None:
-    """Take ``lock`` (an RLock, or a Condition on one) even if a signal handler raises.
+    """Hold ``lock`` (an RLock, or a Condition on one) even if a signal handler raises.
 
-    The caller does not hold it yet. Return what the handler raised, for the caller to
-    raise once it is safe to. The exception may come just after the lock was taken,
-    before anything could note it: after one, the lock's record of its owner says
-    whether to take it again, so the thread neither blocks on a lock it holds nor goes
-    on without it.
+    Return what the handler raised, for the caller to raise once it is safe to. The
+    exception may come just after the lock was taken, before anything could note it:
+    the lock's record of its owner says whether to take it again, so the thread neither
+    blocks on a lock it holds nor goes on without it.
     """
-    try:
-        lock.acquire()  # nearly always: taken at once, nothing raised
-    except BaseException as e:  # held back, see above
-        interrupt = e
-    else:
-        return None
-    for _ in range(_RETRIES - 1):
+    interrupt = None
+    for _ in range(_RETRIES):
         try:
             if not lock._is_owned():  # noqa: SLF001 - what Condition itself relies on
                 lock.acquire()
-        except BaseException:  # noqa: S112 - held back too; the first one is returned
-            continue
-        return interrupt
+        except BaseException as e:  # held back, see above
+            interrupt = interrupt or e
+        else:
+            return interrupt
     raise RuntimeError(f"cannot take {lock!r}: every attempt raised") from interrupt
 
 
@@ -94,7 +89,7 @@ class Combiner(Generic[E]):
 
     ``lock`` is a Condition on an RLock (an RLock knows its owner: see
     :func:`acquire_uninterrupted`); it guards the queue and whatever the caller keeps
-    beside it, and is notified when the queue falls idle while anyone is in :meth:`wait_idle`.
+    beside it, and is notified whenever the queue falls idle.
     """
 
     def __init__(
@@ -117,7 +112,6 @@ class Combiner(Generic[E]):
         self._limit = limit
         self._queue: list[E] = []
         self._leading = False
-        self._idle_waiters = 0  # callers of wait_idle: only they need telling it fell idle
 
     @property
     def waiting(self) -> int:
@@ -176,21 +170,13 @@ class Combiner(Generic[E]):
             self.hand_over()
         return interrupt
 
-    def wait_idle(self) -> None:
-        """Wait until nobody writes or waits to (lock held)."""
-        self._idle_waiters += 1
-        try:
-            while self.busy:
-                self.lock.wait()
-        finally:
-            self._idle_waiters -= 1
-
     def hold(self) -> None:
         """Wait until the queue is idle, then keep every caller queued (lock held).
 
         For a write that must run alone (recovery): release with :meth:`hand_over`.
         """
-        self.wait_idle()
+        while self.busy:
+            self.lock.wait()
         self._leading = True
 
     def hand_over(self) -> None:
@@ -200,8 +186,7 @@ class Combiner(Generic[E]):
             self._queue[0].gate.release()
         else:
             self._leading = False
-            if self._idle_waiters:  # close and recovery wait for an idle queue
-                self.lock.notify_all()
+            self.lock.notify_all()  # whoever waits for an idle queue (close, recovery)
 
 
 class Job(Entry):

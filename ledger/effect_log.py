@@ -313,7 +313,8 @@ class EffectLog(ToolCalls):
             if self._closed:
                 return
             self._closed = True
-            self._writes.queue.wait_idle()
+            while self._writes.queue.busy:
+                self._cond.wait()
             self._journal.close()
             if self._writes.unwritten:
                 log.warning(
@@ -704,7 +705,8 @@ class EffectLog(ToolCalls):
                 raise LogDegradedError(
                     f"run {self._run_id} is degraded: recovery would write past a lost record"
                 )
-            self._writes.queue.wait_idle()  # let records in flight land first
+            while self._writes.queue.busy:  # let records in flight land first
+                self._cond.wait()
             self._check_open()  # closed while it waited
             if self.degraded:
                 raise degraded_error(self._run_id)

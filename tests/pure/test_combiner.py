@@ -107,7 +107,8 @@ def test_every_caller_waiting_for_an_idle_queue_wakes_when_it_falls_idle() -> No
         with lock:
             assert queue.busy
             said.set()  # under the lock: the writer cannot end before this thread waits
-            queue.wait_idle()
+            while queue.busy:
+                lock.wait()
 
     writer = threading.Thread(target=write, daemon=True)
     writer.start()
