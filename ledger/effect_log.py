@@ -65,6 +65,7 @@ from ledger.effects import (
     ObservationMechanism,
     OperationRef,
     Postcondition,
+    Record,
     Resolution,
     ResourceRef,
     assess,
@@ -372,18 +373,26 @@ class EffectLog(ToolCalls):
         none) and ``args`` is the call's arguments as recorded (a JSON value; ``None``: not
         recorded): both are stored and chained as given.
         """
-        request = ClaimRequest(
-            effect_id=effect_id,
-            action_id=action_id,
-            operation=operation,
-            impact_scope=impact_scope,
-            obligations=obligations,
-            kind=kind,
-            retry_of=retry_of,
-            step=step,
-            args=args,
-        )
-        return self._claim_all((request,), f"claim {effect_id!r}")[0]
+        # claim_many's path without its request: a claim is built once, from the keywords.
+        with self._cond:
+            self._check_open()
+            now = utc_now()
+            record = self._state.claim_record(
+                self._state.next_free,  # the seq it gets unless the queue moves
+                now,
+                effect_id=effect_id,
+                action_id=action_id,
+                operation=operation,
+                impact_scope=impact_scope,
+                obligations=obligations,
+                kind=kind,
+                retry_of=retry_of,
+                step=step,
+                args=args,
+            )
+            if self.degraded:
+                raise degraded_error(self._run_id)
+            return self._submit([record], f"claim {effect_id!r}", raises=True)[0]  # type: ignore[return-value]  # the claim
 
     def claim_many(
         self,
@@ -425,12 +434,20 @@ class EffectLog(ToolCalls):
             records = self._state.claim_records(batch, seq + len(seen), now)
             if self.degraded:
                 raise degraded_error(self._run_id)
-            pending = Request(action, [*seen, *records], raises=True)
-            self._writes.submit(pending)
-            if pending.error is not None:
-                raise pending.error
-            # the claims, numbered
-            return tuple(pending.records[len(seen) :])  # type: ignore[arg-type]
+            written = self._submit([*seen, *records], action, raises=True)
+            return tuple(written[len(seen) :])  # type: ignore[arg-type]  # the claims, numbered
+
+    def _submit(self, records: list[Record], action: str, *, raises: bool) -> list[Record]:
+        """Write checked records, lock held; them, numbered, once written (or kept in memory).
+
+        ``raises``: the caller gets the error of records that cannot be written, which
+        then exist nowhere; otherwise they stay in memory and the log is degraded.
+        """
+        pending = Request(action, records, raises=raises)
+        self._writes.submit(pending)
+        if pending.error is not None:
+            raise pending.error
+        return pending.records
 
     def outcome(
         self,
@@ -451,15 +468,20 @@ class EffectLog(ToolCalls):
         ``result_recorded`` defaults to whether it is given, and ``True`` with no result
         records a ``None`` answer.
         """
-        request = OutcomeRequest(
-            effect_id=effect_id,
-            execution=execution,
-            impact=impact,
-            execution_id=execution_id,
-            result=result,
-            result_recorded=result_recorded,
-        )
-        return self._outcome_all((request,), f"outcome of {effect_id!r}")[0]
+        # outcome_many's path without its request: the outcome is built once, from the keywords.
+        with self._cond:
+            self._check_open()
+            record = self._state.outcome_record(
+                self._state.next_free,
+                utc_now(),
+                effect_id=effect_id,
+                execution=execution,
+                impact=impact,
+                execution_id=execution_id,
+                result=result,
+                result_recorded=result_recorded,
+            )
+            return self._submit([record], f"outcome of {effect_id!r}", raises=False)[0]  # type: ignore[return-value]  # the outcome
 
     def outcome_many(
         self,
@@ -517,12 +539,8 @@ class EffectLog(ToolCalls):
             )
             if strict and self.degraded:
                 raise degraded_error(self._run_id)
-            pending = Request(action, [*records, *seen], raises=strict)
-            self._writes.submit(pending)
-            if pending.error is not None:
-                raise pending.error
-            # the outcomes, numbered
-            return tuple(pending.records[: len(records)])  # type: ignore[arg-type]
+            written = self._submit([*records, *seen], action, raises=strict)
+            return tuple(written[: len(records)])  # type: ignore[arg-type]  # the outcomes, numbered
 
     def observe(
         self,

@@ -122,7 +122,7 @@ class Lease(Protocol):
         ...
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(kw_only=True, slots=True)
 class Batch:
     """Records of one run to make durable together, and what must hold for them to be.
 

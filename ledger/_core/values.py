@@ -60,6 +60,8 @@ def check_identifier(value: object, field: str, *, optional: bool = False) -> No
 
 
 def _check_encodable(value: str, field: str) -> None:
+    if value.isascii():  # nearly every id: no surrogate, and no bytes made to find out
+        return
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -114,9 +116,12 @@ def _check_timestamp(value: object, field: str = "recorded_at") -> None:
 
 
 def _tuple_of(value: object, cls: type[Any], field: str) -> tuple[Any, ...]:
-    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+    if type(value) is tuple or type(value) is list:  # no abstract class asked (Python code)
+        items = tuple(value)
+    elif isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
         raise InvalidTypeError(f"{field} must be a sequence of {cls.__name__}")
-    items = tuple(value)
+    else:
+        items = tuple(value)
     for item in items:
         if not isinstance(item, cls):
             raise InvalidTypeError(

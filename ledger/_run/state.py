@@ -14,14 +14,14 @@ Pure: values in, values out. No storage, no clock (the caller gives the time), n
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 
 from ledger._run import steps
 from ledger._run.index import RunIndex
 from ledger._run.requests import ClaimRequest, ObservationRequest, OutcomeRequest
 from ledger.effects import (
     EffectClaim,
+    EffectKind,
     EffectOutcome,
     ExecutionOutcome,
     History,
@@ -29,6 +29,8 @@ from ledger.effects import (
     InvalidTypeError,
     NextStep,
     Observation,
+    OperationRef,
+    Postcondition,
     Record,
     Resolution,
     ResourceRef,
@@ -78,7 +80,7 @@ class RunState:
         self.queued_resolutions: set[str] = set()
         # The idempotency keys of claims queued or being written: an effect whose key is
         # among them has a retry on its way, and is not to be retried again meanwhile.
-        self.queued_keys: Counter[str] = Counter()
+        self.queued_keys: dict[str, int] = {}  # how many claims being written carry each key
 
     # ------------------------------------------------------------------ memory
 
@@ -145,7 +147,8 @@ class RunState:
         for record in records:
             if isinstance(record, EffectClaim):
                 self.queued_claims.add(record.effect_id)
-                self.queued_keys[record.idempotency_key] += 1
+                key = record.idempotency_key
+                self.queued_keys[key] = self.queued_keys.get(key, 0) + 1
                 if record.step and record.retry_of is None:
                     self.steps.queued.add(record.step)
             elif isinstance(record, EffectOutcome):
@@ -163,8 +166,10 @@ class RunState:
             if isinstance(record, EffectClaim):
                 self.queued_claims.discard(record.effect_id)
                 key = record.idempotency_key
-                self.queued_keys[key] -= 1
-                if not self.queued_keys[key]:
+                left = self.queued_keys[key] - 1
+                if left:
+                    self.queued_keys[key] = left
+                else:
                     del self.queued_keys[key]
                 if record.step and record.retry_of is None:
                     self.steps.queued.discard(record.step)
@@ -178,14 +183,14 @@ class RunState:
 
     # ------------------------------------------------------------------ records, checked
 
-    def key_for(self, request: ClaimRequest) -> str:
+    def key_for(self, effect_id: str, retry_of: str | None) -> str:
         """The idempotency key of a claim: its own, or that of the effect it retries."""
-        if request.retry_of is None:
-            return idempotency_key(self.run_id, request.effect_id)
-        retried = self.claimed.get(request.retry_of)
+        if retry_of is None:
+            return idempotency_key(self.run_id, effect_id)
+        retried = self.claimed.get(retry_of)
         if retried is None:
             raise ValueError(
-                f"effect {request.retry_of!r} is not claimed in run {self.run_id}: "
+                f"effect {retry_of!r} is not claimed in run {self.run_id}: "
                 "a retry repeats an effect of its run"
             )
         return retried.idempotency_key
@@ -196,39 +201,71 @@ class RunState:
         batch_ids: set[str] = set()
         batch_steps: set[str] = set()
         for request in batch:
-            # The record checks every field, with the same errors as claim's keywords.
-            record = EffectClaim(
+            record = self.claim_record(
+                seq + len(records),
+                now,
                 effect_id=request.effect_id,
-                seq=seq + len(records),
                 action_id=request.action_id,
                 operation=request.operation,
-                impact_scope=request.impact_scope,  # type: ignore[arg-type]  # validated, made a tuple
-                obligations=request.obligations,  # type: ignore[arg-type]  # same
-                recorded_at=now,
+                impact_scope=request.impact_scope,
+                obligations=request.obligations,
                 kind=request.kind,
-                idempotency_key=self.key_for(request),
                 retry_of=request.retry_of,
                 step=request.step,
                 args=request.args,
+                batch_ids=batch_ids,
+                batch_steps=batch_steps,
             )
-            effect_id = record.effect_id
-            if (
-                effect_id in self.claimed
-                or effect_id in self.queued_claims
-                or effect_id in batch_ids
-            ):
-                raise ValueError(f"effect {effect_id!r} is already claimed in run {self.run_id}")
-            first = record.step and record.retry_of is None
-            if first and (self.steps.taken(record.step) or record.step in batch_steps):
-                raise ValueError(
-                    f"step {record.step!r} already has a first attempt in run "
-                    f"{self.run_id}: a step names one call (retry it instead)"
-                )
-            if first:
+            if record.step and record.retry_of is None:
                 batch_steps.add(record.step)
-            batch_ids.add(effect_id)
+            batch_ids.add(record.effect_id)
             records.append(record)
         return records
+
+    def claim_record(
+        self,
+        seq: int,
+        now: str,
+        *,
+        effect_id: str,
+        action_id: str,
+        operation: OperationRef,
+        impact_scope: Iterable[ResourceRef],
+        obligations: Iterable[Postcondition],
+        kind: EffectKind,
+        retry_of: str | None,
+        step: str,
+        args: object,
+        batch_ids: Container[str] = (),
+        batch_steps: Container[str] = (),
+    ) -> EffectClaim:
+        """One claim (the keywords of ``EffectLog.claim``) at ``seq``, checked; none reserved.
+
+        ``batch_ids`` and ``batch_steps`` are those the claims before it in its batch take.
+        """
+        # The record checks every field, with the same errors as claim's keywords.
+        record = EffectClaim(
+            effect_id=effect_id,
+            seq=seq,
+            action_id=action_id,
+            operation=operation,
+            impact_scope=impact_scope,  # type: ignore[arg-type]  # validated, made a tuple
+            obligations=obligations,  # type: ignore[arg-type]  # same
+            recorded_at=now,
+            kind=kind,
+            idempotency_key=self.key_for(effect_id, retry_of),
+            retry_of=retry_of,
+            step=step,
+            args=args,
+        )
+        if effect_id in self.claimed or effect_id in self.queued_claims or effect_id in batch_ids:
+            raise ValueError(f"effect {effect_id!r} is already claimed in run {self.run_id}")
+        if step and retry_of is None and (self.steps.taken(step) or step in batch_steps):
+            raise ValueError(
+                f"step {step!r} already has a first attempt in run "
+                f"{self.run_id}: a step names one call (retry it instead)"
+            )
+        return record
 
     def outcome_records(
         self, batch: Sequence[OutcomeRequest], seq: int, now: str
@@ -237,44 +274,71 @@ class RunState:
         records: list[EffectOutcome] = []
         settled: set[str] = set()
         for request in batch:
-            effect_id = request.effect_id
-            check_identifier(effect_id, "effect_id")
-            if not isinstance(request.execution, ExecutionOutcome):
-                raise InvalidTypeError(
-                    f"execution must be an ExecutionOutcome, not {type(request.execution).__name__}"
-                )
-            if not isinstance(request.impact, Impact):
-                raise InvalidTypeError(
-                    f"impact must be an Impact, not {type(request.impact).__name__}"
-                )
-            if effect_id not in self.claimed:
-                if effect_id in self.queued_claims:
-                    raise ValueError(
-                        f"effect {effect_id!r} is still being claimed in run {self.run_id}: "
-                        "record its outcome after claim returns"
-                    )
-                raise ValueError(f"effect {effect_id!r} has no claim in run {self.run_id}")
-            if (
-                effect_id in self.settled
-                or effect_id in self.queued_settles
-                or effect_id in settled
-            ):
-                raise ValueError(f"effect {effect_id!r} already has a terminal outcome")
-            record = EffectOutcome(
-                effect_id=effect_id,
-                seq=seq + len(records),
+            record = self.outcome_record(
+                seq + len(records),
+                now,
+                effect_id=request.effect_id,
                 execution=request.execution,
                 impact=request.impact,
                 execution_id=request.execution_id,
-                replayed=False,
-                recorded_at=not_before(now, self.claimed[effect_id]),
                 result=request.result,
                 result_recorded=request.result_recorded,
+                batch_settled=settled,
             )
             if record.terminal:
-                settled.add(effect_id)
+                settled.add(record.effect_id)
             records.append(record)
         return records
+
+    def outcome_record(
+        self,
+        seq: int,
+        now: str,
+        *,
+        effect_id: str,
+        execution: ExecutionOutcome,
+        impact: Impact,
+        execution_id: str | None,
+        result: object,
+        result_recorded: bool | None,
+        batch_settled: Container[str] = (),
+    ) -> EffectOutcome:
+        """One outcome (the keywords of ``EffectLog.outcome``) at ``seq``, checked; none reserved.
+
+        ``batch_settled`` are the effects the outcomes before it in its batch settle.
+        """
+        check_identifier(effect_id, "effect_id")
+        if not isinstance(execution, ExecutionOutcome):
+            raise InvalidTypeError(
+                f"execution must be an ExecutionOutcome, not {type(execution).__name__}"
+            )
+        if not isinstance(impact, Impact):
+            raise InvalidTypeError(f"impact must be an Impact, not {type(impact).__name__}")
+        claim = self.claimed.get(effect_id)
+        if claim is None:
+            if effect_id in self.queued_claims:
+                raise ValueError(
+                    f"effect {effect_id!r} is still being claimed in run {self.run_id}: "
+                    "record its outcome after claim returns"
+                )
+            raise ValueError(f"effect {effect_id!r} has no claim in run {self.run_id}")
+        if (
+            effect_id in self.settled
+            or effect_id in self.queued_settles
+            or effect_id in batch_settled
+        ):
+            raise ValueError(f"effect {effect_id!r} already has a terminal outcome")
+        return EffectOutcome(
+            effect_id=effect_id,
+            seq=seq,
+            execution=execution,
+            impact=impact,
+            execution_id=execution_id,
+            replayed=False,
+            recorded_at=not_before(now, claim),
+            result=result,
+            result_recorded=result_recorded,
+        )
 
     def observation_records(
         self, seen: Iterable[ObservationRequest], source_action_id: str, seq: int, now: str
@@ -370,7 +434,7 @@ class RunState:
         claim = self.claim_of(effect_id)
         decision = self.index.decide(claim)
         step, reason = decision.step, decision.reason
-        if self.queued_keys[claim.idempotency_key]:
+        if claim.idempotency_key in self.queued_keys:
             # Decided together with the queue: two threads retrying at once make one retry.
             step, reason = NextStep.WAIT, _WAIT_FOR_RETRY
         if step is not NextStep.RETRY:
@@ -393,7 +457,7 @@ class RunState:
             newest = self.index.attempts(first)[-1]
             decision = self.index.decide(first)
             outcome = self.index.terminal(newest.effect_id)
-            if self.queued_keys[first.idempotency_key]:
+            if first.idempotency_key in self.queued_keys:
                 decision = dataclasses.replace(decision, step=NextStep.WAIT, reason=_WAIT_FOR_RETRY)
         elif step in self.steps.queued:
             raise StillRunning(

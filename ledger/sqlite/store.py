@@ -228,7 +228,8 @@ class Store:
         self._ready = False
         self._init_lock = threading.Lock()
         self.users = 0
-        self._held: Any = None  # the connection every record is written on
+        self._held: Any = None  # the connection every record is written on, from the pool
+        self._driver: sqlite3.Connection  # its sqlite3 connection, while it is held
         self._check_paths = tuple(str(p) for p in (directory, *_trust.store_files(self.path)))
         self._schema_version: int | None = None  # the schema_version last checked whole
         self._watch = Watch()  # whether the files may have changed since their last check
@@ -371,16 +372,16 @@ class Store:
     # -- transactions
 
     def _connection(self) -> sqlite3.Connection:
-        fresh = self._held is None
-        if fresh:
-            # Checked out of the pool for good: pragmas were set and read back on connect.
-            self._held = self._engine().raw_connection()
-        connection = self._held.driver_connection
+        if self._held is not None:
+            return self._driver  # asked at every write: the pool's wrapper is not asked again
+        # Checked out of the pool for good: pragmas were set and read back on connect.
+        held = self._engine().raw_connection()
+        connection = held.driver_connection
         if connection is None:  # pragma: no cover - a checked-out connection has one
+            held.close()
             raise StoreUnavailableError("the database connection is closed")
-        if fresh:
-            writing_connection(connection)
-        return connection  # type: ignore[no-any-return]
+        self._held, self._driver = held, writing_connection(connection)
+        return self._driver
 
     def _check(self) -> None:
         """:func:`check_files` before every transaction: whole only if anything happened.

@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ledger import _chain
 from ledger import effects as fx
@@ -79,3 +81,43 @@ def test_any_version_2_field_changed_changes_the_encoding(field: str, value: str
     assert changed.startswith("ledger-v2")
     assert changed != _chain.encode("claim", RUN, CLAIM_ROW)
     assert f"{len(value)}:{value}" in changed
+
+
+def _as_documented(fields: list[object]) -> str:
+    """The module's definition, field by field: ``<length>:<text>``, ``~`` for NULL."""
+    out = ""
+    for value in fields:
+        if value is None:
+            out += "~"
+        else:
+            text = str(int(value)) if isinstance(value, bool) else str(value)
+            out += f"{len(text)}:{text}"
+    return out
+
+
+_VALUE = st.one_of(st.none(), st.text(), st.integers(min_value=0), st.booleans())
+
+
+@given(st.lists(_VALUE, min_size=len(_chain.OBSERVATION_COLUMNS) + 1).map(tuple), st.text())
+def test_every_field_encodes_as_the_module_defines_it(values: tuple[object, ...], run: str) -> None:
+    """Text, NULL, integers and booleans, in any mix: each is encoded as documented."""
+    seq, *columns = values[: len(_chain.OBSERVATION_COLUMNS) + 1]
+    row = {"seq": seq, **dict(zip(_chain.OBSERVATION_COLUMNS, columns, strict=True))}
+    assert _chain.encode("observation", run, row) == "ledger-v1" + _as_documented(
+        ["observation", run, seq, *columns]
+    )
+
+
+@given(
+    st.lists(st.fixed_dictionaries(dict.fromkeys(_chain.SCOPE_COLUMNS, _VALUE)), max_size=3),
+    st.lists(st.fixed_dictionaries(dict.fromkeys(_chain.OBLIGATION_COLUMNS, _VALUE)), max_size=3),
+)
+def test_a_claims_entries_encode_field_by_field_after_its_columns(
+    scope: list[dict[str, object]], duties: list[dict[str, object]]
+) -> None:
+    """A claim's scope and obligation entries follow its columns, each field as documented."""
+    entries = [e[c] for e in scope for c in _chain.SCOPE_COLUMNS]
+    entries += [d[c] for d in duties for c in _chain.OBLIGATION_COLUMNS]
+    columns = [CLAIM_ROW[c] for c in _chain.CLAIM_COLUMNS]
+    expected = "ledger-v1" + _as_documented(["claim", RUN, CLAIM_ROW["seq"], *columns, *entries])
+    assert _chain.encode("claim", RUN, CLAIM_ROW, scope, duties) == expected
