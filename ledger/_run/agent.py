@@ -56,6 +56,7 @@ class ToolCalls:
         probe: EffectClaim,
         *,
         step: str | None,
+        args: object = None,
         observed: Sequence[ObservationRequest] = (),
         tool: bool = False,
     ) -> Begin:
@@ -63,7 +64,8 @@ class ToolCalls:
 
         The door :meth:`effect` and :attr:`tool` go through (see :meth:`effect` for what
         entering a step does): ``probe`` is the call's claim as checked, ``step`` None the
-        automatic one, ``observed`` the baseline written in the claim's transaction;
+        automatic one, ``args`` the arguments the claim records (checked, the probe's
+        own left ``None``), ``observed`` the baseline written in the claim's transaction;
         ``tool`` true makes a replay without a recorded result raise
         :class:`~ledger.errors.AlreadyDone`. Decided under the log's lock, so two threads
         entering one step make one attempt. Raises what a call that must not run raises,
@@ -90,7 +92,7 @@ class ToolCalls:
             kind=probe.kind,
             retry_of=plan.retry_of,
             step=planned.step,
-            args=probe.args,
+            args=args,
         )
         claim = self._claim_all(
             (request,),

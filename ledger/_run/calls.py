@@ -64,7 +64,6 @@ from ledger.effects import (
     check_identifier,
     check_step,
     resource_ref,
-    utc_now,
 )
 
 if TYPE_CHECKING:
@@ -118,6 +117,7 @@ class Log(Observer, Protocol):
         probe: EffectClaim,
         *,
         step: str | None,
+        args: object = ...,
         observed: Sequence[ObservationRequest] = ...,
         tool: bool = ...,
     ) -> Begin: ...
@@ -152,6 +152,10 @@ class Log(Observer, Protocol):
 
 
 def _scope_refs(value: object) -> tuple[ResourceRef, ...]:
+    if type(value) is list or type(value) is tuple:  # the usual: no abstract class to ask
+        refs = tuple(value)
+        if all(type(ref) is ResourceRef for ref in refs):
+            return refs
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
         raise InvalidTypeError(
             "impact_scope must be a sequence of ResourceRef or resources (FilesystemResource, "
@@ -174,6 +178,8 @@ def exception_types(value: object) -> tuple[type[BaseException], ...]:
 
 
 _UNSET: Any = object()  # no result given
+# A probe is never written: the claim gets the log's time when it is made.
+_PROBE_TIME = "2000-01-01T00:00:00.000000+00:00"
 
 
 @dataclasses.dataclass(slots=True)
@@ -181,7 +187,8 @@ class _Plan:
     """One effect's checked arguments, and the steps that record it (each blocking)."""
 
     log: Log
-    probe: EffectClaim  # the claim as it will be, checked; seq and time are the log's
+    probe: EffectClaim  # the claim as it will be, checked; seq, time and args are the log's
+    args: object  # the arguments as the claim records them
     targets: tuple[ResourceRef, ...]  # the files its postconditions name, once each
     no_impact: tuple[type[BaseException], ...]
     step: str | None  # None: the automatic one
@@ -198,7 +205,7 @@ class _Plan:
         probe = self.probe
         try:
             begun = self.log.begin_step(
-                probe, step=self.step, observed=self.look("before"), tool=self.tool
+                probe, step=self.step, args=self.args, observed=self.look("before"), tool=self.tool
             )
         except BaseException as e:
             # A caller's mistake or the store's trouble: the claim exists nowhere. A signal
@@ -512,7 +519,8 @@ class EffectScope:
         digest = hashlib.sha256(canonical).hexdigest()
         effect_id = new_effect_id() if effect_id is None else effect_id
         check_identifier(effect_id, "effect_id")
-        # The record checks every other field as the claim will, before anything is written.
+        # The record checks every other field as the claim will, before anything is written;
+        # the arguments, checked above, are held apart.
         probe = EffectClaim(
             effect_id=effect_id,
             seq=1,
@@ -520,9 +528,8 @@ class EffectScope:
             operation=OperationRef(operation, backend, digest),
             impact_scope=_scope_refs(impact_scope),
             obligations=obligations,  # type: ignore[arg-type]  # checked and made a tuple
-            recorded_at=utc_now(),
+            recorded_at=_PROBE_TIME,
             kind=kind,
-            args=recording.stored_args(args, len(canonical), f"the arguments of {operation}"),
         )
         targets: dict[str, ResourceRef] = {}
         for condition in probe.obligations:
@@ -531,6 +538,7 @@ class EffectScope:
         self._plan = _Plan(
             log_,
             probe,
+            recording.stored_args(args, canonical, f"the arguments of {operation}"),
             tuple(targets.values()),
             exception_types(no_impact),
             step,

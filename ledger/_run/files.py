@@ -8,14 +8,13 @@ then stays ``UNVERIFIED``, which is the truth.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import logging
 import os
 import stat
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Protocol, TypeAlias
+from typing import NamedTuple, Protocol, TypeAlias
 
 from ledger._run.requests import ObservationRequest, new_effect_id
 from ledger.effects import (
@@ -52,9 +51,12 @@ class Observer(Protocol):
     ) -> Observation: ...
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class FileState:
-    """What one look at a path found: by which mechanism, whether it exists, its digest."""
+class FileState(NamedTuple):
+    """What one look at a path found: by which mechanism, whether it exists, its digest.
+
+    A named tuple: each ``log.effect`` makes two, and a frozen dataclass costs several
+    times as much to build.
+    """
 
     mechanism: ObservationMechanism
     exists: bool

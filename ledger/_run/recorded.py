@@ -10,6 +10,7 @@ and must never cost the call its claim or its outcome.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from collections.abc import Callable
 from typing import Any, cast
@@ -102,6 +103,19 @@ def redacted_result(value: object, redact: Redact | None, *, what: str) -> tuple
     return out, True
 
 
+def _copy(value: object) -> object:
+    """A JSON value checked by ``canonical_args``, as reading its canonical text gives it.
+
+    Objects with their keys sorted, tuples as lists: the log's own copy, made without
+    encoding the value once more.
+    """
+    if type(value) is dict:
+        return {key: _copy(value[key]) for key in sorted(value)}
+    if type(value) is list or type(value) is tuple:
+        return [_copy(item) for item in value]
+    return value  # None, a bool, an int, a float or a str: immutable
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Recording:
     """What a log records of a call: its arguments, its result, through ``redact``, bounded."""
@@ -135,16 +149,19 @@ class Recording:
             self.max_bytes,
         )
 
-    def stored_args(self, args: object, size: int, what: str) -> object:
-        """What a claim records of ``args`` (``size``: their canonical JSON's bytes, checked).
+    def stored_args(self, args: object, canonical: bytes, what: str) -> object:
+        """What a claim records of ``args`` (``canonical``: their canonical JSON, checked).
 
-        A caller's error if ``redact`` fails on them, before anything is written.
+        The log's own copy, as the claim holds it: later changes to the caller's ``args``
+        do not reach it. A caller's error if ``redact`` fails on them, before anything is
+        written.
         """
         if not self.args:
             return None
         if self.redact is not None:
-            return recordable(redacted_args(args, self.redact), self.max_bytes, what=what)[0]
-        return args if fits(size, self.max_bytes, what=what) else None
+            stored, ok = recordable(redacted_args(args, self.redact), self.max_bytes, what=what)
+            return json.loads(recorded_json(stored)) if ok else None
+        return _copy(args) if fits(len(canonical), self.max_bytes, what=what) else None
 
     def stored_result(self, value: object, what: str) -> tuple[object, bool]:
         """What an outcome records of a result: ``(value, recorded)``; never an error."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from ledger.effects import (
     Decision,
@@ -58,9 +59,12 @@ def auto_step(operation: str, digest: str, occurrence: int) -> str:
     return f"{operation}#{occurrence}@{digest[:16]}"
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Begin:
-    """How a step's call begins: with a new claim (``replayed`` false), or as a replay."""
+class Begin(NamedTuple):
+    """How a step's call begins: with a new claim (``replayed`` false), or as a replay.
+
+    A named tuple: one is made for every call, and a frozen dataclass costs several times
+    as much to build.
+    """
 
     claim: EffectClaim  # the new attempt's claim, or the attempt replayed
     attempt: int  # 1 for a first attempt
@@ -76,6 +80,9 @@ class Next:
     retry_of: str | None = None
     attempt: int = 1
     checked: bool = True  # whether decide said RETRY (a READ run again skips it)
+
+
+_NEW = Next()  # a new step's: its first attempt is claimed
 
 
 class StepIndex:
@@ -145,7 +152,7 @@ def plan(  # noqa: PLR0917 - the state of one step, all of it consulted
     the step has. Raises the error of a call that must not run.
     """
     if first is None or newest is None or decision is None:
-        return Next()
+        return _NEW
     if first.operation.name != probe.operation.name or (
         probe.retry_of is None and first.operation.args_sha256 != probe.operation.args_sha256
     ):

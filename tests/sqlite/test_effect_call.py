@@ -1101,3 +1101,20 @@ def test_concurrent_tasks_each_see_their_own_current_call(log: EffectLog) -> Non
         return list(found)
 
     assert asyncio.run(main()) == [("task-a", "task-a"), ("task-b", "task-b")]
+
+
+def test_the_arguments_recorded_are_those_given_when_the_effect_was_made(tmp_path: Path) -> None:
+    run_id = new_run_id()
+    args: dict[str, Any] = {"to": ["a"], "body": {"text": "hi"}}
+    with EffectLog(run_id, tmp_path) as log:
+        scope = log.effect("send", args=args)
+        args["to"].append("b")  # changed after log.effect, before the claim
+        args["body"]["text"] = "changed"
+        with scope as call:
+            pass
+        assert call.claim.args == {"body": {"text": "hi"}, "to": ["a"]}
+        assert call.claim.operation.args_sha256 == fx.args_digest(call.claim.args)
+    with EffectLog.load(run_id, tmp_path) as again:
+        (claim,) = again.history().claims
+        assert claim.args == call.claim.args
+        assert list(claim.args) == list(call.claim.args)  # the same key order as read back
