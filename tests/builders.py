@@ -250,6 +250,48 @@ def claim_target(log: EffectLog, effect_id: str) -> fx.EffectClaim:
     )
 
 
+def replay(log: EffectLog, history: fx.History) -> None:
+    """Every record of ``history`` written again through ``log``'s public calls, in order.
+
+    Resolutions are written as a reconciler's (``allow_self``): the log resolves effects
+    it claimed itself.
+    """
+    for record in history.records():
+        if isinstance(record, fx.EffectClaim):
+            log.claim(
+                effect_id=record.effect_id,
+                action_id=record.action_id,
+                operation=record.operation,
+                impact_scope=record.impact_scope,
+                obligations=record.obligations,
+                kind=record.kind,
+                retry_of=record.retry_of,
+            )
+        elif isinstance(record, fx.Resolution):
+            log.resolve(record.effect_id, applied=record.applied, by=record.by, allow_self=True)
+        elif isinstance(record, fx.EffectOutcome):
+            log.outcome_many(
+                [
+                    OutcomeRequest(
+                        effect_id=record.effect_id,
+                        execution=record.execution,
+                        impact=record.impact,
+                    )
+                ]
+            )
+        else:
+            log.observe(
+                observation_id=record.observation_id,
+                resource=record.resource,
+                mechanism=record.mechanism,
+                coverage=record.coverage,
+                source_action_id=record.source_action_id,
+                exists=record.exists,
+                sha256=record.sha256,
+                revision=record.revision,
+            )
+
+
 def write_five_records(log: EffectLog) -> None:
     """o0 (a missing), e1 on a and its parent (RUNNING, then success), and e2 left open."""
     a = fs_ref("/w/a")

@@ -36,6 +36,18 @@ def _write(log: EffectLog, effect_id: str, path: str = DEEP) -> None:
     )
 
 
+def _look(log: EffectLog, sha256: str) -> None:
+    log.observe(
+        observation_id=uuid.uuid4().hex,
+        resource=fs_ref(DEEP),
+        mechanism=fx.ObservationMechanism.FILESYSTEM_READ,
+        coverage=fx.Coverage.COMPLETE,
+        source_action_id="a-look",
+        exists=True,
+        sha256=sha256,
+    )
+
+
 @pytest.fixture
 def store(tmp_path: Path) -> tuple[Path, str, str]:
     """Two runs: `older` created first and written last, `newer` created in between."""
@@ -48,15 +60,7 @@ def store(tmp_path: Path) -> tuple[Path, str, str]:
         effect_id = uuid.uuid4().hex
         _write(log, effect_id)
         settle(log, effect_id)
-        log.observe(
-            observation_id=uuid.uuid4().hex,
-            resource=fs_ref(DEEP),
-            mechanism=fx.ObservationMechanism.FILESYSTEM_READ,
-            coverage=fx.Coverage.COMPLETE,
-            source_action_id="a-check",
-            exists=True,
-            sha256=sha(b"plan"),
-        )
+        _look(log, sha(b"plan"))
     return tmp_path, older, newer
 
 
@@ -104,18 +108,6 @@ def test_show_without_run_on_a_store_without_runs_is_a_usage_mistake(tmp_path: P
     assert shown.returncode == 2
     assert shown.stdout == ""
     assert shown.stderr == "Error: no RUN given, and the store holds no run yet\n"
-
-
-def _look(log: EffectLog, sha256: str) -> None:
-    log.observe(
-        observation_id=uuid.uuid4().hex,
-        resource=fs_ref(DEEP),
-        mechanism=fx.ObservationMechanism.FILESYSTEM_READ,
-        coverage=fx.Coverage.COMPLETE,
-        source_action_id="a-look",
-        exists=True,
-        sha256=sha256,
-    )
 
 
 def _end(log: EffectLog, effect_id: str, execution: fx.ExecutionOutcome, impact: fx.Impact) -> None:

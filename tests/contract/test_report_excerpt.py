@@ -21,48 +21,15 @@ from hypothesis import strategies as st
 from ledger import _inspect, storage
 from ledger import effects as fx
 from ledger._report import excerpt
-from ledger.effect_log import EffectLog, OutcomeRequest, new_run_id
+from ledger.effect_log import EffectLog, new_run_id
 from tests.backends import Backend
-from tests.builders import histories
+from tests.builders import histories, replay
 
 
 def _replay(history: fx.History, store: storage.Location) -> str:
     """``history`` written through a real log; its run id."""
     with EffectLog(new_run_id(), store) as log:
-        for record in history.records():
-            if isinstance(record, fx.EffectClaim):
-                log.claim(
-                    effect_id=record.effect_id,
-                    action_id=record.action_id,
-                    operation=record.operation,
-                    impact_scope=record.impact_scope,
-                    obligations=record.obligations,
-                    kind=record.kind,
-                    retry_of=record.retry_of,
-                )
-            elif isinstance(record, fx.Resolution):
-                log.resolve(record.effect_id, applied=record.applied, by=record.by, allow_self=True)
-            elif isinstance(record, fx.EffectOutcome):
-                log.outcome_many(
-                    [
-                        OutcomeRequest(
-                            effect_id=record.effect_id,
-                            execution=record.execution,
-                            impact=record.impact,
-                        )
-                    ]
-                )
-            else:
-                log.observe(
-                    observation_id=record.observation_id,
-                    resource=record.resource,
-                    mechanism=record.mechanism,
-                    coverage=record.coverage,
-                    source_action_id=record.source_action_id,
-                    exists=record.exists,
-                    sha256=record.sha256,
-                    revision=record.revision,
-                )
+        replay(log, history)
         return log.run_id
 
 
