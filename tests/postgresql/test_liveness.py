@@ -139,6 +139,9 @@ class Relay:
 
     def close(self) -> None:
         """End every session the relay kept: now the server sees them gone."""
+        # A close alone does not wake the thread blocked in accept(); a shutdown does.
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         for server in self._kept:
             with contextlib.suppress(OSError):
