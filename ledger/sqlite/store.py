@@ -380,7 +380,12 @@ class Store:
         if connection is None:  # pragma: no cover - a checked-out connection has one
             held.close()
             raise StoreUnavailableError("the database connection is closed")
-        self._held, self._driver = held, writing_connection(connection)
+        try:
+            driver = writing_connection(connection)
+        except BaseException:
+            held.close()  # back to the pool; the next write checks one out again
+            raise
+        self._held, self._driver = held, driver
         return self._driver
 
     def _check(self) -> None:
