@@ -39,7 +39,6 @@ __all__ = [
     "parse",
     "result_line",
     "tool_error",
-    "tool_error_line",
 ]
 
 CHUNK = 1 << 20
@@ -220,8 +219,3 @@ def tool_error(text: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
         content=[TextContent(type="text", text=text)], is_error=True, _meta=meta
     )
     return result.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
-def tool_error_line(request_id: int | str, text: str) -> bytes:
-    """A ``tools/call`` result with ``isError``, answering ``request_id``."""
-    return result_line(request_id, tool_error(text))

@@ -32,7 +32,7 @@ from ledger._mcp.wire import (
     id_key,
     parse,
     result_line,
-    tool_error_line,
+    tool_error,
 )
 from ledger.effects import EffectKind, ExecutionOutcome, Impact
 
@@ -268,7 +268,7 @@ def test_the_proxys_own_answers_are_json_rpc() -> None:
         "id": None,
         "error": {"code": -32600, "message": "no", "data": None},
     }
-    refused = json.loads(tool_error_line("r", "not forwarded"))
+    refused = json.loads(result_line("r", tool_error("not forwarded")))
     assert refused["id"] == "r"
     assert refused["result"]["isError"] is True
     assert refused["result"]["content"] == [{"type": "text", "text": "not forwarded"}]
@@ -297,7 +297,7 @@ def test_the_proxys_results_are_whole_lines() -> None:
         "id": 3,
         "result": {"content": []},
     }
-    refused = tool_error_line(4, "not forwarded: ✓")
+    refused = result_line(4, tool_error("not forwarded: ✓"))
     assert refused.isascii()
     assert refused.endswith(b"\n")
     assert refused.count(b"\n") == 1
