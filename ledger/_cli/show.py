@@ -46,7 +46,12 @@ _WIDTH = 118
 
 def _short_id(ident: str) -> str:
     """An id cut to a prefix (a run's or an effect's is enough to name it, as git's)."""
-    return ident if len(ident) <= _ID_SHOWN + 3 else ident[:_ID_SHOWN] + "..."
+    return _cut(ident, _ID_SHOWN + 3)
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` if it fits ``limit`` characters, else its start and "..." in as many."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _tail(locator: str, limit: int = _LOCATOR_SHOWN) -> str:
@@ -225,10 +230,6 @@ def _times(stamps: Sequence[str]) -> tuple[str | None, list[str]]:
 # and how much of each: two such cells and the verdict's columns fit about 120 columns.
 _IDS_SHOWN = 2
 _CELL_ID_SHOWN = 8
-
-
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _ids(idents: Sequence[str]) -> str | None:

@@ -90,8 +90,12 @@ def needs_person(
     return found
 
 
+def _resolve_command(row: EffectRow) -> str:
+    return f"ledger resolve {row.run_id} {row.effect_id} --applied|--not-applied --by NAME"
+
+
 def _escalation(row: EffectRow) -> Attention:
-    action = f"ledger resolve {row.run_id} {row.effect_id} --applied|--not-applied --by NAME"
+    action = _resolve_command(row)
     if row.verdict == "contradicted":
         reason = "its success was reported, and the evidence contradicts it"
         return Attention(row, CONTRADICTED, reason, action)
@@ -110,4 +114,4 @@ def _abandoned(row: EffectRow) -> Attention:
     # Recovery leaves a call reported running alone (it said it had started): only a
     # person can say whether it landed.
     reason = "reported running, and no live process holds its run: a person must check"
-    return Attention(row, ABANDONED, reason, _escalation(row).action)
+    return Attention(row, ABANDONED, reason, _resolve_command(row))
