@@ -86,6 +86,11 @@ def _targets(claim: EffectClaim) -> set[_Key]:
     return found
 
 
+def _obligation_targets(claims: Iterable[EffectClaim]) -> set[_Key]:
+    """What the obligations of ``claims`` name: the targets their verdicts are checked at."""
+    return {(p.target.kind, p.target.locator) for c in claims for p in c.obligations}
+
+
 def _seconds(stamp: str) -> float:
     return dt.datetime.fromisoformat(stamp).timestamp()
 
@@ -207,7 +212,7 @@ class Excerpt:
         self._drawn = sorted(drawn, key=lambda c: c.seq)
         focus = [*self._drawn, *self._held.values()]
         self._watched = set().union(*map(_targets, self._drawn)) if drawn else set()
-        self._watched |= {(p.target.kind, p.target.locator) for c in focus for p in c.obligations}
+        self._watched |= _obligation_targets(focus)
 
     def done(self) -> Loaded:
         """The part of the run kept, indexed, with the run's sizes and times."""
@@ -219,7 +224,7 @@ class Excerpt:
         kept = dict(focus)
         lanes = {c.effect_id for c in drawn}
         kept |= {eid: c for eid, c in self._retries.items() if c.retry_of in lanes}
-        targets = {(p.target.kind, p.target.locator) for c in focus.values() for p in c.obligations}
+        targets = _obligation_targets(focus.values())
         if targets:
             wanted = run.overlapping(targets) - kept.keys()
             others = run.claims(wanted)
