@@ -87,76 +87,48 @@ def test_a_verdict_drawn_counts_a_claim_the_page_leaves_out(tmp_path: Path) -> N
     def at() -> str:
         return (start + dt.timedelta(seconds=seq)).isoformat(timespec="microseconds")
 
+    records: list[fx.Record] = []
+
+    def verified(effect_id: str, name: str, target: fx.ResourceRef, p: fx.Postcondition) -> None:
+        """A claim with one postcondition, its reported success, and a look that meets it."""
+        nonlocal seq
+        seq += 1
+        records.append(
+            fx.EffectClaim(effect_id, seq, f"a-{effect_id}", op(*name), (target,), (p,), at())
+        )
+        seq += 1
+        records.append(
+            fx.EffectOutcome(
+                effect_id,
+                seq,
+                fx.ExecutionOutcome.REPORTED_SUCCESS,
+                fx.Impact.CERTAIN,
+                recorded_at=at(),
+            )
+        )
+        seq += 1
+        records.append(
+            fx.Observation(
+                f"o-{effect_id}",
+                seq,
+                target,
+                fx.ObservationMechanism.FILESYSTEM_READ,
+                fx.Coverage.COMPLETE,
+                "a-look",
+                True,
+                p.expected if p.predicate is fx.Predicate.SHA256 else None,
+                None,
+                at(),
+            )
+        )
+
     file = fs_ref("/srv/data/report.txt")
     digest = sha(b"report")
-    records: list[fx.Record] = []
-    seq += 1
-    records.append(
-        fx.EffectClaim(
-            "file",
-            seq,
-            "a-file",
-            op("write_file", b"report"),
-            (file,),
-            (fx.Postcondition(file, fx.Predicate.SHA256, digest),),
-            at(),
-        )
-    )
-    seq += 1
-    records.append(
-        fx.EffectOutcome(
-            "file", seq, fx.ExecutionOutcome.REPORTED_SUCCESS, fx.Impact.CERTAIN, recorded_at=at()
-        )
-    )
-    seq += 1
-    records.append(
-        fx.Observation(
-            "o-file",
-            seq,
-            file,
-            fx.ObservationMechanism.FILESYSTEM_READ,
-            fx.Coverage.COMPLETE,
-            "a-look",
-            True,
-            digest,
-            None,
-            at(),
-        )
+    verified(
+        "file", ("write_file", b"report"), file, fx.Postcondition(file, fx.Predicate.SHA256, digest)
     )
     logs = fs_ref("/srv/logs")  # a directory that must exist, seen to exist
-    seq += 1
-    records.append(
-        fx.EffectClaim(
-            "logs",
-            seq,
-            "a-logs",
-            op("make_dir"),
-            (logs,),
-            (fx.Postcondition(logs, fx.Predicate.EXISTS),),
-            at(),
-        )
-    )
-    seq += 1
-    records.append(
-        fx.EffectOutcome(
-            "logs", seq, fx.ExecutionOutcome.REPORTED_SUCCESS, fx.Impact.CERTAIN, recorded_at=at()
-        )
-    )
-    seq += 1
-    records.append(
-        fx.Observation(
-            "o-logs",
-            seq,
-            logs,
-            fx.ObservationMechanism.FILESYSTEM_READ,
-            fx.Coverage.COMPLETE,
-            "a-look",
-            True,
-            None,
-            None,
-            at(),
-        )
-    )
+    verified("logs", ("make_dir",), logs, fx.Postcondition(logs, fx.Predicate.EXISTS))
     for i in range(250):  # pending: each drawn before the directory's claim
         seq += 1
         records.append(
