@@ -64,8 +64,8 @@ class ToolCalls:
 
         The door :meth:`effect` and :attr:`tool` go through (see :meth:`effect` for what
         entering a step does): ``probe`` is the call's claim as checked, ``step`` None the
-        automatic one, ``args`` the arguments the claim records (checked, the probe's
-        own left ``None``), ``observed`` the baseline written in the claim's transaction;
+        automatic one, ``args`` the arguments the claim records (checked; ``None``: the
+        probe's own), ``observed`` the baseline written in the claim's transaction;
         ``tool`` true makes a replay without a recorded result raise
         :class:`~ledger.errors.AlreadyDone`. Decided under the log's lock, so two threads
         entering one step make one attempt. Raises what a call that must not run raises,
@@ -92,7 +92,7 @@ class ToolCalls:
             kind=probe.kind,
             retry_of=plan.retry_of,
             step=planned.step,
-            args=args,
+            args=probe.args if args is None else args,
         )
         claim = self._claim_all(
             (request,),

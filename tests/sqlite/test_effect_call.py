@@ -1118,3 +1118,22 @@ def test_the_arguments_recorded_are_those_given_when_the_effect_was_made(tmp_pat
         (claim,) = again.history().claims
         assert claim.args == call.claim.args
         assert list(claim.args) == list(call.claim.args)  # the same key order as read back
+
+
+def test_begin_step_records_the_probes_own_arguments_when_given_none_apart(tmp_path: Path) -> None:
+    """The door log.effect goes through: a probe carrying its arguments keeps them."""
+    args = {"to": "a"}
+    probe = fx.EffectClaim(
+        effect_id="e-probe",
+        seq=1,
+        action_id="a-probe",
+        operation=fx.OperationRef("send", "", fx.args_digest(args)),
+        impact_scope=(),
+        obligations=(),
+        recorded_at="2026-01-01T00:00:00.000000+00:00",
+        args=args,
+    )
+    with EffectLog(new_run_id(), tmp_path) as log:
+        begun = log.begin_step(probe, step="send-once")
+        assert begun.claim.args == args
+        assert log.history().claims[0].args == args
