@@ -18,6 +18,9 @@ server, which finds only what was synced. The modes say what a cut keeps:
 
 In ``drop`` and ``torn`` mode a directory entry is durable as soon as it is made.
 
+The line ``chmod MODE PATH`` changes a mode in the server, behind the kernel's back, as
+another host sharing a network file system would: no inotify event reports it.
+
 Limits, all on purpose, for a layer that only has to show what a store survives:
 
 - ``fdatasync`` is treated as ``fsync`` (it syncs the size and names too);
@@ -426,6 +429,12 @@ class Layer:
             node.ctime = time.time_ns()
             return 0
 
+    def chmod_behind(self, path: str, mode: int) -> None:
+        """Change a mode without the kernel's knowledge: no inotify event, as from elsewhere."""
+        with self.lock:
+            node = self._node(path)
+            node.mode = stat.S_IFMT(node.mode) | mode
+
     def chmod(self, path: str | None, mode: int) -> int:
         with self.lock:
             node = self._node(path)
@@ -495,6 +504,15 @@ class Mount:
         line = self._line()
         self.stop()
         assert line == "cut", f"the FUSE layer did not cut: {line!r}"
+
+    def chmod_behind(self, path: str, mode: int) -> None:
+        """Change the mode of ``path`` (inside the mount) in the server, not through the kernel."""
+        assert self.server is not None
+        assert self.server.stdin is not None
+        self.server.stdin.write(f"chmod {mode:o} {path}\n")
+        self.server.stdin.flush()
+        line = self._line()
+        assert line == "changed", f"the FUSE layer did not change {path}: {line!r}"
 
     def stop(self) -> None:
         """End the server (if it runs) and lazily unmount."""
@@ -568,7 +586,12 @@ def serve(backing: Path, mountpoint: Path, mode: str, seed: str) -> None:
 
     def control() -> None:
         for line in sys.stdin:
-            if line.strip() == "cut":
+            command, _, argument = line.strip().partition(" ")
+            if command == "chmod":  # as another host sharing the file system would
+                mode, _, path = argument.partition(" ")
+                layer.chmod_behind(path, int(mode, 8))
+                print("changed", flush=True)
+            if command == "cut":
                 layer.cut(backing, rng)
                 print("cut", flush=True)
                 # Gone like a machine losing power: no answer to the kernel, no unmount.
