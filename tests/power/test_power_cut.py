@@ -16,7 +16,7 @@ The positive control runs the same workers with ``synchronous=OFF`` (through the
 private switch that ``ledger bench`` uses for its scratch stores): there, acknowledged
 records must be lost in every mode, or the layer would be proving nothing.
 
-Profiles: 70 cuts per mode under plain pytest; 400 with ``LEDGER_RELIABILITY=long``.
+Profiles: 67 cuts per mode under plain pytest; 400 with ``LEDGER_RELIABILITY=long``.
 ``LEDGER_RELIABILITY_SEED`` replays the same choices (the cut moments depend on timing
 too). Figures go to a ``reliability:`` line and to ``$LEDGER_RELIABILITY_REPORT``.
 """
@@ -44,7 +44,7 @@ pytestmark = pytest.mark.program
 
 LONG = crash_loop.LONG
 SEED = crash_loop.SEED
-CUTS = 400 if LONG else 70  # per mode
+CUTS = 400 if LONG else 67  # per mode: 201 in the three
 STORE_LIVES = 25  # cuts per store: its verification stays cheap
 CONTROL_LIVES = 12  # the most lives the control may take to lose an acknowledged record
 
@@ -236,9 +236,10 @@ def test_power_cuts_lose_nothing_acknowledged(tmp_path: Path, mode: str) -> None
     assert harness.power.cuts == CUTS
     assert harness.figures.lost == 0
     assert harness.power.refused == 0, harness.power.refusals
-    assert harness.figures.acknowledged > 0
-    # Every worker but the first of a store starts on a store that lost its power.
-    assert harness.figures.killed_before_first_ack < CUTS // 2
+    # A worker killed after a number of acknowledgements (not after a delay) wrote on a
+    # store that had just lost its power: the next worker can write.
+    assert harness.figures.by_acks > 0
+    assert harness.figures.acknowledged >= harness.figures.by_acks
 
 
 @dataclasses.dataclass
