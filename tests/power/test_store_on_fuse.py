@@ -19,6 +19,8 @@ from ledger.errors import StoreFileRefusedError
 from tests.builders import claim_small
 from tests.power.layer import Mount
 
+pytestmark = pytest.mark.program  # the layer's server is a child Python
+
 
 @pytest.fixture
 def mount(tmp_path: Path) -> Iterator[Mount]:
