@@ -596,7 +596,10 @@ def serve(backing: Path, mountpoint: Path, mode: str, seed: str) -> None:
                 print("cut", flush=True)
                 # Gone like a machine losing power: no answer to the kernel, no unmount.
                 os._exit(0)
-        os._exit(0)  # the parent went away: stop serving
+        # The parent went away (a test run killed midway): leave no mount behind.
+        subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        os._exit(0)
 
     threading.Thread(target=control, daemon=True).start()
     mfusepy.FUSE(

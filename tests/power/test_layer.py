@@ -158,3 +158,17 @@ def test_a_stale_mount_is_cleaned(tmp_path: Path) -> None:
         assert str(layer.mountpoint) not in {point for _, point, _ in mounts()}
     finally:
         layer.stop()
+
+
+def test_a_server_left_by_its_parent_unmounts(tmp_path: Path) -> None:
+    """A server whose parent died (its stdin closed) lazily unmounts before it ends."""
+    layer = Mount(tmp_path / "disk", tmp_path / "mnt", "drop", "orphan")
+    layer.start()
+    try:
+        assert layer.server is not None
+        assert layer.server.stdin is not None
+        layer.server.stdin.close()
+        assert layer.server.wait(timeout=30) == 0
+        assert str(layer.mountpoint) not in {point for _, point, _ in mounts()}
+    finally:
+        layer.stop()
