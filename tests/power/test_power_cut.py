@@ -46,7 +46,7 @@ LONG = crash_loop.LONG
 SEED = crash_loop.SEED
 CUTS = 400 if LONG else 67  # per mode: 201 in the three
 STORE_LIVES = 25  # cuts per store: its verification stays cheap
-CONTROL_LIVES = 12  # the most lives the control may take to lose an acknowledged record
+CONTROL_LIVES = 20  # the most lives the control may take to lose an acknowledged record
 
 # The crash loop's server, with a third kind of write (a log.effect call), the
 # synchronous=OFF switch of the control, and requests that run the ledger command in a
