@@ -544,24 +544,30 @@ def mounts() -> list[tuple[str, str, str]]:
     return found
 
 
+def _gone(source: str) -> bool:
+    """Whether the server named in a mount's source (ledger-power-<pid>) has ended."""
+    try:
+        os.kill(int(source.rpartition("-")[2]), 0)
+    except (ValueError, ProcessLookupError):
+        return True
+    return False
+
+
 def stale_mounts() -> list[str]:
     """Mount points of this layer whose server is gone (a test run killed midway)."""
-    stale = []
-    for source, point, _ in mounts():
-        pid = source.rpartition("-")[2]
-        try:
-            os.kill(int(pid), 0)
-        except (ValueError, ProcessLookupError):
-            stale.append(point)
-    return stale
+    return [point for source, point, _ in mounts() if _gone(source)]
 
 
 def clean_stale() -> list[str]:
     """Lazily unmount every stale mount of this layer; return their mount points."""
-    stale = stale_mounts()
-    for point in stale:
-        unmount(Path(point))
-    return stale
+    cleaned = []
+    for point in stale_mounts():
+        # Looked at again just before: a test may have mounted a new server there since.
+        on_top = [source for source, where, _ in mounts() if where == point]
+        if on_top and _gone(on_top[-1]):
+            unmount(Path(point))
+            cleaned.append(point)
+    return cleaned
 
 
 def serve(backing: Path, mountpoint: Path, mode: str, seed: str) -> None:
