@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 
 # Programs the tests run (program:package). Missing ones are installed from the
 # distribution when possible; otherwise make test stops here, saying which.
-TOOLS := sqlite3:sqlite3 strace:strace setpriv:util-linux unshare:util-linux chromium:chromium
+TOOLS := sqlite3:sqlite3 strace:strace setpriv:util-linux unshare:util-linux chromium:chromium fusermount3:fuse3
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)

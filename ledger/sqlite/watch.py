@@ -24,6 +24,9 @@ stat did not see raised an event that the next write finds.
 
 Where inotify is missing (not Linux, a C library without it) or refused (the per-user
 limit of instances or watches reached), every write checks the files whole, as before.
+So it does on a FUSE file system: its server may change a file without the kernel
+seeing it (a passthrough of a directory that others write directly, a file system
+shared by hosts), and inotify reports only changes made through this kernel.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger import _lifetime
+from ledger.sqlite.liveness import file_system
 
 _IN_NONBLOCK = os.O_NONBLOCK
 _IN_CLOEXEC = os.O_CLOEXEC
@@ -185,6 +189,8 @@ class Watch:
         assert _INOTIFY is not None  # noqa: S101 - _failed says so otherwise
         add = _INOTIFY[1]
         if self._fd is None:
+            if _unseen_changes(paths[0]):
+                return self._fail()
             fd = _take_instance()
             if fd is None:
                 return self._fail()
@@ -214,6 +220,12 @@ class Watch:
         for parent in Path(paths[0]).parents:
             add(self._fd, os.fsencode(parent), _IN_MOVE_SELF | _IN_DELETE_SELF)
         return True
+
+
+def _unseen_changes(directory: str) -> bool:
+    """Whether ``directory``'s files may change without an inotify event: on FUSE."""
+    kind = file_system(Path(directory))
+    return kind is not None and (kind == "fuse" or kind.startswith("fuse."))
 
 
 def _after_fork_in_child() -> None:

@@ -264,6 +264,8 @@ class Figures:
 class Harness:
     """The server, the FIFO, and the test's view of the three runs."""
 
+    script = SERVER  # the server's program; tests/power runs a variant of it
+
     def __init__(self, base: Path, backend: str = "sqlite") -> None:
         self.base = base
         self.postgresql = backend == "postgresql"
@@ -276,7 +278,7 @@ class Harness:
         self.fifo_keep = os.open(self.fifo, os.O_WRONLY)
         self.stderr = (base / "server.stderr").open("w+b")
         self.server = subprocess.Popen(
-            [PYTHON, "-c", SERVER],
+            [PYTHON, "-c", self.script],
             env=subprocess_env(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
