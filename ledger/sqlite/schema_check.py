@@ -25,7 +25,7 @@ import dataclasses
 import re
 import sqlite3
 from collections.abc import Iterable, Mapping
-from functools import cache
+from functools import cache, lru_cache
 from sqlite3 import Cursor
 from typing import Any, Literal
 
@@ -230,8 +230,14 @@ def _table(toks: tuple[Token, ...]) -> Definition:
     return _Table(toks[:open_at], columns, constraints, toks[close_at + 1 :])
 
 
+@lru_cache(maxsize=512)
 def definition(kind: str, sql: str) -> Definition:
-    """The normalised definition of one schema object."""
+    """The normalised definition of one schema object.
+
+    Kept by its text: every store this library made holds the same definitions, so after
+    the first store a check reads them instead of tokenising them again (most of the
+    time of opening a store). A store whose text differs only adds entries, at most 512.
+    """
     toks = tokens(sql)
     return _table(toks) if kind == "table" else toks
 
