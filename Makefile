@@ -12,7 +12,7 @@ TOOLS := sqlite3:sqlite3 strace:strace setpriv:util-linux unshare:util-linux chr
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,mcp,postgresql]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,mcp,otel,postgresql]'
 	touch $(STAMP)
 
 env: $(STAMP)
