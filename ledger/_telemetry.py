@@ -1,9 +1,9 @@
 """OpenTelemetry for the log: a span per effect attempt, the caller's trace context, metrics.
 
 Optional: the ``otel`` extra installs the OpenTelemetry API. Without it, nothing here
-imports ``opentelemetry`` (a log then has no :class:`Telemetry` at all and its claims do
-no work for it); with it, a log uses the tracer and meter providers it is given, or the
-global ones, and does nothing while neither is configured (the API's proxies).
+imports ``opentelemetry``; with it, a log uses the tracer and meter providers it is given,
+or the global ones. A log made while none is configured (the API's proxies) has no
+:class:`Telemetry`, as one without the extra: its claims do no work for it.
 
 What a log emits (docs/telemetry.md):
 
@@ -115,8 +115,8 @@ def _ns(timestamp: str) -> int:
 class Telemetry:
     """One log's spans and instruments; every method is called with the log's lock held.
 
-    Made only where the API is installed (:meth:`of`). The providers are looked up at each
-    use, so a log made before the application configured its SDK emits once it has.
+    Made only where the API is installed and a provider is configured (:meth:`of`). The
+    global providers are looked up at each use: one the application replaces is followed.
     """
 
     def __init__(
@@ -162,7 +162,12 @@ class Telemetry:
             raise TypeError(
                 f"meter_provider must be a MeterProvider, not {type(meter_provider).__name__}"
             )
-        return cls(tracer_provider, meter_provider, record_in_spans)
+        found = cls(tracer_provider, meter_provider, record_in_spans)
+        if found.tracer() is None and found.instruments() is None:
+            # Nothing configured: the log's claims do no telemetry work at all. An SDK set
+            # up later is seen by the logs made after it (set it up first, as usual).
+            return None
+        return found
 
     # ------------------------------------------------------------------ providers
 
