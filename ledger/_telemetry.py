@@ -248,9 +248,8 @@ class Telemetry:
                 kind=trace.SpanKind.INTERNAL,
                 attributes=self._attributes(run_id, claim),
             )
-            span.add_event(
-                "ledger.claim", {"ledger.seq": claim.seq}, timestamp=_ns(claim.recorded_at)
-            )
+            # The claim became durable now, as the span starts; its record's time is earlier.
+            span.add_event("ledger.claim", {"ledger.seq": claim.seq})
             with self._lock:
                 self._spans[claim.effect_id] = span
 
