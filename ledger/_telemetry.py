@@ -70,12 +70,12 @@ def installed() -> bool:
     """
     global _installed  # noqa: PLW0603 - asked once per process
     if _installed is None:
-        found = importlib.util.find_spec("opentelemetry") is not None
-        if found:
-            try:
+        try:
+            found = importlib.util.find_spec("opentelemetry") is not None
+            if found:
                 import opentelemetry.trace  # noqa: F401, PLC0415 - the optional extra
-            except ImportError:
-                found = False
+        except (ImportError, ValueError):  # a finder that refuses it: not installed, then
+            found = False
         _installed = found
     return _installed
 
