@@ -401,7 +401,13 @@ def test_the_sql_encoding_and_hash_equal_the_python_ones_for_every_record(
         _chain.encode(r.record_type, run_id, rows_of(run_id, r)[0], *rows_of(run_id, r)[1:])[:9]
         for r in records.values()
     }
-    assert tags == {_chain.VERSION, _chain.VERSION_2, _chain.VERSION_3, _chain.VERSION_4}
+    assert tags == {
+        _chain.VERSION,
+        _chain.VERSION_2,
+        _chain.VERSION_3,
+        _chain.VERSION_4,
+        _chain.VERSION_5,
+    }
     assert any(
         isinstance(r, fx.EffectOutcome) and r.result_recorded and r.result is None
         for r in records.values()
