@@ -12,7 +12,7 @@ TOOLS := sqlite3:sqlite3 strace:strace setpriv:util-linux unshare:util-linux chr
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,mcp,postgresql]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,mcp,otel,postgresql]'
 	touch $(STAMP)
 
 env: $(STAMP)
@@ -83,6 +83,7 @@ $(MUT_STAMP): pyproject.toml constraints.txt
 	$(MUT_VENV)/bin/python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
 	  print(*p["dependencies"], *p["optional-dependencies"]["mutants"], \
 	  *p["optional-dependencies"]["mcp"], *p["optional-dependencies"]["postgresql"], \
+	  *p["optional-dependencies"]["otel"], "opentelemetry-sdk", \
 	  "pytest", "hypothesis", sep="\n")' \
 	  > $(MUT_VENV)/requirements.txt
 	$(MUT_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt \

@@ -30,6 +30,10 @@ Version 4 (the tag ``ledger-v4``) adds the process that wrote a resolution after
 columns: its origin, OS user, host, program and pid. A resolution that records none (one
 written before migration 0013) is encoded as version 2, so it keeps verifying.
 
+Version 5 (the tag ``ledger-v5``) adds a claim's trace context (``traceparent``) after its
+version-3 fields. A claim without one is encoded as before, so records written before
+version 5 keep verifying.
+
 Changing any field, removing, inserting or reordering a record breaks the chain at
 the first record affected. This module only computes; storage stores and checks.
 """
@@ -47,6 +51,7 @@ VERSION = "ledger-v1"
 VERSION_2 = "ledger-v2"
 VERSION_3 = "ledger-v3"
 VERSION_4 = "ledger-v4"
+VERSION_5 = "ledger-v5"
 GENESIS = "0" * 64
 
 CLAIM_COLUMNS = (
@@ -98,6 +103,8 @@ CLAIM_COLUMNS_3 = ("step", "args")
 OUTCOME_COLUMNS_3 = ("result",)
 # Version 4: a resolution's writing process, after its columns.
 RESOLUTION_COLUMNS_4 = ("origin", "os_user", "host", "program", "pid")
+# Version 5: a claim's trace context, after CLAIM_COLUMNS_3.
+CLAIM_COLUMNS_5 = ("traceparent",)
 COLUMNS = {
     "claim": CLAIM_COLUMNS,
     "outcome": OUTCOME_COLUMNS,
@@ -142,7 +149,13 @@ def encode(
     values = [kind, run_id, row["seq"], *_GETTERS[kind](row)]
     version = VERSION_2 if kind == "resolution" else VERSION
     if kind == "claim":
-        if _version_3_claim(row):
+        if row.get("traceparent") is not None:
+            # A row of a store migration 0015 has not reached yet has no such column.
+            version = VERSION_5
+            values.extend(_CLAIM_2(row))
+            values.extend(_CLAIM_3(row))
+            values.append(row["traceparent"])
+        elif _version_3_claim(row):
             version = VERSION_3
             values.extend(_CLAIM_2(row))
             values.extend(_CLAIM_3(row))
@@ -215,9 +228,10 @@ def sql_encoding(kind: str, row: str, sep: str = " || ") -> str:
     tag = f"'{VERSION_2 if kind == 'resolution' else VERSION}'"
     version_1 = f"({sql_version_1_claim(row)})"
     version_3 = f"({row}.step <> '' OR {row}.args IS NOT NULL)"
+    version_5 = f"({row}.traceparent IS NOT NULL)"
     if kind == "claim":
         tag = (
-            f"CASE WHEN {version_3} THEN '{VERSION_3}'"
+            f"CASE WHEN {version_5} THEN '{VERSION_5}' WHEN {version_3} THEN '{VERSION_3}'"
             f" WHEN {version_1} THEN '{VERSION}' ELSE '{VERSION_2}' END"
         )
     elif kind == "outcome":
@@ -234,8 +248,10 @@ def sql_encoding(kind: str, row: str, sep: str = " || ") -> str:
     if kind == "claim":
         extra = " || ".join(_sql_field(f"{row}.{column}") for column in CLAIM_COLUMNS_2)
         extra_3 = " || ".join(_sql_field(f"{row}.{column}") for column in CLAIM_COLUMNS_3)
+        extra_5 = _sql_field(f"{row}.traceparent")
         parts.append(
-            f"CASE WHEN {version_3} THEN {extra} || {extra_3}"
+            f"CASE WHEN {version_5} THEN {extra} || {extra_3} || {extra_5}"
+            f" WHEN {version_3} THEN {extra} || {extra_3}"
             f" WHEN {version_1} THEN '' ELSE {extra} END"
         )
         parts.append(_sql_children("impact_scope", SCOPE_COLUMNS, row))

@@ -30,9 +30,9 @@ import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Self, Unpack
+from typing import TYPE_CHECKING, Self, Unpack
 
-from ledger import _paths, storage
+from ledger import _paths, _telemetry, storage
 from ledger._paths import effects_dir
 from ledger._run import files, tool
 from ledger._run.agent import ToolCalls
@@ -73,6 +73,10 @@ from ledger.effects import (
     utc_now,
 )
 from ledger.errors import EffectPersistenceError, LogDegradedError, RunHeldError
+
+if TYPE_CHECKING:  # the otel extra's, for the annotations only: never imported otherwise
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
 
 __all__ = [
     "AsyncEffectCall",
@@ -118,6 +122,9 @@ class EffectLog(ToolCalls):
         record_result: bool = True,
         redact: Redact | None = None,
         max_recorded_bytes: int = MAX_RECORDED_BYTES,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
+        record_in_spans: bool = False,
     ) -> None:
         """Start a new run in the store at ``directory``: a directory, or ``postgresql://...``.
 
@@ -133,9 +140,16 @@ class EffectLog(ToolCalls):
         :meth:`effect` and :attr:`tool` record of a call unless they say otherwise: its
         arguments and its result, through ``redact`` (dict -> dict), each stored as not
         recorded when JSON cannot hold it exactly or it is larger than the bound.
+
+        With OpenTelemetry's API installed (the ``otel`` extra), every effect attempt is a
+        span of ``tracer_provider`` (default: the global one) and its counts go to
+        ``meter_provider`` (same); ``record_in_spans`` puts the recorded arguments and
+        result in the span too. Without it nothing is imported (docs/telemetry.md).
         """
         check_identifier(writer_name, "writer_name", optional=True)
         self._recording = Recording.of(record_args, record_result, redact, max_recorded_bytes)
+        self._telemetry = _telemetry.Telemetry.of(tracer_provider, meter_provider, record_in_spans)
+        self._traced = (tracer_provider, meter_provider, record_in_spans)
         self._writer_name = writer_name
         self._run_id = check_run_id(run_id)
         self._directory = location(directory)
@@ -253,6 +267,9 @@ class EffectLog(ToolCalls):
             record_result=recording.result,
             redact=recording.redact,
             max_recorded_bytes=recording.max_bytes,
+            tracer_provider=self._traced[0],
+            meter_provider=self._traced[1],
+            record_in_spans=self._traced[2],
         )
 
     @classmethod
@@ -316,6 +333,8 @@ class EffectLog(ToolCalls):
             while self._writes.queue.busy:
                 self._cond.wait()
             self._journal.close()
+            if self._telemetry is not None:
+                self._telemetry.close()
             if self._writes.unwritten:
                 log.warning(
                     "run %s closed with %d observation(s) never written: the run made no claim",
@@ -392,7 +411,9 @@ class EffectLog(ToolCalls):
             )
             if self.degraded:
                 raise degraded_error(self._run_id)
-            return self._submit([record], f"claim {effect_id!r}", raises=True)[0]  # type: ignore[return-value]  # the claim
+            if self._telemetry is None:
+                return self._submit([record], f"claim {effect_id!r}", raises=True)[0]  # type: ignore[return-value]  # the claim
+            return self._claimed(self._telemetry.traced([record]), f"claim {effect_id!r}")[0]  # type: ignore[return-value]  # the claim
 
     def claim_many(
         self,
@@ -434,8 +455,17 @@ class EffectLog(ToolCalls):
             records = self._state.claim_records(batch, seq + len(seen), now)
             if self.degraded:
                 raise degraded_error(self._run_id)
-            written = self._submit([*seen, *records], action, raises=True)
+            if self._telemetry is None:
+                written = self._submit([*seen, *records], action, raises=True)
+            else:
+                written = self._claimed(self._telemetry.traced([*seen, *records]), action)
             return tuple(written[len(seen) :])  # type: ignore[arg-type]  # the claims, numbered
+
+    def _claimed(self, records: list[Record], action: str) -> list[Record]:
+        """:meth:`_submit` of claims, with telemetry: their spans start once they are durable."""
+        written = self._submit(records, action, raises=True)
+        self._telemetry.claimed(self._run_id, written)  # type: ignore[union-attr]  # set
+        return written
 
     def _submit(self, records: list[Record], action: str, *, raises: bool) -> list[Record]:
         """Write checked records, lock held; them, numbered, once written (or kept in memory).
@@ -481,7 +511,10 @@ class EffectLog(ToolCalls):
                 result=result,
                 result_recorded=result_recorded,
             )
-            return self._submit([record], f"outcome of {effect_id!r}", raises=False)[0]  # type: ignore[return-value]  # the outcome
+            written = self._submit([record], f"outcome of {effect_id!r}", raises=False)
+            if self._telemetry is not None:
+                self._telemetry.settled(written, self._state.claim_of, self.assess)
+            return written[0]  # type: ignore[return-value]  # the outcome
 
     def outcome_many(
         self,
@@ -540,6 +573,8 @@ class EffectLog(ToolCalls):
             if strict and self.degraded:
                 raise degraded_error(self._run_id)
             written = self._submit([*records, *seen], action, raises=strict)
+            if self._telemetry is not None:
+                self._telemetry.settled(written, self._state.claim_of, self.assess)
             return tuple(written[: len(records)])  # type: ignore[arg-type]  # the outcomes, numbered
 
     def observe(
@@ -714,4 +749,10 @@ class EffectLog(ToolCalls):
             appended = self._state.recovery(now)
             if not appended:
                 return ()
-            return self._writes.recover(appended, now, force=force)
+            recovered = self._writes.recover(appended, now, force=force)
+            if self._telemetry is not None:
+                claimed = self._state.claimed
+                self._telemetry.recovered(
+                    self._run_id, [(claimed[o.effect_id], o) for o in recovered]
+                )
+            return recovered

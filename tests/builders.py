@@ -387,7 +387,8 @@ def write_every_column(
     A recovered outcome has ``replayed`` set; an observation has every optional field.
     With ``recorded``, claims with a step and recorded arguments and outcomes with a
     recorded result (chain version 3, migration 0012) follow, a recorded JSON null among
-    them; without, the run holds no record a store before 0012 could not. With
+    them, and a claim with a trace context (version 5, 0015); without, the run holds no
+    record a store before 0012 could not. With
     ``before_0013``, its resolution records no writing process (as before migration
     0013), and the columns that would hold it are NULL.
     """
@@ -450,6 +451,25 @@ def write_every_column(
         )
         if recorded:
             write_recorded_values(log, b)
+    if recorded:
+        write_traced_claim(run_id, directory)
+
+
+def write_traced_claim(run_id: str, directory: Path | str) -> None:
+    """A claim made in a span, by a log with an SDK tracer: it stores its traceparent (0015)."""
+    from opentelemetry.sdk.trace import TracerProvider  # only the tests that need it
+
+    provider = TracerProvider()
+    with (
+        EffectLog.load(run_id, directory, tracer_provider=provider) as log,
+        provider.get_tracer("tests").start_as_current_span("the caller"),
+    ):
+        log.claim(effect_id="traced", action_id="a9", operation=op("send"), impact_scope=[])
+        log.outcome(
+            effect_id="traced",
+            execution=fx.ExecutionOutcome.REPORTED_SUCCESS,
+            impact=fx.Impact.CERTAIN,
+        )
 
 
 def write_recorded_values(log: EffectLog, ref: fx.ResourceRef) -> None:

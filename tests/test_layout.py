@@ -3,9 +3,10 @@
 ``tests/pure`` tests values and functions with no store at all; ``tests/contract`` tests
 the library through its public API on a store of each backend (``tests/backends.py``),
 so none of its modules may reach for one backend's driver; ``tests/sqlite``,
-``tests/postgresql``, ``tests/cli``, ``tests/reliability``, ``tests/mcp`` and ``tests/agent``
-test the SQLite and PostgreSQL backends, the ``ledger`` command, the long-running
-reliability scenarios, ``ledger mcp-proxy`` and workers built with agent frameworks.
+``tests/postgresql``, ``tests/cli``, ``tests/reliability``, ``tests/mcp``, ``tests/agent``
+and ``tests/telemetry`` test the SQLite and PostgreSQL backends, the ``ledger`` command,
+the long-running reliability scenarios, ``ledger mcp-proxy``, workers built with agent
+frameworks and the OpenTelemetry spans and metrics.
 docs/architecture.md describes it.
 """
 
@@ -21,7 +22,17 @@ import pytest
 from tests.builders import REPO, python_stdout
 
 TESTS = REPO / "tests"
-FOLDERS = ("pure", "contract", "sqlite", "postgresql", "cli", "reliability", "mcp", "agent")
+FOLDERS = (
+    "pure",
+    "contract",
+    "sqlite",
+    "postgresql",
+    "cli",
+    "reliability",
+    "mcp",
+    "agent",
+    "telemetry",
+)
 TOP_LEVEL = {"test_docs_imports.py", "test_layout.py", "test_packaging.py", "test_readme.py"}
 
 # What a module that is not about one backend may not import, and what a pure one may not.
@@ -64,6 +75,7 @@ FLOORS = {
     "ledger.effect_log": 4,
     "ledger._run": 4,
     "ledger._dropped": 4,
+    "ledger._telemetry": 4,
     # 5: the surfaces: the command, its reports and reads, the proxy, the bench, the demo.
     "ledger": 5,  # the package itself: what ``import ledger`` offers
     "ledger.__main__": 5,

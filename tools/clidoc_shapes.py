@@ -176,6 +176,14 @@ SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
             "JSON value or null",
             "the call's arguments as recorded (redacted, if asked); `null` when not recorded",
         ),
+        (
+            "traceparent",
+            "string or null",
+            (
+                "the W3C trace context of the code that made the claim, when the log emitted "
+                "OpenTelemetry spans ([telemetry.md](telemetry.md)); `null` otherwise"
+            ),
+        ),
     ),
     "resolution": (
         ("effect_id", "string", "the claimed effect a person settled"),

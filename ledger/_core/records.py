@@ -37,6 +37,7 @@ from ledger._core.values import (
     _tuple_of,
     check_identifier,
     check_step,
+    check_traceparent,
 )
 
 _URI_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
@@ -235,6 +236,10 @@ class EffectClaim:
     # arguments as recorded (None: not recorded). Both are stored and chained.
     step: str = ""
     args: Any = dataclasses.field(default=None, hash=False)
+    # The caller's trace context when it claimed (W3C traceparent; None: none known), so
+    # that a span for the effect, even one recovery makes in another process, joins the
+    # caller's trace. Stored and chained.
+    traceparent: str | None = None
 
     record_type: ClassVar[str] = "claim"
 
@@ -256,6 +261,8 @@ class EffectClaim:
             raise ValueError(f"effect {self.effect_id!r} cannot be a retry of itself")
         check_step(self.step)
         _frozen(self, "args", _recorded(self.args, "args"))
+        if self.traceparent is not None:  # nearly every claim: no call for it
+            check_traceparent(self.traceparent)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the claim as JSON types."""
@@ -272,6 +279,7 @@ class EffectClaim:
             "retry_of": self.retry_of,
             "step": self.step,
             "args": self.args,
+            "traceparent": self.traceparent,
         }
 
     @classmethod
@@ -280,7 +288,8 @@ class EffectClaim:
 
         A claim written before kinds existed reads as a ``WRITE`` with no retry and an
         empty key (the import gives it the key its run and effect id derive); one written
-        before steps existed has no step and no recorded arguments.
+        before steps existed has no step and no recorded arguments, and one written before
+        trace contexts were stored has none.
         """
         later = {
             "kind": EffectKind.WRITE.value,
@@ -288,6 +297,7 @@ class EffectClaim:
             "retry_of": None,
             "step": "",
             "args": None,
+            "traceparent": None,
         }
         f = _Fields(data, cls, later=later)
         return _build(
@@ -304,6 +314,7 @@ class EffectClaim:
             retry_of=f.raw("retry_of"),
             step=f.raw("step"),
             args=f.raw("args"),
+            traceparent=f.raw("traceparent"),
         )
 
 

@@ -264,6 +264,26 @@ def check_step(value: object, field: str = "step") -> None:
     _check_encodable(value, field)
 
 
+# W3C Trace Context, version 00: version-trace_id-parent_id-flags, lowercase hex.
+_TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}")
+
+
+def check_traceparent(value: object, field: str = "traceparent") -> None:
+    """Raise unless ``value`` is ``None`` or a W3C ``traceparent`` of version ``00``.
+
+    Its trace and parent ids must not be all zeros (the W3C's invalid ids).
+    """
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise InvalidTypeError(f"{field} must be a str, not {type(value).__name__}")
+    match = _TRACEPARENT.fullmatch(value)
+    if match is None or not match[1].strip("0") or not match[2].strip("0"):
+        raise ValueError(
+            f"{field} must be a W3C traceparent (00-<32 hex>-<16 hex>-<2 hex>), got {value!r:.80}"
+        )
+
+
 # --------------------------------------------------------------------------- from_dict
 
 

@@ -9,6 +9,7 @@ kind a tool's annotations say. The proxy (:mod:`ledger._mcp.proxy`) does the I/O
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from mcp.types import (
@@ -55,14 +56,17 @@ class Call:
     tool: str
     args: object  # as the client sent them: the digest is of these
 
-    def with_key(self, idempotency_key: str) -> bytes:
+    def with_key(self, idempotency_key: str, trace: Mapping[str, str] | None = None) -> bytes:
         """The request as it goes on: the claim's key in ``params._meta``.
 
-        ``ValueError`` (or ``RecursionError``) when it cannot be written as JSON again.
+        ``trace`` (``traceparent`` and ``tracestate``: the proxy's span) replaces the
+        client's trace context there, when given. ``ValueError`` (or ``RecursionError``)
+        when it cannot be written as JSON again.
         """
         params: dict[str, Any] = self.message["params"]
         meta = params.get("_meta")
-        meta = {**(meta if isinstance(meta, dict) else {}), KEY_META: idempotency_key}
+        meta = {**(meta if isinstance(meta, dict) else {}), **(trace or {})}
+        meta[KEY_META] = idempotency_key
         return encode({**self.message, "params": {**params, "_meta": meta}})
 
 

@@ -62,7 +62,7 @@ from mcp.types import (
 )
 from pydantic import ValidationError
 
-from ledger import storage
+from ledger import _telemetry, storage
 from ledger._mcp.calls import Call, brief, kinds_listed, outcome_of, read_call, result_of
 from ledger._mcp.runs import MAX_NAME, REFUSAL_META, ProxyRun, Refusal, check_name
 from ledger._mcp.wire import (
@@ -416,11 +416,13 @@ class Proxy:
         if refused is not None:
             self._to_client(error_line(call.request_id, INVALID_REQUEST, f"refused: {refused}"))
             return
-        claim = self._claim(call, kind)
+        # The claim is made in the client's trace, and the server is sent the call's span.
+        with _telemetry.continued(call.message["params"].get("_meta")):
+            claim = self._claim(call, kind)
         if claim is None:
             return
         try:
-            line = call.with_key(claim.idempotency_key)
+            line = call.with_key(claim.idempotency_key, self._trace(claim))
         except (ValueError, RecursionError) as e:  # claimed, but it cannot be sent: it did nothing
             self._settle(claim, ExecutionOutcome.FAILED, Impact.NONE)
             self._to_client(error_line(call.request_id, INVALID_PARAMS, f"cannot send: {brief(e)}"))
@@ -458,6 +460,11 @@ class Proxy:
             code = INTERNAL_ERROR
         self._to_client(error_line(call.request_id, code, why))
         return None
+
+    def _trace(self, claim: EffectClaim) -> dict[str, str]:
+        """The W3C trace context of the claim's span, for the server; ``{}`` without one."""
+        run = self._run
+        return {} if run is None else run.trace_meta(claim.effect_id)
 
     def _refuse(self, run: ProxyRun, call: Call, kind: EffectKind, refusal: Refusal) -> None:
         """Answer a call the guard does not forward, once the refusal is recorded.

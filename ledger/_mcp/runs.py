@@ -19,7 +19,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from ledger import _inspect, storage
+from ledger import _inspect, _telemetry, storage
 from ledger._paths import DB_NAME
 from ledger._run.index import RunIndex
 from ledger._run.recorded import MAX_RECORDED_BYTES, recordable
@@ -251,6 +251,10 @@ class ProxyRun:
         return None
 
     # ------------------------------------------------------------------ records
+
+    def trace_meta(self, effect_id: str) -> dict[str, str]:
+        """The W3C trace context of the effect's open span (``{}`` for none), for ``_meta``."""
+        return _telemetry.span_meta(self._log, effect_id)
 
     def claim(
         self, tool: str, args: object, *, kind: EffectKind, backend: str, server: str

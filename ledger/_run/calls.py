@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeAlias, TypeVar, cast
 
+from ledger import _telemetry
 from ledger._run.files import Observer, look_at
 from ledger._run.recorded import Recording
 from ledger._run.requests import ObservationRequest, OutcomeRequest, new_effect_id
@@ -488,7 +489,7 @@ class EffectScope:
     Every argument was checked when it was made: nothing is written for a bad one.
     """
 
-    __slots__ = ("_call", "_entered", "_plan", "_token")
+    __slots__ = ("_call", "_entered", "_plan", "_span", "_token")
 
     def __init__(
         self,
@@ -548,6 +549,7 @@ class EffectScope:
         self._entered = False
         self._call: _Call | None = None
         self._token: contextvars.Token[_Call | None] | None = None
+        self._span: object | None = None  # the effect's span made current in the body
 
     @property
     def effect_id(self) -> str:
@@ -566,6 +568,7 @@ class EffectScope:
         call = EffectCall(self._plan, self._plan.begin())
         self._call = call
         self._token = _CURRENT.set(call)
+        self._span = _telemetry.enter_span(self._plan.log, call.effect_id)
         return call
 
     def __exit__(
@@ -579,6 +582,9 @@ class EffectScope:
         self._plan.finish(self._call, exc)
 
     def _leave(self) -> None:
+        if self._span is not None:
+            _telemetry.leave_span(self._span)
+            self._span = None
         if self._token is not None:
             _CURRENT.reset(self._token)
             self._token = None
@@ -591,6 +597,7 @@ class EffectScope:
             call = AsyncEffectCall(self._plan, begun.result())
             self._call = call
             self._token = _CURRENT.set(call)
+            self._span = _telemetry.enter_span(self._plan.log, call.effect_id)
             return call
         error = begun.exception()
         if error is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import NamedTuple, TypedDict, TypeVar, cast
+from typing import TYPE_CHECKING, NamedTuple, TypedDict, TypeVar, cast
 
 from ledger._run.recorded import Redact
 from ledger.effects import (
@@ -26,6 +26,10 @@ from ledger.effects import (
     Postcondition,
     ResourceRef,
 )
+
+if TYPE_CHECKING:  # the otel extra's, for the annotations only
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
 
 __all__ = [
     "ClaimRequest",
@@ -65,13 +69,18 @@ class RecordingOptions(TypedDict, total=False):
     """What :class:`EffectLog`, :meth:`EffectLog.load` and :meth:`EffectLog.resume` record.
 
     The constructor's keywords: ``record_args``, ``record_result`` (default ``True``),
-    ``redact`` (``None``) and ``max_recorded_bytes`` (65,536).
+    ``redact`` (``None``) and ``max_recorded_bytes`` (65,536); and ``tracer_provider``,
+    ``meter_provider`` (``None``: the global ones) and ``record_in_spans`` (``False``).
     """
 
     record_args: bool
     record_result: bool
     redact: Redact | None
     max_recorded_bytes: int
+    # And what it emits to OpenTelemetry (docs/telemetry.md).
+    tracer_provider: TracerProvider | None
+    meter_provider: MeterProvider | None
+    record_in_spans: bool
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

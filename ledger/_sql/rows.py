@@ -60,14 +60,15 @@ from ledger.errors import StoreCorruptError, StoreSchemaOldError, StoreTamperedE
 # --------------------------------------------------------------------------- rows
 
 
-# The first revision whose tables the reads here know: a resolution's writer in its row
-# (0013; before it, 0012's steps and recorded values, 0009's scope in a claim's row).
-READABLE_FROM = "0013"
+# The first revision whose tables the reads here know: a claim's trace context in its row
+# (0015; before it, 0013's resolution writer, 0012's steps and recorded values, 0009's
+# scope in a claim's row).
+READABLE_FROM = "0015"
 
 
 # The columns of the latest revisions that the reads select: with them, a store whose
 # version row says otherwise (set back by hand) is read, and `verify` says what is wrong.
-_READ_COLUMNS = {"claims": ("impact_scope", "step"), "resolutions": ("origin",)}
+_READ_COLUMNS = {"claims": ("impact_scope", "step", "traceparent"), "resolutions": ("origin",)}
 
 
 def _has_read_columns(conn: Connection) -> bool:
@@ -189,6 +190,7 @@ def rows_of(run_id: str, record: Record) -> Rows:
             "obligations": _json(duties),
             "step": record.step,
             "args": None if record.args is None else recorded_json(record.args),
+            "traceparent": record.traceparent,
         }
         return row, scope, duties
     if isinstance(record, EffectOutcome):
@@ -468,6 +470,7 @@ def claim_of(row: Any) -> tuple[EffectClaim, list[tuple[Any, ...]]]:
         retry_of=row["retry_of"],
         step=row["step"],
         args=_stored_json(row["args"], "args"),
+        traceparent=row["traceparent"],
     )
     return claim, scope
 
@@ -554,7 +557,15 @@ def load_run(conn: Connection, run_id: str) -> tuple[History, str]:
 # (built, and hashed into the chain) is let go, so that checking a run of 100,000 effects
 # holds a few fields of each record instead of the whole run.
 _UNREAD = {
-    "claim": ("action_id", "operation", "impact_scope", "obligations", "step", "args"),
+    "claim": (
+        "action_id",
+        "operation",
+        "impact_scope",
+        "obligations",
+        "step",
+        "args",
+        "traceparent",
+    ),
     "outcome": ("execution_id", "result"),
     "observation": ("resource", "sha256", "revision", "source_action_id"),
     "resolution": ("by", "note"),

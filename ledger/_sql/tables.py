@@ -132,6 +132,9 @@ claims = Table(
     # and its arguments as recorded, canonical JSON (NULL: not recorded) (migration 0012).
     Column("step", Text, nullable=False, server_default=""),
     Column("args", Text, nullable=True),
+    # The caller's W3C trace context when it claimed (NULL: none known) (migration 0015),
+    # checked by every load and chained.
+    Column("traceparent", Text, nullable=True),
     sqlite_strict=True,
 )
 # A claim's retries, for the views: claims that retry another only (0010).

@@ -3,8 +3,8 @@
     python server.py STATE_DIR
 
 Each tool call appends one JSON line to STATE_DIR/calls.jsonl: the tool, its
-arguments and the ``ledger/idempotency-key`` it found in the request's ``_meta``, so a
-test can compare what the server received with what the ledger claimed.
+arguments and the ``ledger/idempotency-key`` and ``traceparent`` it found in the request's
+``_meta``, so a test can compare what the server received with what the ledger claimed.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ def record(ctx: Context, tool: str, **args: Any) -> None:
         "tool": tool,
         "args": args,
         "key": meta.get("ledger/idempotency-key"),
+        "traceparent": meta.get("traceparent"),
         "pid": os.getpid(),
         "ppid": os.getppid(),  # the proxy, for a test that kills it
     }

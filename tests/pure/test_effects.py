@@ -365,6 +365,7 @@ def test_to_dict_shape_of_a_claim() -> None:
         "retry_of": None,
         "step": "",
         "args": None,
+        "traceparent": None,
     }
 
 
@@ -389,6 +390,7 @@ LATER_KEYS = {
     ("EffectClaim", "retry_of"): None,
     ("EffectClaim", "step"): "",
     ("EffectClaim", "args"): None,
+    ("EffectClaim", "traceparent"): None,
     ("EffectOutcome", "result"): None,
     ("EffectOutcome", "result_recorded"): False,
     ("History", "resolutions"): (),

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
 
 from ledger import _chain
 from ledger import effects as fx
@@ -103,6 +104,7 @@ ENCODED = {
         *_chain.CLAIM_COLUMNS,
         *_chain.CLAIM_COLUMNS_2,
         *_chain.CLAIM_COLUMNS_3,
+        *_chain.CLAIM_COLUMNS_5,
         *ARRAYS,
         "prev_hash",
         "hash",
@@ -133,6 +135,7 @@ RECORDED = ("args", "result")
 # The id a crafted copy of a row must change to be insertable next to the original.
 NEW_ID = {"claims": "effect_id", "observations": "observation_id", "resolutions": "effect_id"}
 HEX64 = re.compile(r"[0-9a-f]{64}")
+TRACEPARENT = f"00-{'1' * 32}-{'2' * 16}-01"
 # Edits that change no record, and so need not be detected: none is expected.
 EXEMPT: frozenset[str] = frozenset()
 
@@ -189,7 +192,10 @@ def _write_run(directory: Path, run_id: str) -> int:
     """The run every case edits; return its last seq."""
     a, b, c, d = (fs_ref(f"/w/{name}") for name in "abcd")
     user = fx.ResourceRef("owned", "db/users/1", "record", "r1")
-    with EffectLog(run_id, directory) as log:
+    # An SDK's tracer: the first claim stores the trace context of the span around it
+    # (chain version 5); the others, made outside any span, store none.
+    tracer_provider = TracerProvider()
+    with EffectLog(run_id, directory, tracer_provider=tracer_provider) as log:
         log.observe(
             observation_id="o0",
             resource=a,
@@ -198,18 +204,19 @@ def _write_run(directory: Path, run_id: str) -> int:
             source_action_id="s0",
             exists=False,
         )
-        log.claim(
-            effect_id="c1",
-            action_id="a1",
-            operation=op("write_file", b"1"),
-            step="plan/1: write a",
-            args={"path": "/w/a", "text": "caf\u00e9"},
-            impact_scope=[a, user],
-            obligations=[
-                fx.Postcondition(a, fx.Predicate.SHA256, sha(b"a")),
-                fx.Postcondition(user, fx.Predicate.REVISION, "r2"),
-            ],
-        )
+        with tracer_provider.get_tracer("test").start_as_current_span("the worker's turn"):
+            log.claim(
+                effect_id="c1",
+                action_id="a1",
+                operation=op("write_file", b"1"),
+                step="plan/1: write a",
+                args={"path": "/w/a", "text": "caf\u00e9"},
+                impact_scope=[a, user],
+                obligations=[
+                    fx.Postcondition(a, fx.Predicate.SHA256, sha(b"a")),
+                    fx.Postcondition(user, fx.Predicate.REVISION, "r2"),
+                ],
+            )
         log.outcome(
             effect_id="c1",
             execution=fx.ExecutionOutcome.RUNNING,
@@ -519,6 +526,8 @@ def _forged_values(base: Base, table: str, column: str, declared: str, old: obje
     if column == "recorded_at":
         moment = dt.datetime.fromisoformat(str(old)) + dt.timedelta(seconds=1)
         return [moment.isoformat(timespec="microseconds")]
+    if column == "traceparent":  # another valid trace context: only the chain tells
+        return [TRACEPARENT if old != TRACEPARENT else TRACEPARENT.replace("-01", "-00")]
     if isinstance(old, str) and HEX64.fullmatch(old):
         return [hashlib.sha256(old.encode() + b"forged").hexdigest()]
     if old is None:

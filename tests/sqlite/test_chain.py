@@ -222,14 +222,23 @@ def rows_before_0009(run_id: str, record: fx.Record, head: str) -> list[tuple[st
 
     A claim's impact scope and obligations were rows of two tables of their own, and no
     record had a step, recorded arguments or a result (migration 0012), nor a resolution
-    its writing process (0013).
+    its writing process (0013), nor a claim its trace context (0015).
     """
     row, scope, duties = rows_of(run_id, record)
     assert not row.get("step")
     assert row.get("args") is None
     assert row.get("result") is None
     assert row.get("origin") is None
-    later = ("impact_scope", "obligations", "step", "args", "result", *_chain.RESOLUTION_COLUMNS_4)
+    assert row.get("traceparent") is None
+    later = (
+        "impact_scope",
+        "obligations",
+        "step",
+        "args",
+        "result",
+        *_chain.RESOLUTION_COLUMNS_4,
+        *_chain.CLAIM_COLUMNS_5,
+    )
     row = {k: v for k, v in row.items() if k not in later}
     row["prev_hash"], row["hash"] = head, chain_hash(run_id, record, head)
     table = {
@@ -392,7 +401,13 @@ def test_the_sql_encoding_and_hash_equal_the_python_ones_for_every_record(
         _chain.encode(r.record_type, run_id, rows_of(run_id, r)[0], *rows_of(run_id, r)[1:])[:9]
         for r in records.values()
     }
-    assert tags == {_chain.VERSION, _chain.VERSION_2, _chain.VERSION_3, _chain.VERSION_4}
+    assert tags == {
+        _chain.VERSION,
+        _chain.VERSION_2,
+        _chain.VERSION_3,
+        _chain.VERSION_4,
+        _chain.VERSION_5,
+    }
     assert any(
         isinstance(r, fx.EffectOutcome) and r.result_recorded and r.result is None
         for r in records.values()

@@ -212,6 +212,7 @@ def _candidates(old: object) -> list[object]:
         "2001-02-03T04:05:06.000007+00:00",
         "a" * 64,
         "a" * 32,
+        f"00-{'a' * 32}-{'b' * 16}-01",  # a W3C traceparent
     ]
 
 
