@@ -294,20 +294,21 @@ class Store:
         taken; one whose migration meets objects its revision lacks is refused, the
         migration rolled back whole.
         """
-        from alembic import command  # noqa: PLC0415 - readers never import Alembic
-        from alembic.runtime.migration import MigrationContext  # noqa: PLC0415
-
         head = head_revision()
         engine = self._engine()
-        # Most opens find the schema current and whole: ask in a read, without the lock.
+        # Most opens find the schema current and whole: ask in a read, without the lock,
+        # and without Alembic (a tenth of a worker's start-up), needed only to migrate.
         with engine.execution_options(**{READ_ONLY: True}).begin() as conn:
-            current = MigrationContext.configure(conn).get_current_revision()
+            current = _stamped(conn)
             check_known(current, self.directory)
             if current == head and not _schema_check.compare(
                 conn.exec_driver_sql(_schema_check.MASTER_SQL).all()
             ):
                 self._schema_version = _schema_version(conn)
                 return
+        from alembic import command  # noqa: PLC0415 - readers never import Alembic
+        from alembic.runtime.migration import MigrationContext  # noqa: PLC0415
+
         failed: tuple[str | None, str] | None = None
         try:
             with (
@@ -511,6 +512,21 @@ class Store:
         )
         self._init_lock = threading.Lock()
         self._ready = False
+
+
+def _stamped(conn: Connection) -> str | None:
+    """The revision ``alembic_version`` holds, read as Alembic reads it; ``None`` for none.
+
+    A table of several rows (Alembic's branches, which the library never makes) is
+    ``None`` here: the store then takes the migrating path, where Alembic reads it itself.
+    """
+    table = conn.exec_driver_sql(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
+    ).first()
+    if table is None:
+        return None
+    rows = conn.exec_driver_sql("SELECT version_num FROM alembic_version").all()
+    return str(rows[0][0]) if len(rows) == 1 else None
 
 
 def _schema_version(conn: Connection) -> int:

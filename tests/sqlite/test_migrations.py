@@ -8,8 +8,10 @@ as ``ledger.sqlite.store.Store._upgrade`` does it: ``alembic.command.upgrade`` w
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import sqlite3
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,10 +47,13 @@ from ledger.sqlite.schema import (
     sqlite_triggers,
 )
 from tests.builders import (
+    CHILD_TIMEOUT,
+    PYTHON,
     REPO,
     claim_target,
     fs_ref,
     op,
+    subprocess_env,
     write_every_column,
     write_recorded_values,
 )
@@ -758,3 +763,35 @@ def test_a_store_at_0011_gains_steps_and_recorded_values_on_its_next_write(
     result = run_ledger("verify", "--store", str(store_dir))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "schema current" in result.stdout
+
+
+# A worker's first write: which of Alembic's modules its process loaded on the way.
+_WORKER = """
+import json, sys
+from ledger import effects as fx
+from ledger.effect_log import EffectLog, new_run_id
+with EffectLog(new_run_id(), sys.argv[1]) as log:
+    log.claim(effect_id="e", action_id="a", operation=fx.OperationRef("op", "b", "0" * 64),
+              impact_scope=[fx.ResourceRef("fs", "/tmp/x", "file")])
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "alembic")))
+"""
+
+
+def _alembic_loaded(store: Path) -> list[str]:
+    done = subprocess.run(
+        [PYTHON, "-c", _WORKER, str(store)],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=CHILD_TIMEOUT,
+        check=True,
+    )
+    loaded: list[str] = json.loads(done.stdout)
+    return loaded
+
+
+def test_a_worker_on_a_store_at_head_does_not_load_alembic(tmp_path: Path) -> None:
+    """Alembic is for migrating: a store already at head opens, checked whole, without it."""
+    store = tmp_path / "store"
+    assert "alembic" in _alembic_loaded(store)  # a new store is migrated: Alembic is needed
+    assert _alembic_loaded(store) == []
