@@ -411,9 +411,7 @@ class EffectLog(ToolCalls):
             )
             if self.degraded:
                 raise degraded_error(self._run_id)
-            if self._telemetry is None:
-                return self._submit([record], f"claim {effect_id!r}", raises=True)[0]  # type: ignore[return-value]  # the claim
-            return self._claimed(self._telemetry.traced([record]), f"claim {effect_id!r}")[0]  # type: ignore[return-value]  # the claim
+            return self._submit_claims([record], f"claim {effect_id!r}")[0]  # type: ignore[return-value]  # the claim
 
     def claim_many(
         self,
@@ -455,16 +453,22 @@ class EffectLog(ToolCalls):
             records = self._state.claim_records(batch, seq + len(seen), now)
             if self.degraded:
                 raise degraded_error(self._run_id)
-            if self._telemetry is None:
-                written = self._submit([*seen, *records], action, raises=True)
-            else:
-                written = self._claimed(self._telemetry.traced([*seen, *records]), action)
+            written = self._submit_claims([*seen, *records], action)
             return tuple(written[len(seen) :])  # type: ignore[arg-type]  # the claims, numbered
 
-    def _claimed(self, records: list[Record], action: str) -> list[Record]:
-        """:meth:`_submit` of claims, with telemetry: their spans start once they are durable."""
-        written = self._submit(records, action, raises=True)
-        self._telemetry.claimed(self._run_id, written)  # type: ignore[union-attr]  # set
+    def _submit_claims(self, records: list[Record], action: str) -> list[Record]:
+        """:meth:`_submit` of claims (raising); with telemetry, their spans start once durable."""
+        if self._telemetry is None:
+            return self._submit(records, action, raises=True)
+        written = self._submit(self._telemetry.traced(records), action, raises=True)
+        self._telemetry.claimed(self._run_id, written)
+        return written
+
+    def _submit_outcomes(self, records: list[Record], action: str, *, raises: bool) -> list[Record]:
+        """:meth:`_submit` of outcomes; with telemetry, the spans they settle end."""
+        written = self._submit(records, action, raises=raises)
+        if self._telemetry is not None:
+            self._telemetry.settled(written, self._state.claim_of, self.assess)
         return written
 
     def _submit(self, records: list[Record], action: str, *, raises: bool) -> list[Record]:
@@ -511,9 +515,7 @@ class EffectLog(ToolCalls):
                 result=result,
                 result_recorded=result_recorded,
             )
-            written = self._submit([record], f"outcome of {effect_id!r}", raises=False)
-            if self._telemetry is not None:
-                self._telemetry.settled(written, self._state.claim_of, self.assess)
+            written = self._submit_outcomes([record], f"outcome of {effect_id!r}", raises=False)
             return written[0]  # type: ignore[return-value]  # the outcome
 
     def outcome_many(
@@ -572,9 +574,7 @@ class EffectLog(ToolCalls):
             )
             if strict and self.degraded:
                 raise degraded_error(self._run_id)
-            written = self._submit([*records, *seen], action, raises=strict)
-            if self._telemetry is not None:
-                self._telemetry.settled(written, self._state.claim_of, self.assess)
+            written = self._submit_outcomes([*records, *seen], action, raises=strict)
             return tuple(written[: len(records)])  # type: ignore[arg-type]  # the outcomes, numbered
 
     def observe(

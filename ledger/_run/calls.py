@@ -566,9 +566,7 @@ class EffectScope:
     def __enter__(self) -> EffectCall:
         self._enter()
         call = EffectCall(self._plan, self._plan.begin())
-        self._call = call
-        self._token = _CURRENT.set(call)
-        self._span = _telemetry.enter_span(self._plan.log, call.effect_id)
+        self._arrive(call)
         return call
 
     def __exit__(
@@ -580,6 +578,12 @@ class EffectScope:
         assert self._call is not None  # noqa: S101 - entered, or there is no exit
         self._leave()
         self._plan.finish(self._call, exc)
+
+    def _arrive(self, call: _Call) -> None:
+        """Make ``call`` the current one, and its span the current span, for the body."""
+        self._call = call
+        self._token = _CURRENT.set(call)
+        self._span = _telemetry.enter_span(self._plan.log, call.effect_id)
 
     def _leave(self) -> None:
         if self._span is not None:
@@ -595,9 +599,7 @@ class EffectScope:
         cancelled = await _wait(begun)
         if cancelled is None:
             call = AsyncEffectCall(self._plan, begun.result())
-            self._call = call
-            self._token = _CURRENT.set(call)
-            self._span = _telemetry.enter_span(self._plan.log, call.effect_id)
+            self._arrive(call)
             return call
         error = begun.exception()
         if error is not None:
