@@ -94,3 +94,22 @@ def writes_nothing(backend: Backend, store: Path | str, log: EffectLog) -> Itera
 
 
 BACKENDS = [pytest.param(SQLITE, id=SQLITE.name), pytest.param(POSTGRESQL, id=POSTGRESQL.name)]
+
+
+# The fixtures of a tier whose tests ask for a backend one by one (tests/reliability,
+# tests/telemetry import them into their conftest): ``backend`` runs such a test once per
+# entry of BACKENDS; ``location`` is a fresh store location of it. The contract suite's
+# own ``backend`` is autouse (tests/contract/conftest.py).
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """The backend this run of the test is against."""
+    found: Backend = request.param
+    return found
+
+
+@pytest.fixture
+def location(backend: Backend, tmp_path: Path) -> Path | str:
+    """A fresh store location of the backend, where no store is yet."""
+    return backend.location(tmp_path)

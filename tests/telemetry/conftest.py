@@ -10,7 +10,6 @@ that ask for it (as in tests/reliability).
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +19,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from tests.backends import BACKENDS, Backend
+from tests.backends import backend, location  # noqa: F401 - fixtures, found by name
 
 
 @dataclasses.dataclass
@@ -72,16 +71,3 @@ def otel() -> Otel:
     yield found
     tracer_provider.shutdown()
     found.meter_provider.shutdown()
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> Backend:
-    """The backend this run of the test is against."""
-    found: Backend = request.param
-    return found
-
-
-@pytest.fixture
-def location(backend: Backend, tmp_path: Path) -> Path | str:
-    """A fresh store location of the backend, where no store is yet."""
-    return backend.location(tmp_path)
