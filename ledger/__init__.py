@@ -40,6 +40,11 @@ if TYPE_CHECKING:
         new_run_id,
     )
     from ledger.effects import (
+        ApprovalDecision,
+        ApprovalPolicy,
+        ApprovalRequest,
+        ApprovalSource,
+        ApprovalView,
         Assessment,
         Coverage,
         Decision,
@@ -60,6 +65,7 @@ if TYPE_CHECKING:
         Resolution,
         ResolutionOrigin,
         ResourceRef,
+        action_digest,
         args_digest,
         assess,
         decide,
@@ -68,6 +74,8 @@ if TYPE_CHECKING:
     )
     from ledger.errors import (
         AlreadyDone,
+        ApprovalDenied,
+        ApprovalPending,
         EffectPersistenceError,
         LogDegradedError,
         NeedsResolution,
@@ -105,6 +113,11 @@ _EFFECT_LOG = (
     "new_run_id",
 )
 _EFFECTS = (
+    "ApprovalDecision",
+    "ApprovalPolicy",
+    "ApprovalRequest",
+    "ApprovalSource",
+    "ApprovalView",
     "Assessment",
     "Coverage",
     "Decision",
@@ -125,6 +138,7 @@ _EFFECTS = (
     "Resolution",
     "ResolutionOrigin",
     "ResourceRef",
+    "action_digest",
     "args_digest",
     "assess",
     "decide",
@@ -133,6 +147,8 @@ _EFFECTS = (
 )
 _ERRORS = (
     "AlreadyDone",
+    "ApprovalDenied",
+    "ApprovalPending",
     "EffectPersistenceError",
     "LogDegradedError",
     "NeedsResolution",
@@ -162,6 +178,13 @@ _WHERE.update(dict.fromkeys(_CALL_TYPES, "ledger._run.calls"))
 
 __all__ = [
     "AlreadyDone",
+    "ApprovalDecision",
+    "ApprovalDenied",
+    "ApprovalPending",
+    "ApprovalPolicy",
+    "ApprovalRequest",
+    "ApprovalSource",
+    "ApprovalView",
     "Assessment",
     "AsyncEffectCall",
     "ClaimRequest",
@@ -207,6 +230,7 @@ __all__ = [
     "StoreSchemaOldError",
     "StoreTamperedError",
     "StoreUnavailableError",
+    "action_digest",
     "args_digest",
     "assess",
     "current_call",

@@ -34,6 +34,11 @@ Version 5 (the tag ``ledger-v5``) adds a claim's trace context (``traceparent``)
 version-3 fields. A claim without one is encoded as before, so records written before
 version 5 keep verifying.
 
+Version 6 (the tag ``ledger-v6``) adds a claim's approval (``approval_id``) after its
+version-5 fields (its trace context, ``~`` for none), and the two approval records:
+``approval_request`` and ``approval_decision``, their columns in the order below. A claim
+made without an approval is encoded as before.
+
 Changing any field, removing, inserting or reordering a record breaks the chain at
 the first record affected. This module only computes; storage stores and checks.
 """
@@ -52,6 +57,7 @@ VERSION_2 = "ledger-v2"
 VERSION_3 = "ledger-v3"
 VERSION_4 = "ledger-v4"
 VERSION_5 = "ledger-v5"
+VERSION_6 = "ledger-v6"
 GENESIS = "0" * 64
 
 CLAIM_COLUMNS = (
@@ -105,11 +111,48 @@ OUTCOME_COLUMNS_3 = ("result",)
 RESOLUTION_COLUMNS_4 = ("origin", "os_user", "host", "program", "pid")
 # Version 5: a claim's trace context, after CLAIM_COLUMNS_3.
 CLAIM_COLUMNS_5 = ("traceparent",)
+# Version 6: a claim's approval, after CLAIM_COLUMNS_5; and the approval records.
+CLAIM_COLUMNS_6 = ("approval_id",)
+APPROVAL_REQUEST_COLUMNS = (
+    "approval_id",
+    "effect_id",
+    "action_digest",
+    "operation",
+    "step",
+    "args",
+    "reason",
+    "requested_at",
+    "expires_at",
+    "os_user",
+    "host",
+    "program",
+    "pid",
+)
+APPROVAL_DECISION_COLUMNS = (
+    "approval_id",
+    "decision",
+    "decided_by",
+    "note",
+    "decided_at",
+    "source",
+    "os_user",
+    "host",
+    "program",
+    "pid",
+)
 COLUMNS = {
     "claim": CLAIM_COLUMNS,
     "outcome": OUTCOME_COLUMNS,
     "observation": OBSERVATION_COLUMNS,
     "resolution": RESOLUTION_COLUMNS,
+    "approval_request": APPROVAL_REQUEST_COLUMNS,
+    "approval_decision": APPROVAL_DECISION_COLUMNS,
+}
+# Each record kind's tag when nothing in its row asks for a later one.
+_BASE_VERSION = {
+    "resolution": VERSION_2,
+    "approval_request": VERSION_6,
+    "approval_decision": VERSION_6,
 }
 
 
@@ -147,9 +190,16 @@ def encode(
 ) -> str:
     """The canonical text of one record row (and, for a claim, its child rows)."""
     values = [kind, run_id, row["seq"], *_GETTERS[kind](row)]
-    version = VERSION_2 if kind == "resolution" else VERSION
+    version = _BASE_VERSION.get(kind, VERSION)
     if kind == "claim":
-        if row.get("traceparent") is not None:
+        if row.get("approval_id") is not None:
+            # A row of a store migration 0016 has not reached yet has no such column.
+            version = VERSION_6
+            values.extend(_CLAIM_2(row))
+            values.extend(_CLAIM_3(row))
+            values.append(row["traceparent"])
+            values.append(row["approval_id"])
+        elif row.get("traceparent") is not None:
             # A row of a store migration 0015 has not reached yet has no such column.
             version = VERSION_5
             values.extend(_CLAIM_2(row))
@@ -225,13 +275,15 @@ def sql_encoding(kind: str, row: str, sep: str = " || ") -> str:
 
     For a claim it reads the entries of its ``impact_scope`` and ``obligations`` JSON.
     """
-    tag = f"'{VERSION_2 if kind == 'resolution' else VERSION}'"
+    tag = f"'{_BASE_VERSION.get(kind, VERSION)}'"
     version_1 = f"({sql_version_1_claim(row)})"
     version_3 = f"({row}.step <> '' OR {row}.args IS NOT NULL)"
     version_5 = f"({row}.traceparent IS NOT NULL)"
+    version_6 = f"({row}.approval_id IS NOT NULL)"
     if kind == "claim":
         tag = (
-            f"CASE WHEN {version_5} THEN '{VERSION_5}' WHEN {version_3} THEN '{VERSION_3}'"
+            f"CASE WHEN {version_6} THEN '{VERSION_6}' WHEN {version_5} THEN '{VERSION_5}'"
+            f" WHEN {version_3} THEN '{VERSION_3}'"
             f" WHEN {version_1} THEN '{VERSION}' ELSE '{VERSION_2}' END"
         )
     elif kind == "outcome":
@@ -249,8 +301,10 @@ def sql_encoding(kind: str, row: str, sep: str = " || ") -> str:
         extra = " || ".join(_sql_field(f"{row}.{column}") for column in CLAIM_COLUMNS_2)
         extra_3 = " || ".join(_sql_field(f"{row}.{column}") for column in CLAIM_COLUMNS_3)
         extra_5 = _sql_field(f"{row}.traceparent")
+        extra_6 = _sql_field(f"{row}.approval_id")
         parts.append(
-            f"CASE WHEN {version_5} THEN {extra} || {extra_3} || {extra_5}"
+            f"CASE WHEN {version_6} THEN {extra} || {extra_3} || {extra_5} || {extra_6}"
+            f" WHEN {version_5} THEN {extra} || {extra_3} || {extra_5}"
             f" WHEN {version_3} THEN {extra} || {extra_3}"
             f" WHEN {version_1} THEN '' ELSE {extra} END"
         )

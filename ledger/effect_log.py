@@ -24,6 +24,7 @@ which say what kind, are in :mod:`ledger.errors`).
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import logging
 import os
 import threading
@@ -36,6 +37,7 @@ from ledger import _paths, _telemetry, storage
 from ledger._paths import effects_dir
 from ledger._run import files, tool
 from ledger._run.agent import ToolCalls
+from ledger._run.approving import Approvals
 from ledger._run.calls import AsyncEffectCall, EffectCall, EffectScope, current_call
 from ledger._run.journal import Journal, check_run_id, location
 from ledger._run.recorded import MAX_RECORDED_BYTES, Recording, Redact
@@ -51,6 +53,7 @@ from ledger._run.requests import (
 from ledger._run.state import RunState
 from ledger._run.writes import Request, Writes, degraded_error
 from ledger.effects import (
+    ApprovalPolicy,
     Assessment,
     Coverage,
     Decision,
@@ -99,7 +102,7 @@ log = logging.getLogger("ledger")
 _fresh_effect_id = new_effect_id  # for methods whose keyword shadows the name
 
 
-class EffectLog(ToolCalls):
+class EffectLog(ToolCalls, Approvals):
     """The durable log of one run: claims, outcomes and observations, in ``seq`` order.
 
     Thread-safe: threads may share one log. Many logs, in threads or processes,
@@ -163,6 +166,7 @@ class EffectLog(ToolCalls):
         self._cond = threading.Condition(threading.RLock())
         self._writes = Writes(self._state, self._journal, self._cond, writer_name=writer_name)
         self._recovered: tuple[EffectOutcome, ...] = ()
+        self._asked: set[str] = set()  # the approval requests this log wrote
         self._entered: list[contextvars.Token[tuple[EffectLog, ...]]] = []
         self._closed = False
 
@@ -379,6 +383,7 @@ class EffectLog(ToolCalls):
         retry_of: str | None = None,
         step: str = "",
         args: object = None,
+        approval: ApprovalPolicy | None = None,
     ) -> EffectClaim:
         """Durably claim an effect before invoking the tool that makes it.
 
@@ -391,7 +396,29 @@ class EffectLog(ToolCalls):
         retry is what :meth:`decide` says. ``step`` names the call across restarts (``""``:
         none) and ``args`` is the call's arguments as recorded (a JSON value; ``None``: not
         recorded): both are stored and chained as given.
+
+        ``approval`` (an :class:`~ledger.effects.ApprovalPolicy`) makes the claim wait for a
+        person's yes to this exact call, as :meth:`effect`'s does: it raises
+        :class:`~ledger.errors.ApprovalPending` (the first time, after writing a request)
+        or :class:`~ledger.errors.ApprovalDenied`, or claims under the grant. The claim
+        then carries the effect id the request reserved (``effect_id`` on the first
+        request), not necessarily ``effect_id``: read it from the returned claim.
         """
+        if approval is not None:
+            return self._claim_approved(
+                approval,
+                ClaimRequest(
+                    effect_id=effect_id,
+                    action_id=action_id,
+                    operation=operation,
+                    impact_scope=tuple(impact_scope),
+                    obligations=tuple(obligations),
+                    kind=kind,
+                    retry_of=retry_of,
+                    step=step,
+                    args=args,
+                ),
+            )
         # claim_many's path without its request: a claim is built once, from the keywords.
         with self._cond:
             self._check_open()
@@ -412,6 +439,31 @@ class EffectLog(ToolCalls):
             if self.degraded:
                 raise degraded_error(self._run_id)
             return self._submit_claims([record], f"claim {effect_id!r}")[0]  # type: ignore[return-value]  # the claim
+
+    def _claim_approved(self, policy: ApprovalPolicy, request: ClaimRequest) -> EffectClaim:
+        """:meth:`claim` through the approval gate."""
+        if request.retry_of is not None:
+            raise ValueError("a retry is not gated: it runs under its first attempt's approval")
+        with self._cond:
+            self._check_open()
+            probe = self._state.claim_record(
+                self._state.next_free,
+                utc_now(),
+                effect_id=request.effect_id,
+                action_id=request.action_id,
+                operation=request.operation,
+                impact_scope=request.impact_scope,
+                obligations=request.obligations,
+                kind=request.kind,
+                retry_of=None,
+                step=request.step,
+                args=request.args,
+            )
+            passed = self.gate(probe, policy, step=request.step, args=probe.args)
+            approved = dataclasses.replace(
+                request, effect_id=passed.effect_id, approval_id=passed.approval_id
+            )
+            return self._claim_all((approved,), f"claim {passed.effect_id!r}")[0]
 
     def claim_many(
         self,
@@ -645,8 +697,14 @@ class EffectLog(ToolCalls):
     def decide(self, effect_id: str) -> Decision:
         """What to do next about ``effect_id``: ``fx.decide(claim, log.history())``.
 
-        Like :meth:`assess`, it looks only at the records the rules consult.
+        Like :meth:`assess`, it looks only at the records the rules consult. An effect
+        that has an approval request and no claim yet is decided by its approval:
+        ``WAIT`` while pending (the reason names the approval), ``RETRY`` once granted
+        (run it), ``DENIED`` when denied, ``ESCALATE`` when it expired unanswered.
         """
+        gated = self.approval_decision(effect_id)
+        if gated is not None:
+            return gated
         with self._cond:
             return self._state.index.decide(self._state.claim_of(effect_id))
 

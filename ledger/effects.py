@@ -16,9 +16,19 @@ module per job. Nothing here imports storage: it is the model every backend shar
 
 from __future__ import annotations
 
+from ledger._core.approvals import (
+    APPROVAL_STATES,
+    ApprovalDecision,
+    ApprovalPolicy,
+    ApprovalRequest,
+    ApprovalView,
+    action_digest,
+    approval_state,
+)
 from ledger._core.assessment import Assessment, assess
 from ledger._core.decision import Decision, decide, newest_attempt
 from ledger._core.enums import (
+    ApprovalSource,
     Coverage,
     EffectKind,
     EffectVerdict,
@@ -59,11 +69,17 @@ from ledger._core.values import (
 )
 
 __all__ = [
+    "APPROVAL_STATES",
     "MAX_IDENTIFIER",
     "MAX_JSON_DEPTH",
     "MAX_LOCATOR",
     "MAX_STEP",
     "RESOURCE_KINDS",
+    "ApprovalDecision",
+    "ApprovalPolicy",
+    "ApprovalRequest",
+    "ApprovalSource",
+    "ApprovalView",
     "Assessment",
     "Coverage",
     "Decision",
@@ -85,6 +101,8 @@ __all__ = [
     "Resolution",
     "ResolutionOrigin",
     "ResourceRef",
+    "action_digest",
+    "approval_state",
     "args_digest",
     "assess",
     "canonical_args",

@@ -23,12 +23,15 @@ Two kinds of trouble, two roots::
                                     library reads; its next write upgrades it
 
 A third kind is not trouble but an answer: a call of a step that already has attempts
-(``log.effect(..., step=...)``, a decorated tool, after a restart) that must not run::
+(``log.effect(..., step=...)``, a decorated tool, after a restart), or one gated by an
+approval, that must not run now::
 
     StepNotRunError                 the call's step was not run now; nothing was written
     ├── AlreadyDone                 it is done, and there is no recorded result to return
     ├── StillRunning                its earlier attempt has no outcome: it may be running
-    └── NeedsResolution             it may have landed: a person must check (ledger resolve)
+    ├── NeedsResolution             it may have landed: a person must check (ledger resolve)
+    ├── ApprovalPending             it needs a person's yes, not given yet (ledger approve)
+    └── ApprovalDenied              a person said no: it must not run
 
 Every SQLAlchemy, sqlite3, Alembic and OS error met while touching a store is
 translated into one of these at one boundary, chained with ``from`` so the cause stays
@@ -41,6 +44,8 @@ from __future__ import annotations
 
 __all__ = [
     "AlreadyDone",
+    "ApprovalDenied",
+    "ApprovalPending",
     "EffectPersistenceError",
     "LogDegradedError",
     "NeedsResolution",
@@ -181,6 +186,57 @@ class NeedsResolution(StepNotRunError):  # noqa: N818 - the contract's name
     found with ``ledger resolve RUN EFFECT --applied|--not-applied --by NAME`` (the
     message gives the command); the next run of the same code then acts on that.
     """
+
+
+class ApprovalPending(StepNotRunError):  # noqa: N818 - the contract's name
+    """The call needs a person's yes, and has none yet: it was not claimed, nor run.
+
+    Its request is recorded (the first time; the same call again raises this again
+    without a second request). ``approval_id`` is what a person approves with ``ledger
+    approve RUN APPROVAL --by NAME`` (the message gives the command), ``action_digest``
+    the call's :func:`~ledger.effects.action_digest`, ``expires_at`` when the request
+    lapses (store clock; a call made after that asks again). ``decision`` says ``WAIT``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        run_id: str,
+        effect_id: str,
+        decision: object,
+        approval_id: str,
+        action_digest: str,
+        expires_at: str,
+    ) -> None:
+        super().__init__(message, run_id=run_id, effect_id=effect_id, decision=decision)
+        self.approval_id = approval_id
+        self.action_digest = action_digest
+        self.expires_at = expires_at
+
+
+class ApprovalDenied(StepNotRunError):  # noqa: N818 - the contract's name
+    """A person refused the call: it was not claimed, nor run, and must not be.
+
+    ``by`` and ``note`` are the person's answer; ``decision`` says ``DENIED``. Tell the
+    agent; the same call asks no more.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        run_id: str,
+        effect_id: str,
+        decision: object,
+        approval_id: str,
+        by: str,
+        note: str,
+    ) -> None:
+        super().__init__(message, run_id=run_id, effect_id=effect_id, decision=decision)
+        self.approval_id = approval_id
+        self.by = by
+        self.note = note
 
 
 # Documented (and long imported) as ledger.effect_log.EffectPersistenceError: shown there.

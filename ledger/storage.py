@@ -185,6 +185,10 @@ class Store(Protocol):
         """Hold the run in ``mode`` without waiting; None when another process holds it so."""
         ...
 
+    def now(self, action: str) -> str:
+        """The store's clock, in ``utc_now()``'s form: what approvals expire by."""
+        ...
+
 
 # --------------------------------------------------------------------------- forensic reads
 

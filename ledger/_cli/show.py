@@ -72,8 +72,37 @@ def _written(resolution: Resolution) -> str:
 
 
 def _describe(record: Record) -> tuple[str, str]:
-    from ledger.effects import EffectClaim, EffectOutcome, Resolution  # noqa: PLC0415
+    from ledger.effects import (  # noqa: PLC0415
+        ApprovalDecision,
+        ApprovalRequest,
+        EffectClaim,
+        EffectOutcome,
+        Resolution,
+    )
 
+    if isinstance(record, ApprovalRequest):
+        args = (
+            ""
+            if record.args is None
+            else f"; args {shortened(compact_json(record.args), _VALUE_SHOWN)}"
+        )
+        why = f"; {record.reason}" if record.reason else ""
+        return (
+            record.approval_id,
+            (
+                f"asks approval of {record.operation} for effect {_short_id(record.effect_id)}"
+                f"{args}; digest {record.action_digest[:12]}; expires {record.expires_at}{why}"
+            ),
+        )
+    if isinstance(record, ApprovalDecision):
+        note = f": {record.note}" if record.note else ""
+        return (
+            record.approval_id,
+            (
+                f"{record.decision} by {record.by}{note}; through {record.source.value} "
+                f"({record.program}, user {record.os_user} on {record.host})"
+            ),
+        )
     if isinstance(record, Resolution):
         word = "applied" if record.applied else "not applied"
         note = f": {record.note}" if record.note else ""

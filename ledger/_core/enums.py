@@ -66,6 +66,7 @@ class NextStep(enum.Enum):
     WAIT = "wait"
     RETRY = "retry"
     ESCALATE = "escalate"
+    DENIED = "denied"  # a person refused the call: do not run it, tell the agent
 
 
 class ResolutionOrigin(enum.Enum):
@@ -74,6 +75,14 @@ class ResolutionOrigin(enum.Enum):
     PERSON = "person"  # the ``ledger resolve`` command
     WORKER = "worker"  # a program's ``EffectLog.resolve``
     RECONCILER = "reconciler"  # a program's ``EffectLog.resolve(..., allow_self=True)``
+
+
+class ApprovalSource(enum.Enum):
+    """Through what a person's answer to an approval request reached the store."""
+
+    COMMAND = "command"  # the ``ledger approve`` / ``ledger deny`` commands
+    PROGRAM = "program"  # a program's ``EffectLog.approve`` / ``EffectLog.deny``
+    ELICITATION = "elicitation"  # an MCP client asked by ``ledger mcp-proxy``
 
 
 class EffectVerdict(enum.Enum):

@@ -11,6 +11,7 @@ import itertools
 from datetime import UTC, datetime
 from typing import Any, Self
 
+from ledger._core.approvals import ApprovalDecision, ApprovalRequest, action_digest
 from ledger._core.records import EffectClaim, EffectOutcome, Observation, Record, Resolution
 from ledger._core.values import _build, _Fields, _frozen, _tuple_of
 
@@ -29,6 +30,8 @@ class History:
     outcomes: tuple[EffectOutcome, ...] = ()
     observations: tuple[Observation, ...] = ()
     resolutions: tuple[Resolution, ...] = ()
+    approval_requests: tuple[ApprovalRequest, ...] = ()
+    approval_decisions: tuple[ApprovalDecision, ...] = ()
 
     def __post_init__(self) -> None:
         _frozen(self, "claims", _tuple_of(self.claims, EffectClaim, "claims"))
@@ -39,6 +42,19 @@ class History:
         _check_sorted(self.outcomes, "outcomes")
         _check_sorted(self.observations, "observations")
         _check_sorted(self.resolutions, "resolutions")
+        if self.approval_requests or self.approval_decisions:
+            _frozen(
+                self,
+                "approval_requests",
+                _tuple_of(self.approval_requests, ApprovalRequest, "approval_requests"),
+            )
+            _frozen(
+                self,
+                "approval_decisions",
+                _tuple_of(self.approval_decisions, ApprovalDecision, "approval_decisions"),
+            )
+            _check_sorted(self.approval_requests, "approval_requests")
+            _check_sorted(self.approval_decisions, "approval_decisions")
 
     def records(self) -> tuple[Record, ...]:
         """Every record of the run, in ``seq`` order."""
@@ -47,6 +63,8 @@ class History:
             *self.outcomes,
             *self.observations,
             *self.resolutions,
+            *self.approval_requests,
+            *self.approval_decisions,
         ]
         return tuple(sorted(merged, key=lambda r: r.seq))
 
@@ -71,18 +89,24 @@ class History:
             "outcomes": [o.to_dict() for o in self.outcomes],
             "observations": [o.to_dict() for o in self.observations],
             "resolutions": [r.to_dict() for r in self.resolutions],
+            "approval_requests": [r.to_dict() for r in self.approval_requests],
+            "approval_decisions": [d.to_dict() for d in self.approval_decisions],
         }
 
     @classmethod
     def from_dict(cls, data: object) -> Self:
         """Validate and rebuild a history from :meth:`to_dict` output."""
-        f = _Fields(data, cls, later={"resolutions": []})
+        f = _Fields(
+            data, cls, later={"resolutions": [], "approval_requests": [], "approval_decisions": []}
+        )
         return _build(
             cls,
             claims=f.items("claims", EffectClaim),
             outcomes=f.items("outcomes", EffectOutcome),
             observations=f.items("observations", Observation),
             resolutions=f.items("resolutions", Resolution),
+            approval_requests=f.items("approval_requests", ApprovalRequest),
+            approval_decisions=f.items("approval_decisions", ApprovalDecision),
         )
 
 
@@ -160,7 +184,91 @@ def check_history(history: History) -> None:
         if resolution.effect_id in resolved:
             raise ValueError(f"effect {resolution.effect_id!r} is resolved twice")
         resolved.add(resolution.effect_id)
+    if (
+        history.approval_requests
+        or history.approval_decisions
+        or any(c.approval_id is not None for c in history.claims)
+    ):
+        check_approvals(history)
     check_times(history)
+
+
+def check_approvals(history: History) -> None:
+    """The rules of a run's approvals (see :func:`check_history`).
+
+    Request ids are unique, and each reserves an effect id no other request holds; a
+    decision follows its request, at most one per request, before it expired, and not
+    written by the process that asked (an MCP client's answer, relayed by the proxy that
+    asked, aside); a claim made under an approval follows a grant of it, carries the
+    effect id it reserved and the very action digest it was asked for, and is the only
+    claim that uses it.
+    """
+    requests: dict[str, ApprovalRequest] = {}
+    reserved: set[str] = set()
+    for asking in history.approval_requests:
+        if asking.approval_id in requests:
+            raise ValueError(f"approval {asking.approval_id!r} is requested again")
+        if asking.effect_id in reserved:
+            raise ValueError(
+                f"approval {asking.approval_id!r} reserves effect {asking.effect_id!r}, "
+                "which another request holds"
+            )
+        requests[asking.approval_id] = asking
+        reserved.add(asking.effect_id)
+    decisions: dict[str, ApprovalDecision] = {}
+    for decision in history.approval_decisions:
+        asked = requests.get(decision.approval_id)
+        if asked is None or asked.seq > decision.seq:
+            raise ValueError(
+                f"approval decision at seq {decision.seq} answers {decision.approval_id!r}, "
+                "which is not requested before it"
+            )
+        if decision.approval_id in decisions:
+            raise ValueError(f"approval {decision.approval_id!r} is decided twice")
+        if decision.decided_at >= asked.expires_at:
+            raise ValueError(
+                f"approval {decision.approval_id!r} is decided at {decision.decided_at}, "
+                f"after it expired at {asked.expires_at}"
+            )
+        if (
+            decision.host == asked.host
+            and decision.pid == asked.pid
+            and decision.source.value != "elicitation"
+        ):
+            raise ValueError(
+                f"approval {decision.approval_id!r} is decided by the process that asked for "
+                f"it (pid {decision.pid} on {decision.host}): a forged decision"
+            )
+        decisions[decision.approval_id] = decision
+    used: set[str] = set()
+    for claim in history.claims:
+        if claim.approval_id is None:
+            continue
+        request = requests.get(claim.approval_id)
+        answer = decisions.get(claim.approval_id)
+        if request is None or answer is None or answer.seq > claim.seq:
+            raise ValueError(
+                f"effect {claim.effect_id!r} is claimed under approval {claim.approval_id!r}, "
+                "which is not decided before it"
+            )
+        if not answer.granted:
+            raise ValueError(
+                f"effect {claim.effect_id!r} is claimed under approval {claim.approval_id!r}, "
+                "which was denied"
+            )
+        if claim.approval_id in used:
+            raise ValueError(f"approval {claim.approval_id!r} is used by a second claim")
+        if claim.effect_id != request.effect_id:
+            raise ValueError(
+                f"effect {claim.effect_id!r} is claimed under approval {claim.approval_id!r}, "
+                f"which was asked for effect {request.effect_id!r}"
+            )
+        if action_digest(claim) != request.action_digest:
+            raise ValueError(
+                f"effect {claim.effect_id!r} is claimed under approval {claim.approval_id!r}, "
+                "which was asked for another call (the action digests differ)"
+            )
+        used.add(claim.approval_id)
 
 
 def written_by_utc_now(value: str) -> bool:

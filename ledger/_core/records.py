@@ -11,6 +11,7 @@ import posixpath
 import re
 from typing import Any, ClassVar, Self
 
+from ledger._core.approvals import ApprovalDecision, ApprovalRequest
 from ledger._core.enums import (
     Coverage,
     EffectKind,
@@ -240,6 +241,9 @@ class EffectClaim:
     # that a span for the effect, even one recovery makes in another process, joins the
     # caller's trace. Stored and chained.
     traceparent: str | None = None
+    # The approval it was made under (an ApprovalRequest of the run, granted and used by
+    # this claim alone; None: made without one). Stored and chained.
+    approval_id: str | None = None
 
     record_type: ClassVar[str] = "claim"
 
@@ -263,6 +267,8 @@ class EffectClaim:
         _frozen(self, "args", _recorded(self.args, "args"))
         if self.traceparent is not None:  # nearly every claim: no call for it
             check_traceparent(self.traceparent)
+        if self.approval_id is not None:
+            check_identifier(self.approval_id, "approval_id")
 
     def to_dict(self) -> dict[str, Any]:
         """Return the claim as JSON types."""
@@ -280,6 +286,7 @@ class EffectClaim:
             "step": self.step,
             "args": self.args,
             "traceparent": self.traceparent,
+            "approval_id": self.approval_id,
         }
 
     @classmethod
@@ -289,7 +296,7 @@ class EffectClaim:
         A claim written before kinds existed reads as a ``WRITE`` with no retry and an
         empty key (the import gives it the key its run and effect id derive); one written
         before steps existed has no step and no recorded arguments, and one written before
-        trace contexts were stored has none.
+        trace contexts were stored has none, nor one written before approvals an approval.
         """
         later = {
             "kind": EffectKind.WRITE.value,
@@ -298,6 +305,7 @@ class EffectClaim:
             "step": "",
             "args": None,
             "traceparent": None,
+            "approval_id": None,
         }
         f = _Fields(data, cls, later=later)
         return _build(
@@ -315,6 +323,7 @@ class EffectClaim:
             step=f.raw("step"),
             args=f.raw("args"),
             traceparent=f.raw("traceparent"),
+            approval_id=f.raw("approval_id"),
         )
 
 
@@ -580,4 +589,5 @@ class Resolution:
 _WRITTEN_BY = ("origin", "os_user", "host", "program", "pid")
 
 
-Record = EffectClaim | EffectOutcome | Observation | Resolution
+# ApprovalRequest and ApprovalDecision are defined with the rest of approvals.
+Record = EffectClaim | EffectOutcome | Observation | Resolution | ApprovalRequest | ApprovalDecision

@@ -34,6 +34,8 @@ from ledger._report.model import (
     Timeline,
 )
 from ledger.effects import (
+    ApprovalDecision,
+    ApprovalRequest,
     Assessment,
     EffectClaim,
     EffectOutcome,
@@ -307,6 +309,15 @@ def _fields(record: Record, limit: int = VALUE_LIMIT) -> list[tuple[str, str]]:
             ("note", _text.shortened(record.note, limit) if record.note else "-"),
             ("recorded at", record.recorded_at),
         ]
+    if isinstance(record, (ApprovalRequest, ApprovalDecision)):
+        # Every field of the record, as it is, so that the page leaves none of it out.
+        return [
+            (key.replace("_", " "), _text.shortened(_text.compact_json(value), limit))
+            if not isinstance(value, str)
+            else (key.replace("_", " "), _text.shortened(value, limit))
+            for key, value in record.to_dict().items()
+            if key != "seq" and value is not None
+        ]
     if isinstance(record, EffectOutcome):
         return [
             ("effect", record.effect_id),
@@ -346,6 +357,8 @@ def _row(
     claim_anchor = None
     if isinstance(record, Observation):
         ident, action, verdict = record.observation_id, record.source_action_id, None
+    elif isinstance(record, (ApprovalRequest, ApprovalDecision)):
+        ident, action, verdict = record.approval_id, None, None
     else:  # a claim, an outcome or a resolution: each names its effect
         ident = record.effect_id
         action = record.action_id if isinstance(record, EffectClaim) else None

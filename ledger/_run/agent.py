@@ -9,7 +9,7 @@ by (:meth:`ToolCalls.begin_step`): the log's own records are written by the log
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ledger._run.calls import EffectScope, ExceptionTypes, Log, Referable
 from ledger._run.files import FileTarget, observe_file
@@ -17,7 +17,14 @@ from ledger._run.recorded import Redact
 from ledger._run.requests import ClaimRequest, ObservationRequest, new_effect_id
 from ledger._run.steps import Begin
 from ledger._run.tool import Tool
-from ledger.effects import EffectClaim, EffectKind, Observation, Postcondition, ResourceRef
+from ledger.effects import (
+    ApprovalPolicy,
+    EffectClaim,
+    EffectKind,
+    Observation,
+    Postcondition,
+    ResourceRef,
+)
 
 if TYPE_CHECKING:
     import threading
@@ -42,6 +49,10 @@ class ToolCalls:
 
         def _check_open(self) -> None: ...
 
+        def gate(
+            self, probe: EffectClaim, policy: ApprovalPolicy, *, step: str, args: object
+        ) -> Any: ...
+
         def _claim_all(
             self,
             batch: tuple[ClaimRequest, ...],
@@ -59,6 +70,7 @@ class ToolCalls:
         args: object = None,
         observed: Sequence[ObservationRequest] = (),
         tool: bool = False,
+        approval: ApprovalPolicy | None = None,
     ) -> Begin:
         """Enter a call's step: replay it, or claim it (first attempt or retry) after ``observed``.
 
@@ -69,8 +81,10 @@ class ToolCalls:
         ``tool`` true makes a replay without a recorded result raise
         :class:`~ledger.errors.AlreadyDone`. Decided under the log's lock, so two threads
         entering one step make one attempt. Raises what a call that must not run raises,
-        before anything is written.
+        before anything is written. With ``approval``, a first attempt passes the gate
+        first (see :meth:`effect`).
         """
+        approval_id = None
         with self._cond:
             self._check_open()
             planned = self._state.plan_step(probe, step, tool=tool)
@@ -81,6 +95,20 @@ class ToolCalls:
             if plan.retry_of is not None and effect_id in self._state.claimed:
                 # The code gives its call an effect id: the step's first attempt has it.
                 effect_id = new_effect_id()
+            if approval is not None and plan.retry_of is None:
+                try:
+                    passed = self.gate(
+                        probe,
+                        approval,
+                        step=planned.step,
+                        args=probe.args if args is None else args,
+                    )
+                except BaseException:
+                    if step is None:  # not claimed: its automatic step is the next call's
+                        op = probe.operation
+                        self._state.steps.give_back(op.name, op.args_sha256)
+                    raise
+                approval_id, effect_id = passed.approval_id, passed.effect_id
         # Claimed with the lock released, as every claim is (the queue takes it once):
         # _claim_all checks again that a retry is still due and a first attempt's step free.
         request = ClaimRequest(
@@ -93,6 +121,7 @@ class ToolCalls:
             retry_of=plan.retry_of,
             step=planned.step,
             args=probe.args if args is None else args,
+            approval_id=approval_id,
         )
         claim = self._claim_all(
             (request,),
@@ -118,6 +147,7 @@ class ToolCalls:
         record_args: bool | None = None,
         record_result: bool | None = None,
         redact: Redact | None = None,
+        approval: ApprovalPolicy | None = None,
     ) -> EffectScope:
         """One tool call as one effect: ``with log.effect("op", args=...) as call:``.
 
@@ -147,6 +177,15 @@ class ToolCalls:
         to the effect id. Every argument is checked here: nothing is written for a bad
         one (``ValueError`` / ``TypeError``). In asyncio code the writes run off the event
         loop; see docs/api.md for cancellation.
+
+        ``approval`` (an :class:`~ledger.effects.ApprovalPolicy`) gates the call behind a
+        person's yes to this exact call (its :func:`~ledger.effects.action_digest`):
+        without a grant, entering writes a request (once) and raises
+        :class:`~ledger.errors.ApprovalPending`; once granted, the claim is made under the
+        grant, which no other call can use; denied, it raises
+        :class:`~ledger.errors.ApprovalDenied`; expired unanswered, it asks again. A step
+        already attempted acts on its decision as above, and its retry needs no new
+        approval. See docs/concepts.md, "Approvals".
         """
         return EffectScope(
             self._log,
@@ -161,6 +200,7 @@ class ToolCalls:
             no_impact=no_impact,
             step=step,
             recording=self._recording.given(record_args, record_result, redact),
+            approval=approval,
         )
 
     @property

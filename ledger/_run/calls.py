@@ -50,6 +50,7 @@ from ledger._run.files import Observer, look_at
 from ledger._run.recorded import Recording
 from ledger._run.requests import ObservationRequest, OutcomeRequest, new_effect_id
 from ledger.effects import (
+    ApprovalPolicy,
     Assessment,
     EffectClaim,
     EffectKind,
@@ -121,6 +122,7 @@ class Log(Observer, Protocol):
         args: object = ...,
         observed: Sequence[ObservationRequest] = ...,
         tool: bool = ...,
+        approval: ApprovalPolicy | None = ...,
     ) -> Begin: ...
 
     def outcome(
@@ -195,6 +197,7 @@ class _Plan:
     step: str | None  # None: the automatic one
     tool: bool  # a decorated function: a replay with no recorded result raises
     recording: Recording
+    approval: ApprovalPolicy | None = None  # a person's yes needed first
     claimed: str = ""  # the id it was claimed under (a retry's may not be the probe's)
 
     @property
@@ -206,7 +209,12 @@ class _Plan:
         probe = self.probe
         try:
             begun = self.log.begin_step(
-                probe, step=self.step, args=self.args, observed=self.look("before"), tool=self.tool
+                probe,
+                step=self.step,
+                args=self.args,
+                observed=self.look("before"),
+                tool=self.tool,
+                approval=self.approval,
             )
         except BaseException as e:
             # A caller's mistake or the store's trouble: the claim exists nowhere. A signal
@@ -507,6 +515,7 @@ class EffectScope:
         step: str | None = None,
         recording: Recording | None = None,
         tool: bool = False,
+        approval: ApprovalPolicy | None = None,
     ) -> None:
         if not isinstance(kind, EffectKind):
             raise InvalidTypeError(f"kind must be an EffectKind, not {type(kind).__name__}")
@@ -514,6 +523,10 @@ class EffectScope:
             check_step(step)
             if not step:
                 raise ValueError("step must be a non-empty string (or None for the automatic one)")
+        if approval is not None and not isinstance(approval, ApprovalPolicy):
+            raise InvalidTypeError(
+                f"approval must be an ApprovalPolicy, not {type(approval).__name__}"
+            )
         recording = Recording() if recording is None else recording
         args = {} if args is None else args
         canonical = canonical_args(args)  # checked once: digested, and recorded
@@ -545,6 +558,7 @@ class EffectScope:
             step,
             tool,
             recording,
+            approval,
         )
         self._entered = False
         self._call: _Call | None = None

@@ -75,8 +75,9 @@ class RunIndex:
             self.add_outcome(record)
         elif isinstance(record, Resolution):
             self.add_resolution(record)
-        else:
+        elif isinstance(record, Observation):
             self.add_observation(record)
+        # An approval's records decide nothing here: its claim, once made, does.
 
     def decide(self, claim: EffectClaim) -> Decision:
         """:func:`~ledger.effects.decide` of ``claim`` on the part of the run it consults."""

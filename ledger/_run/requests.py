@@ -96,6 +96,8 @@ class ClaimRequest:
     retry_of: str | None = None
     step: str = ""
     args: object = None
+    # The approval the claim is made under (granted, its effect id the request reserved).
+    approval_id: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -17,9 +17,12 @@ import dataclasses
 from collections.abc import Container, Iterable, Sequence
 
 from ledger._run import steps
+from ledger._run.book import ApprovalBook
 from ledger._run.index import RunIndex
 from ledger._run.requests import ClaimRequest, ObservationRequest, OutcomeRequest
 from ledger.effects import (
+    ApprovalDecision,
+    ApprovalRequest,
     EffectClaim,
     EffectKind,
     EffectOutcome,
@@ -70,6 +73,7 @@ class RunState:
         self.outcomes: list[EffectOutcome] = []
         self.observations: list[Observation] = []
         self.resolutions: list[Resolution] = []
+        self.approvals = ApprovalBook()
         self.observation_ids: set[str] = set()
         self.next_seq = 1
         # Reservations: records queued or being written.
@@ -96,6 +100,8 @@ class RunState:
             self.claimed[record.effect_id] = record
             self.index.add_claim(record)
             self.steps.add_claim(record)
+            if record.approval_id is not None:
+                self.approvals.used[record.approval_id] = record.effect_id
         elif isinstance(record, EffectOutcome):
             self.outcomes.append(record)
             if record.terminal:
@@ -104,6 +110,8 @@ class RunState:
         elif isinstance(record, Resolution):
             self.resolutions.append(record)
             self.index.add_resolution(record)
+        elif isinstance(record, (ApprovalRequest, ApprovalDecision)):
+            self.approvals.remember(record)
         else:
             self.observations.append(record)
             self.observation_ids.add(record.observation_id)
@@ -123,6 +131,8 @@ class RunState:
             tuple(self.outcomes),
             tuple(self.observations),
             tuple(self.resolutions),
+            tuple(self.approvals.requests),
+            tuple(self.approvals.decisions),
         )
 
     def claim_of(self, effect_id: str) -> EffectClaim:
@@ -156,6 +166,8 @@ class RunState:
                     self.queued_settles.add(record.effect_id)
             elif isinstance(record, Resolution):
                 self.queued_resolutions.add(record.effect_id)
+            elif isinstance(record, (ApprovalRequest, ApprovalDecision)):
+                continue  # written alone, under the log's lock
             else:
                 self.queued_observations.add(record.observation_id)
 
@@ -178,6 +190,8 @@ class RunState:
                     self.queued_settles.discard(record.effect_id)
             elif isinstance(record, Resolution):
                 self.queued_resolutions.discard(record.effect_id)
+            elif isinstance(record, (ApprovalRequest, ApprovalDecision)):
+                continue
             else:
                 self.queued_observations.discard(record.observation_id)
 
@@ -213,6 +227,7 @@ class RunState:
                 retry_of=request.retry_of,
                 step=request.step,
                 args=request.args,
+                approval_id=request.approval_id,
                 batch_ids=batch_ids,
                 batch_steps=batch_steps,
             )
@@ -236,6 +251,7 @@ class RunState:
         retry_of: str | None,
         step: str,
         args: object,
+        approval_id: str | None = None,
         batch_ids: Container[str] = (),
         batch_steps: Container[str] = (),
     ) -> EffectClaim:
@@ -257,6 +273,7 @@ class RunState:
             retry_of=retry_of,
             step=step,
             args=args,
+            approval_id=approval_id,
         )
         if effect_id in self.claimed or effect_id in self.queued_claims or effect_id in batch_ids:
             raise ValueError(f"effect {effect_id!r} is already claimed in run {self.run_id}")

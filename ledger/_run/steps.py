@@ -118,6 +118,14 @@ class StepIndex:
         self._counts[key] += 1
         return auto_step(operation, digest, self._counts[key])
 
+    def give_back(self, operation: str, digest: str) -> None:
+        """Undo :meth:`next_auto` for a call that was not claimed (it waits for approval).
+
+        The call made again is the same call: it must get the same automatic step, in
+        this process and in the next.
+        """
+        self._counts[operation, digest] -= 1
+
 
 def needs_resolution(
     run_id: str, attempt: EffectClaim, decision: Decision, why: str

@@ -16,6 +16,7 @@ from typing import Any, TypeVar, cast, overload
 from ledger._run.calls import EffectScope, ExceptionTypes, Log, Referable, exception_types
 from ledger._run.recorded import Recording, Redact
 from ledger.effects import (
+    ApprovalPolicy,
     EffectKind,
     InvalidTypeError,
     OperationRef,
@@ -116,6 +117,7 @@ class Tool:
         record_args: bool | None = ...,
         record_result: bool | None = ...,
         redact: Redact | None = ...,
+        approval: ApprovalPolicy | None = ...,
     ) -> Callable[[F], F]: ...
 
     def __call__(
@@ -135,6 +137,7 @@ class Tool:
         record_args: bool | None = None,
         record_result: bool | None = None,
         redact: Redact | None = None,
+        approval: ApprovalPolicy | None = None,
     ) -> F | Callable[[F], F]:
         """Decorate ``fn`` (bare ``@log.tool``), or return a decorator with these options."""
         if not isinstance(kind, EffectKind):
@@ -148,6 +151,10 @@ class Tool:
                 f"step must be a callable taking the tool's arguments, not {type(step).__name__}"
             )
         Recording().given(record_args, record_result, redact)  # checks them now
+        if approval is not None and not isinstance(approval, ApprovalPolicy):
+            raise InvalidTypeError(
+                f"approval must be an ApprovalPolicy, not {type(approval).__name__}"
+            )
         bound_log = self._log
 
         def decorate(fn: F) -> F:
@@ -181,6 +188,7 @@ class Tool:
                     step=_step_of(step, args, kwargs),
                     recording=recording,
                     tool=True,
+                    approval=approval,
                 )
 
             if _is_async(fn):

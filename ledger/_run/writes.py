@@ -23,6 +23,7 @@ from ledger._owner import Writer
 from ledger._run.journal import Journal
 from ledger._run.state import RunState, renumber
 from ledger.effects import (
+    ApprovalDecision,
     EffectClaim,
     EffectOutcome,
     Observation,
@@ -133,6 +134,50 @@ class Writes:
             "pid": os.getpid(),
         }
 
+    def process(self) -> dict[str, Any]:
+        """This process as an approval record names it: OS user, host, program, pid."""
+        return {
+            "os_user": _owner.os_user(),
+            "host": _owner.host_name(),
+            "program": self.visitor if self.visitor is not None else _owner.program(),
+            "pid": os.getpid(),
+        }
+
+    def catch_up(self, action: str) -> bool:
+        """Take in the approval decisions other processes appended to the run since its head.
+
+        A person answers a request with ``ledger approve`` while the worker that asked
+        holds the run: the worker's next write would otherwise meet the run moved on.
+        True when the store's run is this log's followed by decisions only, now adopted
+        (the head moves to the store's); False when there is nothing new, or anything else
+        is new (then the write that met it fails, as before).
+        """
+        if not self.started or self.degraded:
+            return False
+        store = self.journal.acquire()
+        history, head = store.load_run(self.run_id, action)
+        if head == self.head:
+            return False
+        records = history.records()
+        known = self.state.next_seq - 1
+        if len(records) <= known or (known and records[known - 1] != self._last(known)):
+            return False
+        new = records[known:]
+        if not all(isinstance(r, ApprovalDecision) for r in new):
+            return False
+        for record in new:
+            self.state.remember(record)
+        self.state.next_seq = new[-1].seq + 1
+        self.head = head
+        return True
+
+    def _last(self, seq: int) -> Record | None:
+        """This log's durable record at ``seq`` (the newest it knows)."""
+        for record in reversed(self.state.history().records()):
+            if record.seq == seq:
+                return record
+        return None
+
     def _writer(self) -> Writer | None:
         if self.visitor is not None or self.writer_pid == os.getpid():
             return None
@@ -197,6 +242,9 @@ class Writes:
             job = self.journal.append(durable)
         finally:
             held_back = acquire_uninterrupted(self.cond)
+        if job.error is not None and self._moved_on(job.error, durable.action):
+            # Another process answered an approval meanwhile: the batch follows its answer.
+            return self._write_batch(batch) or job.interrupt or held_back
         if job.error is not None:
             self._fail(batch, job.error)
         else:
@@ -210,6 +258,17 @@ class Writes:
             for request in batch:
                 request.done = True
         return job.interrupt or held_back
+
+    def _moved_on(self, error: BaseException, action: str) -> bool:
+        """Whether ``error`` is the run having moved on by decisions now caught up with."""
+        if not isinstance(error, EffectPersistenceError) or isinstance(error, StoreTamperedError):
+            return False
+        if "already recorded in the run" not in str(error) and "extend the chain" not in str(error):
+            return False
+        try:
+            return self.catch_up(action)
+        except EffectPersistenceError:
+            return False
 
     def _fail(self, batch: list[Request], error: BaseException | None) -> None:
         """Tell each request of a batch that was not written (``None``: the log is degraded).

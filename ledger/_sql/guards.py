@@ -47,6 +47,100 @@ WRITER_SOURCE_ID = "ledger-writer "
 OTHER_WRITER = f"sqlite_source_id() NOT LIKE '{WRITER_SOURCE_ID}%'"
 
 
+def store_now(dialect: str) -> str:
+    """The store's clock as SQL, in the form the library writes times (``utc_now``'s).
+
+    What decides whether an approval has expired: the database's clock when the row is
+    inserted, not the writer's.
+    """
+    if dialect == "sqlite":
+        return "strftime('%Y-%m-%dT%H:%M:%f000+00:00', 'now')"
+    return "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"+00:00\"')"
+
+
+def _approval_guards(dialect: str) -> list[Guard]:
+    """The guards of approval requests, decisions, and claims made under an approval."""
+    now = store_now(dialect)
+    granted = (
+        "SELECT 1 FROM approval_requests AS r, approval_decisions AS d"
+        " WHERE r.run_id = NEW.run_id AND r.approval_id = NEW.approval_id"
+        " AND d.run_id = r.run_id AND d.approval_id = r.approval_id"
+        " AND d.decision = 'granted' AND d.seq < NEW.seq AND r.effect_id = NEW.effect_id"
+    )
+    return [
+        Guard(
+            "approval_requests",
+            "guard_key",
+            "EXISTS (SELECT 1 FROM approval_requests WHERE run_id = NEW.run_id"
+            " AND (approval_id = NEW.approval_id OR effect_id = NEW.effect_id))",
+            "approval_requests is append-only, that approval_id or effect_id is already requested",
+        ),
+        Guard(
+            "approval_requests",
+            "guard_run",
+            "NOT EXISTS (SELECT 1 FROM runs WHERE run_id = NEW.run_id)",
+            "approval_requests rows need their run in runs",
+        ),
+        Guard(
+            "approval_requests",
+            "guard_claimed",
+            "EXISTS (SELECT 1 FROM claims WHERE run_id = NEW.run_id AND effect_id = NEW.effect_id)",
+            "an approval request reserves an effect id no claim has",
+        ),
+        Guard(
+            "approval_decisions",
+            "guard_key",
+            "EXISTS (SELECT 1 FROM approval_decisions WHERE run_id = NEW.run_id"
+            " AND approval_id = NEW.approval_id)",
+            "approval_decisions is append-only, that approval is already decided",
+        ),
+        Guard(
+            "approval_decisions",
+            "guard_request",
+            "NOT EXISTS (SELECT 1 FROM approval_requests WHERE run_id = NEW.run_id"
+            " AND approval_id = NEW.approval_id AND seq < NEW.seq)",
+            "an approval decision must come after its request",
+        ),
+        Guard(
+            "approval_decisions",
+            "guard_expired",
+            "EXISTS (SELECT 1 FROM approval_requests WHERE run_id = NEW.run_id"
+            f" AND approval_id = NEW.approval_id AND (expires_at <= {now}"
+            " OR expires_at <= NEW.decided_at))",
+            "the approval request has expired, an answer to it is refused",
+        ),
+        Guard(
+            "approval_decisions",
+            "guard_self",
+            "NEW.source <> 'elicitation' AND EXISTS (SELECT 1 FROM approval_requests"
+            " WHERE run_id = NEW.run_id AND approval_id = NEW.approval_id"
+            " AND host = NEW.host AND pid = NEW.pid)",
+            "an approval request is not decided by the process that made it",
+        ),
+        Guard(
+            "claims",
+            "guard_approval_used",
+            "NEW.approval_id IS NOT NULL AND EXISTS (SELECT 1 FROM claims"
+            " WHERE run_id = NEW.run_id AND approval_id = NEW.approval_id)",
+            "that approval is already used by a claim, an approval is used once",
+        ),
+        Guard(
+            "claims",
+            "guard_approval",
+            f"NEW.approval_id IS NOT NULL AND NOT EXISTS ({granted})",
+            "a claim under an approval needs that approval granted for its effect before it",
+        ),
+        Guard(
+            "claims",
+            "guard_approval_expired",
+            "NEW.approval_id IS NOT NULL AND EXISTS (SELECT 1 FROM approval_requests"
+            " WHERE run_id = NEW.run_id AND approval_id = NEW.approval_id"
+            f" AND expires_at <= {now})",
+            "the approval has expired by the store clock, a claim under it is refused",
+        ),
+    ]
+
+
 def _seq_taken() -> str:
     return " OR ".join(
         f"EXISTS (SELECT 1 FROM {other} WHERE run_id = NEW.run_id AND seq = NEW.seq)"
@@ -146,6 +240,7 @@ def insert_guards(dialect: str) -> dict[str, Guard]:
         )
         for table in ("claims", "observations")
     )
+    guards.extend(_approval_guards(dialect))
     guards.append(
         Guard(
             "outcomes",
@@ -188,6 +283,8 @@ def insert_guards(dialect: str) -> dict[str, Guard]:
             ("outcomes", "outcome"),
             ("observations", "observation"),
             ("resolutions", "resolution"),
+            ("approval_requests", "approval_request"),
+            ("approval_decisions", "approval_decision"),
         )
     )
     if sqlite:

@@ -27,6 +27,8 @@ from ledger import _chain
 from ledger._owner import Writer
 from ledger._sql.revisions import check_known
 from ledger._sql.tables import (
+    approval_decisions,
+    approval_requests,
     claims,
     observations,
     outcomes,
@@ -36,6 +38,9 @@ from ledger._sql.tables import (
     scope_index,
 )
 from ledger.effects import (
+    ApprovalDecision,
+    ApprovalRequest,
+    ApprovalSource,
     Coverage,
     EffectClaim,
     EffectKind,
@@ -60,15 +65,20 @@ from ledger.errors import StoreCorruptError, StoreSchemaOldError, StoreTamperedE
 # --------------------------------------------------------------------------- rows
 
 
-# The first revision whose tables the reads here know: a claim's trace context in its row
-# (0015; before it, 0013's resolution writer, 0012's steps and recorded values, 0009's
-# scope in a claim's row).
-READABLE_FROM = "0015"
+# The first revision whose tables the reads here know: approvals (0016; before it, 0015's
+# trace context in a claim's row, 0013's resolution writer, 0012's steps and recorded
+# values, 0009's scope in a claim's row).
+READABLE_FROM = "0016"
 
 
 # The columns of the latest revisions that the reads select: with them, a store whose
 # version row says otherwise (set back by hand) is read, and `verify` says what is wrong.
-_READ_COLUMNS = {"claims": ("impact_scope", "step", "traceparent"), "resolutions": ("origin",)}
+_READ_COLUMNS = {
+    "claims": ("impact_scope", "step", "traceparent", "approval_id"),
+    "resolutions": ("origin",),
+    "approval_requests": ("approval_id",),
+    "approval_decisions": ("approval_id",),
+}
 
 
 def _has_read_columns(conn: Connection) -> bool:
@@ -191,6 +201,7 @@ def rows_of(run_id: str, record: Record) -> Rows:
             "step": record.step,
             "args": None if record.args is None else recorded_json(record.args),
             "traceparent": record.traceparent,
+            "approval_id": record.approval_id,
         }
         return row, scope, duties
     if isinstance(record, EffectOutcome):
@@ -216,6 +227,41 @@ def rows_of(run_id: str, record: Record) -> Rows:
             "note": record.note,
             "recorded_at": record.recorded_at,
             "origin": None if record.origin is None else record.origin.value,
+            "os_user": record.os_user,
+            "host": record.host,
+            "program": record.program,
+            "pid": record.pid,
+        }
+        return row, [], []
+    if isinstance(record, ApprovalRequest):
+        row = {
+            "run_id": run_id,
+            "seq": record.seq,
+            "approval_id": record.approval_id,
+            "effect_id": record.effect_id,
+            "action_digest": record.action_digest,
+            "operation": record.operation,
+            "step": record.step,
+            "args": None if record.args is None else recorded_json(record.args),
+            "reason": record.reason,
+            "requested_at": record.requested_at,
+            "expires_at": record.expires_at,
+            "os_user": record.os_user,
+            "host": record.host,
+            "program": record.program,
+            "pid": record.pid,
+        }
+        return row, [], []
+    if isinstance(record, ApprovalDecision):
+        row = {
+            "run_id": run_id,
+            "seq": record.seq,
+            "approval_id": record.approval_id,
+            "decision": record.decision,
+            "decided_by": record.by,
+            "note": record.note,
+            "decided_at": record.decided_at,
+            "source": record.source.value,
             "os_user": record.os_user,
             "host": record.host,
             "program": record.program,
@@ -253,6 +299,8 @@ _TABLES = {
     "outcome": outcomes,
     "observation": observations,
     "resolution": resolutions,
+    "approval_request": approval_requests,
+    "approval_decision": approval_decisions,
 }
 
 
@@ -386,6 +434,41 @@ def _resolution(row: Any) -> Resolution:
     )
 
 
+def _approval_request(row: Any) -> ApprovalRequest:
+    return ApprovalRequest(
+        approval_id=row["approval_id"],
+        seq=row["seq"],
+        effect_id=row["effect_id"],
+        action_digest=row["action_digest"],
+        operation=row["operation"],
+        requested_at=row["requested_at"],
+        expires_at=row["expires_at"],
+        os_user=row["os_user"],
+        host=row["host"],
+        program=row["program"],
+        pid=row["pid"],
+        step=row["step"],
+        args=_stored_json(row["args"], "args"),
+        reason=row["reason"],
+    )
+
+
+def _approval_decision(row: Any) -> ApprovalDecision:
+    return ApprovalDecision(
+        approval_id=row["approval_id"],
+        seq=row["seq"],
+        decision=row["decision"],
+        by=row["decided_by"],
+        decided_at=row["decided_at"],
+        source=ApprovalSource(row["source"]),
+        os_user=row["os_user"],
+        host=row["host"],
+        program=row["program"],
+        pid=row["pid"],
+        note=row["note"],
+    )
+
+
 def _observation(row: Any) -> Observation:
     return Observation(
         observation_id=row["observation_id"],
@@ -404,6 +487,16 @@ def _observation(row: Any) -> Observation:
         revision=row["revision"],
         recorded_at=row["recorded_at"],
     )
+
+
+# The record tables after claims, in the order a run is read: kind, table, row reader.
+_AFTER_CLAIMS: tuple[tuple[str, Table, Callable[[Any], Any]], ...] = (
+    ("outcome", outcomes, _outcome),
+    ("observation", observations, _observation),
+    ("resolution", resolutions, _resolution),
+    ("approval_request", approval_requests, _approval_request),
+    ("approval_decision", approval_decisions, _approval_decision),
+)
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -471,6 +564,7 @@ def claim_of(row: Any) -> tuple[EffectClaim, list[tuple[Any, ...]]]:
         step=row["step"],
         args=_stored_json(row["args"], "args"),
         traceparent=row["traceparent"],
+        approval_id=row["approval_id"],
     )
     return claim, scope
 
@@ -518,12 +612,8 @@ def load_run(conn: Connection, run_id: str) -> tuple[History, str]:
                 (s[0], s[1], row["effect_id"], position) for position, s in enumerate(scope)
             )
             loaded_claims.append(claim)
-        loaded: dict[str, list[Any]] = {"outcome": [], "observation": [], "resolution": []}
-        for kind, source, build in (
-            ("outcome", outcomes, _outcome),
-            ("observation", observations, _observation),
-            ("resolution", resolutions, _resolution),
-        ):
+        loaded: dict[str, list[Any]] = {kind: [] for kind, _, _ in _AFTER_CLAIMS}
+        for kind, source, build in _AFTER_CLAIMS:
             for row in conn.execute(
                 select(source).where(source.c.run_id == run_id).order_by(source.c.seq)
             ).mappings():
@@ -538,6 +628,8 @@ def load_run(conn: Connection, run_id: str) -> tuple[History, str]:
             tuple(loaded["outcome"]),
             tuple(loaded["observation"]),
             tuple(loaded["resolution"]),
+            tuple(loaded["approval_request"]),
+            tuple(loaded["approval_decision"]),
         )
         check_history(history)
         where = "chain"
@@ -569,13 +661,15 @@ _UNREAD = {
     "outcome": ("execution_id", "result"),
     "observation": ("resource", "sha256", "revision", "source_action_id"),
     "resolution": ("by", "note"),
+    "approval_request": ("operation", "step", "args", "reason"),
+    "approval_decision": ("by", "note"),
 }
 _PAGE = 1000
 # The (seq, prev_hash, hash) of every record of a run, in seq order.
 _LINKS = (
     " UNION ALL ".join(
         f"SELECT seq, prev_hash, hash FROM {t.name} WHERE run_id = :run_id"
-        for t in (claims, outcomes, observations, resolutions)
+        for t in _TABLES.values()
     )
     + " ORDER BY seq"
 )
@@ -623,14 +717,18 @@ def check_run(
     # The seqs whose hash, computed from their record after their stored prev_hash,
     # differs from their stored hash: checked in seq order once the links are.
     changed: set[Any] = set()
-    kept: dict[str, list[Any]] = {"claim": [], "outcome": [], "observation": [], "resolution": []}
+    kept: dict[str, list[Any]] = {kind: [] for kind in _TABLES}
     indexed: set[tuple[Any, ...]] = set()
 
     def keep(kind: str, row: Any, record: Record) -> None:
         prev = row["prev_hash"]
         if not isinstance(prev, str) or chain_hash(run_id, record, prev) != row["hash"]:
             changed.add(row["seq"])
-        kept[kind].append(record if see is not None and see(record) else _let_go(record))
+        whole = (see is not None and see(record)) or (
+            # The rules compare an approved claim's action digest with its request's.
+            isinstance(record, EffectClaim) and record.approval_id is not None
+        )
+        kept[kind].append(record if whole else _let_go(record))
 
     try:
         with _streamed(conn, claims, run_id) as found:
@@ -641,11 +739,7 @@ def check_run(
                     (s[0], s[1], row["effect_id"], position) for position, s in enumerate(scope)
                 )
                 keep("claim", row, claim)
-        for kind, source, build in (
-            ("outcome", outcomes, _outcome),
-            ("observation", observations, _observation),
-            ("resolution", resolutions, _resolution),
-        ):
+        for kind, source, build in _AFTER_CLAIMS:
             with _streamed(conn, source, run_id) as found:
                 for row in found:
                     where = f"{kind} at seq {row['seq']}"
@@ -659,13 +753,14 @@ def check_run(
             tuple(kept["outcome"]),
             tuple(kept["observation"]),
             tuple(kept["resolution"]),
+            tuple(kept["approval_request"]),
+            tuple(kept["approval_decision"]),
         )
         kept.clear()
         check_history(history)
         where = "chain"
         head_hash = _check_links(conn, run_id, changed)
-        count = sum(map(len, (history.claims, history.outcomes, history.observations)))
-        count += len(history.resolutions)
+        count = len(history.records())
         if count and not run_exists(conn, run_id):
             raise _InvalidRowError("the run has records but no row in runs")  # noqa: TRY301 - reported below with the others
     except (ValueError, TypeError, _InvalidRowError) as e:
@@ -785,8 +880,15 @@ def reread_resolutions(conn: Connection, run_id: str) -> Iterator[Resolution]:
 
 _TIMES = (
     " UNION ALL ".join(
-        f"SELECT seq, recorded_at FROM {t.name} WHERE run_id = :run_id"
-        for t in (claims, outcomes, observations, resolutions)
+        f"SELECT seq, {time} FROM {t.name} WHERE run_id = :run_id"
+        for t, time in (
+            (claims, "recorded_at"),
+            (outcomes, "recorded_at"),
+            (observations, "recorded_at"),
+            (resolutions, "recorded_at"),
+            (approval_requests, "requested_at"),
+            (approval_decisions, "decided_at"),
+        )
     )
     + " ORDER BY seq"
 )

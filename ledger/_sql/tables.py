@@ -31,6 +31,7 @@ from sqlalchemy import (
 
 from ledger.effects import (
     RESOURCE_KINDS,
+    ApprovalSource,
     Coverage,
     EffectKind,
     ExecutionOutcome,
@@ -135,7 +136,19 @@ claims = Table(
     # The caller's W3C trace context when it claimed (NULL: none known) (migration 0015),
     # checked by every load and chained.
     Column("traceparent", Text, nullable=True),
+    # The approval the claim was made under (NULL: none) (migration 0016): a request of the
+    # run, granted, unexpired and used by this claim alone, as a guard checks on insert.
+    Column("approval_id", Text, nullable=True),
     sqlite_strict=True,
+)
+# One approval, one claim: the database itself refuses a second use.
+Index(
+    "uq_claims_approval",
+    claims.c.run_id,
+    claims.c.approval_id,
+    unique=True,
+    sqlite_where=text("approval_id IS NOT NULL"),
+    postgresql_where=text("approval_id IS NOT NULL"),
 )
 # A claim's retries, for the views: claims that retry another only (0010).
 Index(
@@ -275,6 +288,78 @@ resolutions = Table(
     sqlite_strict=True,
 )
 
+# A call waiting for a person's yes (migration 0016): the call's action digest, what a
+# person is shown, until when (the store's clock), and the process that asks.
+approval_requests = Table(
+    "approval_requests",
+    metadata,
+    Column("run_id", Text, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("approval_id", Text, nullable=False),
+    Column("effect_id", Text, nullable=False),
+    Column("action_digest", Text, nullable=False),
+    Column("operation", Text, nullable=False),
+    Column("step", Text, nullable=False),
+    Column("args", Text, nullable=True),
+    Column("reason", Text, nullable=False),
+    Column("requested_at", Text, nullable=False),
+    Column("expires_at", Text, nullable=False),
+    Column("os_user", Text, nullable=False),
+    Column("host", Text, nullable=False),
+    Column("program", Text, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("prev_hash", Text, nullable=False),
+    Column("hash", Text, nullable=False),
+    PrimaryKeyConstraint("run_id", "seq"),
+    UniqueConstraint("run_id", "approval_id"),
+    UniqueConstraint("run_id", "effect_id"),
+    ForeignKeyConstraint(["run_id"], ["runs.run_id"]),
+    CheckConstraint("seq >= 1", name="seq"),
+    CheckConstraint(_identifier("approval_id"), name="approval_id"),
+    CheckConstraint(_identifier("effect_id"), name="effect_id"),
+    CheckConstraint(_identifier("operation"), name="operation"),
+    CheckConstraint(_hex("action_digest", 64), name="action_digest"),
+    CheckConstraint("expires_at > requested_at", name="expires_at"),
+    CheckConstraint("pid > 0", name="pid"),
+    CheckConstraint(_hex("prev_hash", 64), name="prev_hash"),
+    CheckConstraint(_hex("hash", 64), name="hash"),
+    sqlite_strict=True,
+)
+
+# A person's answer to a request, at most one (migration 0016).
+approval_decisions = Table(
+    "approval_decisions",
+    metadata,
+    Column("run_id", Text, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("approval_id", Text, nullable=False),
+    Column("decision", Text, nullable=False),
+    # "by" is an SQL keyword.
+    Column("decided_by", Text, nullable=False),
+    Column("note", Text, nullable=False),
+    Column("decided_at", Text, nullable=False),
+    Column("source", Text, nullable=False),
+    Column("os_user", Text, nullable=False),
+    Column("host", Text, nullable=False),
+    Column("program", Text, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("prev_hash", Text, nullable=False),
+    Column("hash", Text, nullable=False),
+    PrimaryKeyConstraint("run_id", "seq"),
+    UniqueConstraint("run_id", "approval_id"),
+    ForeignKeyConstraint(
+        ["run_id", "approval_id"], ["approval_requests.run_id", "approval_requests.approval_id"]
+    ),
+    CheckConstraint("seq >= 1", name="seq"),
+    CheckConstraint(words("decision", ("granted", "denied")), name="decision"),
+    CheckConstraint(_identifier("decided_by"), name="decided_by"),
+    CheckConstraint(_enumwords("source", ApprovalSource), name="source"),
+    CheckConstraint("pid > 0", name="pid"),
+    CheckConstraint(_hex("prev_hash", 64), name="prev_hash"),
+    CheckConstraint(_hex("hash", 64), name="hash"),
+    sqlite_strict=True,
+)
+
 # Who writes each run now: host, boot and process. Not history: a run continued by
 # another process after a restart changes writer, so this table is updated in place.
 run_writers = Table(
@@ -294,7 +379,14 @@ run_writers = Table(
     sqlite_strict=True,
 )
 
-RECORD_TABLES = ("claims", "outcomes", "observations", "resolutions")
+RECORD_TABLES = (
+    "claims",
+    "outcomes",
+    "observations",
+    "resolutions",
+    "approval_requests",
+    "approval_decisions",
+)
 APPEND_ONLY_TABLES = (
     "runs",
     "claims",
@@ -302,6 +394,8 @@ APPEND_ONLY_TABLES = (
     "outcomes",
     "observations",
     "resolutions",
+    "approval_requests",
+    "approval_decisions",
 )
 
 

@@ -31,7 +31,7 @@ from ledger._combiner import GroupCommitQueue
 from ledger._combiner import Job as _Job
 from ledger._sql import rows
 from ledger._sql.rows import landed
-from ledger._sql.tables import run_writers, runs
+from ledger._sql.tables import RECORD_TABLES, run_writers, runs
 from ledger.errors import (
     EffectPersistenceError,
     RunExistsError,
@@ -73,8 +73,7 @@ _UPSERT_WRITER = sql(
 )
 _MAX_SEQ = "SELECT greatest({})".format(
     ", ".join(
-        f"(SELECT coalesce(max(seq), 0) FROM {t} WHERE run_id = %(run_id)s)"
-        for t in ("claims", "outcomes", "observations", "resolutions")
+        f"(SELECT coalesce(max(seq), 0) FROM {t} WHERE run_id = %(run_id)s)" for t in RECORD_TABLES
     )
 )
 

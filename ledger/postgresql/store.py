@@ -25,6 +25,7 @@ from sqlalchemy import Connection, Engine, insert
 
 from ledger import _lifetime
 from ledger._sql import rows
+from ledger._sql.guards import store_now
 from ledger.effects import History
 from ledger.errors import EffectPersistenceError
 from ledger.postgresql import engine as _engine
@@ -123,6 +124,11 @@ class Store:
             return Written(head, error, e)
         job = self.group.submit(Job(batch, steps))
         return Written(head, job.error, job.interrupt)
+
+    def now(self, action: str) -> str:
+        """The server's clock, as the guards read it (``clock_timestamp()``), at microseconds."""
+        with self.read(action) as conn:
+            return str(conn.exec_driver_sql(f"SELECT {store_now('postgresql')}").scalar_one())
 
     def hold(self, run_id: str, mode: Mode) -> Lease | None:
         """Hold the run by a session advisory lock (ledger.postgresql.liveness)."""

@@ -33,7 +33,7 @@ from ledger._sql.revisions import (
     revision_mismatch,
     revisions,
 )
-from ledger.effects import History
+from ledger.effects import History, utc_now
 from ledger.errors import (
     EffectPersistenceError,
     StoreCorruptError,
@@ -473,6 +473,10 @@ class Store:
         steps, head = rows.prepare(batch.run_id, batch.records, batch.head)
         job = self.commit(batch.action, steps, rows.preconditions(batch))
         return Written(head, job.error, job.interrupt)
+
+    def now(self, action: str) -> str:  # noqa: ARG002 - the contract's signature
+        """The store's clock: this machine's, as the guards' ``strftime('now')`` reads it."""
+        return utc_now()
 
     def hold(self, run_id: str, mode: Mode) -> Lease | None:
         """Hold the run by a kernel lock in the store's ``ledger.lock`` (ledger.sqlite.liveness)."""

@@ -366,6 +366,7 @@ def test_to_dict_shape_of_a_claim() -> None:
         "step": "",
         "args": None,
         "traceparent": None,
+        "approval_id": None,
     }
 
 
@@ -391,9 +392,12 @@ LATER_KEYS = {
     ("EffectClaim", "step"): "",
     ("EffectClaim", "args"): None,
     ("EffectClaim", "traceparent"): None,
+    ("EffectClaim", "approval_id"): None,
     ("EffectOutcome", "result"): None,
     ("EffectOutcome", "result_recorded"): False,
     ("History", "resolutions"): (),
+    ("History", "approval_requests"): (),
+    ("History", "approval_decisions"): (),
     ("Assessment", "resolution"): None,
 }
 MISSING_KEYS = [

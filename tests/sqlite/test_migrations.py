@@ -647,7 +647,12 @@ def test_a_store_at_0013_with_a_trigger_per_guard_gets_one_per_table(
         claim_target(log, "e0")
     db = store_dir / "ledger.sqlite3"
     migrate(db, "0013", down=True)
-    every = insert_guards("sqlite")
+    # The guards 0013's tables have (approvals came with 0016).
+    every = {
+        name: g
+        for name, g in insert_guards("sqlite").items()
+        if not g.table.startswith("approval") and "approval" not in g.condition
+    }
     execute(
         db,
         "".join(f"DROP TRIGGER {t}_guard; " for t in {g.table for g in every.values()})
