@@ -460,10 +460,15 @@ class EffectLog(ToolCalls, Approvals):
                 args=request.args,
             )
             passed = self.gate(probe, policy, step=request.step, args=probe.args)
-            approved = dataclasses.replace(
-                request, effect_id=passed.effect_id, approval_id=passed.approval_id
-            )
+        approved = dataclasses.replace(
+            request, effect_id=passed.effect_id, approval_id=passed.approval_id
+        )
+        # Claimed with the lock released, as every claim is: the queue takes it once, and
+        # cannot hand it on while this frame holds it a second time.
+        try:
             return self._claim_all((approved,), f"claim {passed.effect_id!r}")[0]
+        finally:
+            self.passed(passed)
 
     def claim_many(
         self,

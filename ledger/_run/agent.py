@@ -53,6 +53,8 @@ class ToolCalls:
             self, probe: EffectClaim, policy: ApprovalPolicy, *, step: str, args: object
         ) -> Any: ...
 
+        def passed(self, gate: Any) -> None: ...
+
         def _claim_all(
             self,
             batch: tuple[ClaimRequest, ...],
@@ -84,7 +86,7 @@ class ToolCalls:
         before anything is written. With ``approval``, a first attempt passes the gate
         first (see :meth:`effect`).
         """
-        approval_id = None
+        approval_id, passed = None, None
         with self._cond:
             self._check_open()
             planned = self._state.plan_step(probe, step, tool=tool)
@@ -123,12 +125,16 @@ class ToolCalls:
             args=probe.args if args is None else args,
             approval_id=approval_id,
         )
-        claim = self._claim_all(
-            (request,),
-            f"claim {effect_id!r}",
-            retrying=plan.retry_of if plan.checked else None,
-            observed=observed,
-        )[0]
+        try:
+            claim = self._claim_all(
+                (request,),
+                f"claim {effect_id!r}",
+                retrying=plan.retry_of if plan.checked else None,
+                observed=observed,
+            )[0]
+        finally:
+            if passed is not None:
+                self.passed(passed)
         return Begin(claim, plan.attempt)
 
     def effect(
