@@ -467,6 +467,9 @@ class EffectLog(ToolCalls, Approvals):
         # cannot hand it on while this frame holds it a second time.
         try:
             return self._claim_all((approved,), f"claim {passed.effect_id!r}")[0]
+        except EffectPersistenceError as e:
+            self.passed(passed)
+            self.lapsed(e, probe, policy, step=request.step, args=probe.args)
         finally:
             self.passed(passed)
 

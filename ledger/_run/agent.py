@@ -9,7 +9,7 @@ by (:meth:`ToolCalls.begin_step`): the log's own records are written by the log
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from ledger._run.calls import EffectScope, ExceptionTypes, Log, Referable
 from ledger._run.files import FileTarget, observe_file
@@ -25,6 +25,7 @@ from ledger.effects import (
     Postcondition,
     ResourceRef,
 )
+from ledger.errors import EffectPersistenceError
 
 if TYPE_CHECKING:
     import threading
@@ -54,6 +55,16 @@ class ToolCalls:
         ) -> Any: ...
 
         def passed(self, gate: Any) -> None: ...
+
+        def lapsed(
+            self,
+            error: EffectPersistenceError,
+            probe: EffectClaim,
+            policy: ApprovalPolicy,
+            *,
+            step: str,
+            args: object,
+        ) -> NoReturn: ...
 
         def _claim_all(
             self,
@@ -132,6 +143,15 @@ class ToolCalls:
                 retrying=plan.retry_of if plan.checked else None,
                 observed=observed,
             )[0]
+        except EffectPersistenceError as e:
+            if passed is None or approval is None:
+                raise
+            self.passed(passed)
+            passed = None
+            if step is None:  # not claimed: the call made again is this same call
+                with self._cond:
+                    self._state.steps.give_back(probe.operation.name, probe.operation.args_sha256)
+            self.lapsed(e, probe, approval, step=planned.step, args=request.args)
         finally:
             if passed is not None:
                 self.passed(passed)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
 from ledger._run.requests import new_effect_id
 from ledger._run.writes import Request, degraded_error
@@ -139,6 +139,29 @@ class Approvals:
         """
         with self._cond:
             self._state.approvals.passing.discard(gate.approval_id)
+
+    def lapsed(
+        self,
+        error: EffectPersistenceError,
+        probe: EffectClaim,
+        policy: ApprovalPolicy,
+        *,
+        step: str,
+        args: object,
+    ) -> NoReturn:
+        """Raise for a claim under a grant that failed with ``error``.
+
+        When the store refused it because the approval expired between the gate and the
+        claim's transaction (a grant given in the last instant), the call is not run and
+        asks anew, as one made a moment later would: :class:`ApprovalPending`. Any other
+        failure is raised as it is.
+        """
+        if "has expired by the store clock" not in str(error):
+            raise error
+        with self._cond:
+            passed = self.gate(probe, policy, step=step, args=args)  # past expiry: asks anew
+            self._state.approvals.passing.discard(passed.approval_id)
+        raise error  # the store's clock and the gate's disagree: the refusal stands
 
     def _spent(self, request: ApprovalRequest, now: str) -> bool:
         """Whether a grant can no longer let a call through, though no claim used it yet.

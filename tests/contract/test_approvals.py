@@ -29,7 +29,15 @@ from ledger.effect_log import EffectLog, EffectPersistenceError
 from ledger.errors import ApprovalDenied, ApprovalPending
 from ledger.resources import ExternalResource
 from tests.backends import Backend, writes_nothing
-from tests.builders import CHILD_TIMEOUT, PYTHON, REPO, run_threads, subprocess_env, wait_for
+from tests.builders import (
+    CHILD_TIMEOUT,
+    PYTHON,
+    REPO,
+    Call,
+    run_threads,
+    subprocess_env,
+    wait_for,
+)
 
 pytestmark = pytest.mark.program
 
@@ -205,6 +213,7 @@ def test_a_grant_does_not_cover_a_changed_call(
     calls = Refunds(log)
     first = calls.pending()
     person.approve(log.run_id, first.approval_id, expect=first.action_digest[:8])
+    change = dict(change)  # the parameter is shared by the backends' runs
     amount = change.pop("amount", 150)
     other = calls.pending(amount, **change)
     assert other.approval_id != first.approval_id
@@ -373,6 +382,32 @@ def test_a_grant_not_used_before_the_expiry_lapses(
     assert again.approval_id != asked.approval_id
     assert not log.degraded
     assert log.history().claims == ()
+
+
+def test_a_claim_the_store_refuses_as_expired_asks_anew(
+    backend: Backend, store_dir: Path | str, log: EffectLog, person: Person
+) -> None:
+    """Granted in time, claimed too late (the store was busy): not run, ApprovalPending anew."""
+    calls = Refunds(log, fx.ApprovalPolicy(ttl=timedelta(seconds=2)))
+    asked = calls.pending()
+    person.approve(log.run_id, asked.approval_id)
+    with backend.write_locked(store_dir):
+        claiming = Call(calls.refund)
+        wait_for(lambda: asked.effect_id in log._state.queued_claims, "the claim is queued")
+        if fx.utc_now() >= asked.expires_at:  # the gate itself saw it expired: not this test
+            pytest.skip("the machine was too slow to claim within the ttl")
+        wait_for(lambda: fx.utc_now() > asked.expires_at, "the approval expired")
+    with pytest.raises(ApprovalPending) as raised:
+        claiming.result()
+    assert raised.value.approval_id != asked.approval_id
+    assert calls.ran == []
+    assert not log.degraded
+    assert log.history().claims == ()
+    assert count(backend, store_dir, "claims") == 0
+    # The call made again is the same call: it has the same step, and asks no more.
+    first, second = log.history().approval_requests
+    assert first.step == second.step
+    assert calls.pending().approval_id == raised.value.approval_id
 
 
 # --------------------------------------------------------------------------- 4. who answered
