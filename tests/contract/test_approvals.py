@@ -51,10 +51,22 @@ SHORT = timedelta(seconds=1)  # a request a test waits out
 # on stdout. "command" answers as `ledger approve` does, "program" as a program would.
 PERSON = """
 import json, os, sys
+from datetime import datetime, timedelta
+from ledger._core import values
 from ledger.effect_log import EffectLog
+
+class Skewed(datetime):  # this process's clock, as the library reads it: off by `skew`
+    skew = timedelta(0)
+
+    @classmethod
+    def now(cls, tz=None):
+        return datetime.now(tz) + cls.skew
+
+values.datetime = Skewed
 print(json.dumps({"pid": os.getpid()}), flush=True)
 for line in sys.stdin:
     ask = json.loads(line)
+    Skewed.skew = timedelta(seconds=ask["skew"])
     try:
         if ask["how"] == "command":
             log = EffectLog._visit(ask["run"], ask["store"], "ledger approve")
@@ -105,6 +117,7 @@ class Person:
         expect: str | None = None,
         note: str = "",
         how: str = "command",
+        skew: float = 0,
     ) -> dict[str, Any]:
         """What the person's process said: ``{"decision": ...}`` or ``{"error": ...}``."""
         assert self.proc.stdin is not None
@@ -117,6 +130,7 @@ class Person:
             "expect": expect,
             "note": note,
             "how": how,
+            "skew": skew,
         }
         self.proc.stdin.write(json.dumps(ask) + "\n")
         self.proc.stdin.flush()
@@ -360,6 +374,32 @@ def test_an_expired_request_is_no_one_s_answer_and_cannot_be_granted(
     assert log.decide(again.effect_id).step is fx.NextStep.WAIT
     assert count(backend, store_dir, "approval_decisions") == 0
     assert calls.ran == []
+
+
+def test_a_person_s_clock_behind_the_store_s_does_not_extend_a_request(
+    backend: Backend, store_dir: Path | str, log: EffectLog, person: Person
+) -> None:
+    """Expired by the store's clock, a grant from a process whose clock is an hour behind is refused."""
+    asked = Refunds(log, fx.ApprovalPolicy(ttl=SHORT)).pending()
+    expired(log, asked.approval_id)
+    with writes_nothing(backend, store_dir, log):
+        said = person.answer(log.run_id, asked.approval_id, skew=-3600)
+    assert said["error"] == "ValueError"
+    assert "expired" in said["message"]
+
+
+def test_a_person_s_clock_ahead_of_the_store_s_does_not_cut_a_request_short(
+    backend: Backend, log: EffectLog, person: Person
+) -> None:
+    """Pending by the store's clock, a grant from a process whose clock is an hour ahead counts."""
+    if backend.name == "sqlite":
+        pytest.skip("a SQLite store's clock is its machine's, which every process there reads")
+    calls = Refunds(log)
+    asked = calls.pending()
+    decision = person.approve(log.run_id, asked.approval_id, skew=3600)
+    assert decision["decided_at"] < asked.expires_at  # the store's time, not the person's
+    calls.refund()
+    assert len(calls.ran) == 1
 
 
 def test_a_grant_not_used_before_the_expiry_lapses(
