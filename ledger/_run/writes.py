@@ -24,6 +24,8 @@ from ledger._run.journal import Journal
 from ledger._run.state import RunState, renumber
 from ledger.effects import (
     ApprovalDecision,
+    ApprovalRequest,
+    EffectClaim,
     EffectOutcome,
     Observation,
     Record,
@@ -207,10 +209,11 @@ class Writes:
         if self.degraded:
             self._fail(batch, None)
             return None
-        if not self.started and all(isinstance(r, Observation) for r in records):
+        if not self.started and not any(
+            isinstance(r, (EffectClaim, ApprovalRequest)) for r in records
+        ):
             # A run that has not claimed writes nothing: its observations wait for a claim.
-            # An approval request is written at once, starting the run: a person must see
-            # it, and it must survive the worker that asked.
+            # A request for approval starts the run: a person must find it in the store.
             for record in records:
                 self.unwritten.append(record)  # type: ignore[arg-type]  # only observations
                 self.state.remember(record)
