@@ -278,6 +278,24 @@ def test_a_grant_runs_the_call_once_and_the_same_call_again_asks_anew(
     assert rows == [(asked.approval_id,)]
 
 
+def test_a_grant_given_while_the_worker_goes_on_with_other_calls_is_taken_in(
+    backend: Backend, store_dir: Path | str, log: EffectLog, person: Person
+) -> None:
+    """The worker's next ungated write meets the person's decision in the run: it adopts it."""
+    calls = Refunds(log)
+    asked = calls.pending()
+    person.approve(log.run_id, asked.approval_id)
+    with log.effect("note", args={"text": "waiting"}, kind=fx.EffectKind.IDEMPOTENT) as call:
+        noted = call.effect_id
+    assert not log.degraded
+    calls.refund()
+    claims = log.history().claims
+    assert [c.effect_id for c in claims] == [noted, asked.effect_id]
+    assert [r[0] for r in backend.query(store_dir, "SELECT seq FROM claims ORDER BY seq")] == [
+        c.seq for c in claims
+    ]
+
+
 def test_threads_entering_the_granted_call_together_use_the_grant_once(
     log: EffectLog, person: Person
 ) -> None:
@@ -406,7 +424,7 @@ def test_a_grant_not_used_before_the_expiry_lapses(
     backend: Backend, store_dir: Path | str, log: EffectLog, person: Person
 ) -> None:
     """Granted but unused past the expiry: the call asks anew, nothing runs, the log is fine."""
-    calls = Refunds(log, fx.ApprovalPolicy(ttl=SHORT))
+    calls = Refunds(log, fx.ApprovalPolicy(ttl=timedelta(seconds=3)))  # time for the person
     asked = calls.pending()
     said = person.answer(log.run_id, asked.approval_id)
     if "error" in said:  # the person was slower than the short ttl: nothing to test
