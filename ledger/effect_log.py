@@ -463,11 +463,15 @@ class EffectLog(ToolCalls, Approvals):
         approved = dataclasses.replace(
             request, effect_id=passed.effect_id, approval_id=passed.approval_id
         )
+        # Claimed with the lock released, as every claim is: the queue takes it once, and
+        # cannot hand it on while this frame holds it a second time.
         try:
             return self._claim_all((approved,), f"claim {passed.effect_id!r}")[0]
         except EffectPersistenceError as e:
-            self.lapsed(e, probe, policy, step=request.step, automatic=False)
-            raise
+            self.passed(passed)
+            self.lapsed(e, probe, policy, step=request.step, args=probe.args)
+        finally:
+            self.passed(passed)
 
     def claim_many(
         self,

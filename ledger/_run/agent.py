@@ -9,7 +9,7 @@ by (:meth:`ToolCalls.begin_step`): the log's own records are written by the log
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from ledger._run.calls import EffectScope, ExceptionTypes, Log, Referable
 from ledger._run.files import FileTarget, observe_file
@@ -54,6 +54,8 @@ class ToolCalls:
             self, probe: EffectClaim, policy: ApprovalPolicy, *, step: str, args: object
         ) -> Any: ...
 
+        def passed(self, gate: Any) -> None: ...
+
         def lapsed(
             self,
             error: EffectPersistenceError,
@@ -61,8 +63,8 @@ class ToolCalls:
             policy: ApprovalPolicy,
             *,
             step: str,
-            automatic: bool,
-        ) -> None: ...
+            args: object,
+        ) -> NoReturn: ...
 
         def _claim_all(
             self,
@@ -95,7 +97,7 @@ class ToolCalls:
         before anything is written. With ``approval``, a first attempt passes the gate
         first (see :meth:`effect`).
         """
-        approval_id = None
+        approval_id, passed = None, None
         with self._cond:
             self._check_open()
             planned = self._state.plan_step(probe, step, tool=tool)
@@ -142,11 +144,17 @@ class ToolCalls:
                 observed=observed,
             )[0]
         except EffectPersistenceError as e:
-            if approval is not None and approval_id is not None:
-                # The grant expired by the store's clock since the gate let the call
-                # through: the call asks again, as one made a moment later would.
-                self.lapsed(e, probe, approval, step=planned.step, automatic=step is None)
-            raise
+            if passed is None or approval is None:
+                raise
+            self.passed(passed)
+            passed = None
+            if step is None:  # not claimed: the call made again is this same call
+                with self._cond:
+                    self._state.steps.give_back(probe.operation.name, probe.operation.args_sha256)
+            self.lapsed(e, probe, approval, step=planned.step, args=request.args)
+        finally:
+            if passed is not None:
+                self.passed(passed)
         return Begin(claim, plan.attempt)
 
     def effect(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
 from ledger._run.requests import new_effect_id
 from ledger._run.writes import Request, degraded_error
@@ -101,16 +101,21 @@ class Approvals:
         digest = action_digest(probe)
         action = f"cannot ask for approval of {probe.operation.name}"
         book = self._state.approvals
+        while digest in book.asking:  # another thread is asking for this very call
+            self._cond.wait()
         request = book.latest(digest)
         if request is not None and request.approval_id not in book.answer:
             self._catch_up(action)
         now = self._store_now(action)
         state = None if request is None else book.state(request, now)
+        if request is not None and state == "granted" and self._spent(request, now):
+            state = "used"
         if request is None or state in ("expired", "used"):
             request = self._ask(probe, policy, digest, step=step, args=args, now=now)
             state = "pending"
         assert request is not None  # noqa: S101 - asked above
         if state == "granted":
+            book.passing.add(request.approval_id)  # until the caller's passed()
             return Gate(request.approval_id, request.effect_id)
         if state == "denied":
             answer = book.answer[request.approval_id]
@@ -127,6 +132,14 @@ class Approvals:
             )
         raise self._pending(request, now)
 
+    def passed(self, gate: Gate) -> None:
+        """The claim of a call :meth:`gate` let through is durable, or failed.
+
+        Durable, its approval is used; failed, the next call may pass under it again.
+        """
+        with self._cond:
+            self._state.approvals.passing.discard(gate.approval_id)
+
     def lapsed(
         self,
         error: EffectPersistenceError,
@@ -134,21 +147,30 @@ class Approvals:
         policy: ApprovalPolicy,
         *,
         step: str,
-        automatic: bool,
-    ) -> None:
-        """After a claim under a grant failed with ``error``: ask again if the grant expired.
+        args: object,
+    ) -> NoReturn:
+        """Raise for a claim under a grant that failed with ``error``.
 
-        The store refuses a claim under a grant that expired by its clock; the gate, asked
-        again, then writes a new request and raises :class:`ApprovalPending`. Returns
-        (the caller raises ``error``) for any other failure.
+        When the store refused it because the approval expired between the gate and the
+        claim's transaction (a grant given in the last instant), the call is not run and
+        asks anew, as one made a moment later would: :class:`ApprovalPending`. Any other
+        failure is raised as it is.
         """
-        if "has expired" not in str(error):
-            return
+        if "has expired by the store clock" not in str(error):
+            raise error
         with self._cond:
-            if automatic:
-                op = probe.operation
-                self._state.steps.give_back(op.name, op.args_sha256)
-            self.gate(probe, policy, step=step, args=probe.args)
+            passed = self.gate(probe, policy, step=step, args=args)  # past expiry: asks anew
+            self._state.approvals.passing.discard(passed.approval_id)
+        raise error  # the store's clock and the gate's disagree: the refusal stands
+
+    def _spent(self, request: ApprovalRequest, now: str) -> bool:
+        """Whether a grant can no longer let a call through, though no claim used it yet.
+
+        It lapsed unused at the request's expiry (the store refuses a claim under it from
+        then on), or another call passed the gate under it and is claiming it: either way
+        this call asks anew rather than meet the store's refusal.
+        """
+        return now >= request.expires_at or request.approval_id in self._state.approvals.passing
 
     def _ask(
         self,
@@ -177,7 +199,12 @@ class Approvals:
             reason=policy.reason,
             **self._writes.process(),
         )
-        written = self._write(record, f"approval request for {probe.operation.name}")
+        book.asking.add(digest)
+        try:
+            written = self._write(record, f"approval request for {probe.operation.name}")
+        finally:
+            book.asking.discard(digest)
+            self._cond.notify_all()
         self._asked.add(record.approval_id)
         return written  # type: ignore[return-value]  # the request
 
@@ -233,6 +260,14 @@ class Approvals:
                 self._catch_up(f"cannot decide effect {effect_id!r}")
             now = self._store_now(f"cannot decide effect {effect_id!r}")
             state = self._state.approvals.state(request, now)
+            if state == "granted" and now >= request.expires_at:
+                return Decision(
+                    effect_id,
+                    NextStep.ESCALATE,
+                    f"Its approval {request.approval_id} was granted but not used before it "
+                    f"expired at {request.expires_at}: ask again.",
+                    idempotency_key(self._run_id, effect_id),
+                )
             step = {
                 "pending": NextStep.WAIT,
                 "granted": NextStep.RETRY,

@@ -21,6 +21,12 @@ class ApprovalBook:
         self.answer: dict[str, ApprovalDecision] = {}
         self.used: dict[str, str] = {}  # approval id -> the effect id of the claim using it
         self.reserved: set[str] = set()  # the effect ids requests hold
+        # Granted approvals a call passed the gate under and is claiming now: until that
+        # claim is durable (then used) or failed, no other call passes under them.
+        self.passing: set[str] = set()
+        # The action digests a request is being written for: a thread making the same
+        # call meanwhile waits for that request rather than write a second one.
+        self.asking: set[str] = set()
         self._by_digest: dict[str, list[ApprovalRequest]] = {}
 
     def remember(self, record: ApprovalRequest | ApprovalDecision) -> None:
