@@ -463,7 +463,12 @@ class EffectLog(ToolCalls, Approvals):
             approved = dataclasses.replace(
                 request, effect_id=passed.effect_id, approval_id=passed.approval_id
             )
-            return self._claim_all((approved,), f"claim {passed.effect_id!r}")[0]
+            # Not through _claim_all, which takes the lock again: a write releases the lock
+            # once while the store works, and a lock held twice would stay held.
+            (record,) = self._state.claim_records((approved,), self._state.next_free, utc_now())
+            if self.degraded:
+                raise degraded_error(self._run_id)
+            return self._submit_claims([record], f"claim {passed.effect_id!r}")[0]  # type: ignore[return-value]  # the claim
 
     def claim_many(
         self,

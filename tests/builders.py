@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -453,6 +454,85 @@ def write_every_column(
             write_recorded_values(log, b)
     if recorded:
         write_traced_claim(run_id, directory)
+        write_approvals(run_id, directory)
+
+
+# What a person answers to each approval write_approvals asks for, by its tool.
+APPROVAL_ANSWERS = {"refund": ("granted", "alice", "up to 150"), "wipe": ("denied", "bob", "no")}
+
+
+def write_approvals(run_id: str, directory: Path | str) -> dict[str, str]:
+    """Approval requests, a person's answers and a claim made under a grant (version 6).
+
+    ``refund`` is asked for (with its arguments recorded and a reason), granted by
+    another process (a person's ``ledger approve``: the worker cannot approve its own
+    request) and then claimed under the grant; ``wipe`` is asked for and denied. Returns
+    the approval ids by tool.
+    """
+    policy = fx.ApprovalPolicy(ttl=timedelta(days=300), reason="money leaves the company")
+    asked: dict[str, str] = {}
+    with EffectLog.load(run_id, directory) as log:
+        for tool in APPROVAL_ANSWERS:
+            with contextlib.suppress(errors.ApprovalPending):
+                log.claim(**_gated_call(tool), approval=policy)
+            asked[tool] = log.approvals(state="pending")[-1].approval_id
+    answer_elsewhere(
+        directory,
+        run_id,
+        [(asked[tool], *answer) for tool, answer in APPROVAL_ANSWERS.items()],
+    )
+    with EffectLog.load(run_id, directory) as log:
+        claim = log.claim(**_gated_call("refund"), approval=policy)
+        assert claim.approval_id == asked["refund"]
+    return asked
+
+
+def _gated_call(tool: str) -> dict[str, Any]:
+    return {
+        "effect_id": f"{tool}-1",
+        "action_id": f"a-{tool}",
+        "operation": op(tool, tool.encode()),
+        "impact_scope": [fx.ResourceRef("owned", f"payments/{tool}", "record")],
+        "kind": fx.EffectKind.IRREVERSIBLE,
+        "step": f"plan/{tool}",
+        "args": {"amount": 150, "to": "acct-7"},
+    }
+
+
+_ANSWER = """
+import sys
+from ledger.effect_log import EffectLog
+run_id, directory, *answers = sys.argv[1:]
+log = EffectLog._visit(run_id, directory, "ledger approve")
+try:
+    for answer in answers:
+        approval_id, decision, by, note = answer.split("\\t")
+        if decision == "granted":
+            log.approve(approval_id, by=by, note=note)
+        else:
+            log.deny(approval_id, by=by, note=note)
+finally:
+    log.close()
+"""
+
+
+def answer_elsewhere(
+    directory: Path | str, run_id: str, answers: Sequence[tuple[str, str, str, str]]
+) -> None:
+    """Record people's answers (approval id, decision, by, note) from another process.
+
+    As ``ledger approve`` and ``ledger deny`` do: a process that did not ask.
+    """
+    argv = [PYTHON, "-c", _ANSWER, run_id, str(directory), *("\t".join(a) for a in answers)]
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=CHILD_TIMEOUT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
 
 
 def write_traced_claim(run_id: str, directory: Path | str) -> None:
