@@ -459,6 +459,7 @@ def write_every_column(
 
 # What a person answers to each approval write_approvals asks for, by its tool.
 APPROVAL_ANSWERS = {"refund": ("granted", "alice", "up to 150"), "wipe": ("denied", "bob", "no")}
+APPROVAL_POLICY = fx.ApprovalPolicy(ttl=timedelta(days=300), reason="money leaves the company")
 
 
 def write_approvals(run_id: str, directory: Path | str) -> dict[str, str]:
@@ -466,25 +467,46 @@ def write_approvals(run_id: str, directory: Path | str) -> dict[str, str]:
 
     ``refund`` is asked for (with its arguments recorded and a reason), granted by
     another process (a person's ``ledger approve``: the worker cannot approve its own
-    request) and then claimed under the grant; ``wipe`` is asked for and denied. Returns
-    the approval ids by tool.
+    request), then claimed under the grant and done; ``wipe`` is asked for and denied. Returns
+    the approval ids by tool. :func:`ask_approvals`, :func:`answer_elsewhere` and
+    :func:`claim_approved` do it in three steps, for many runs with one other process.
     """
-    policy = fx.ApprovalPolicy(ttl=timedelta(days=300), reason="money leaves the company")
+    asked = ask_approvals(run_id, directory)
+    answer_elsewhere(directory, approval_answers(run_id, asked))
+    claim_approved(run_id, directory, asked)
+    return asked
+
+
+def ask_approvals(run_id: str, directory: Path | str) -> dict[str, str]:
+    """The requests of :func:`write_approvals`: the approval ids by tool."""
     asked: dict[str, str] = {}
     with EffectLog.load(run_id, directory) as log:
         for tool in APPROVAL_ANSWERS:
-            with contextlib.suppress(errors.ApprovalPending):
-                log.claim(**_gated_call(tool), approval=policy)
-            asked[tool] = log.approvals(state="pending")[-1].approval_id
-    answer_elsewhere(
-        directory,
-        run_id,
-        [(asked[tool], *answer) for tool, answer in APPROVAL_ANSWERS.items()],
-    )
-    with EffectLog.load(run_id, directory) as log:
-        claim = log.claim(**_gated_call("refund"), approval=policy)
-        assert claim.approval_id == asked["refund"]
+            with pytest.raises(errors.ApprovalPending) as pending:
+                log.claim(**_gated_call(tool), approval=APPROVAL_POLICY)
+            asked[tool] = pending.value.approval_id
     return asked
+
+
+def approval_answers(run_id: str, asked: dict[str, str]) -> list[tuple[str, ...]]:
+    """The answers of :func:`write_approvals`, as :func:`answer_elsewhere` takes them."""
+    return [(run_id, asked[tool], *answer) for tool, answer in APPROVAL_ANSWERS.items()]
+
+
+def claim_approved(run_id: str, directory: Path | str, asked: dict[str, str]) -> int:
+    """The claim of :func:`write_approvals` made under refund's grant, and its outcome.
+
+    Returns the run's last seq.
+    """
+    with EffectLog.load(run_id, directory) as log:
+        claim = log.claim(**_gated_call("refund"), approval=APPROVAL_POLICY)
+        assert claim.approval_id == asked["refund"]
+        done = log.outcome(
+            effect_id=claim.effect_id,
+            execution=fx.ExecutionOutcome.REPORTED_SUCCESS,
+            impact=fx.Impact.CERTAIN,
+        )
+        return done.seq
 
 
 def _gated_call(tool: str) -> dict[str, Any]:
@@ -502,28 +524,26 @@ def _gated_call(tool: str) -> dict[str, Any]:
 _ANSWER = """
 import sys
 from ledger.effect_log import EffectLog
-run_id, directory, *answers = sys.argv[1:]
-log = EffectLog._visit(run_id, directory, "ledger approve")
-try:
-    for answer in answers:
-        approval_id, decision, by, note = answer.split("\\t")
+directory, *answers = sys.argv[1:]
+for answer in answers:
+    run_id, approval_id, decision, by, note = answer.split("\\t")
+    log = EffectLog._visit(run_id, directory, "ledger approve")
+    try:
         if decision == "granted":
             log.approve(approval_id, by=by, note=note)
         else:
             log.deny(approval_id, by=by, note=note)
-finally:
-    log.close()
+    finally:
+        log.close()
 """
 
 
-def answer_elsewhere(
-    directory: Path | str, run_id: str, answers: Sequence[tuple[str, str, str, str]]
-) -> None:
-    """Record people's answers (approval id, decision, by, note) from another process.
+def answer_elsewhere(directory: Path | str, answers: Sequence[tuple[str, ...]]) -> None:
+    """Record people's answers (run id, approval id, decision, by, note) from another process.
 
-    As ``ledger approve`` and ``ledger deny`` do: a process that did not ask.
+    As ``ledger approve`` and ``ledger deny`` do: one process, which did not ask.
     """
-    argv = [PYTHON, "-c", _ANSWER, run_id, str(directory), *("\t".join(a) for a in answers)]
+    argv = [PYTHON, "-c", _ANSWER, str(directory), *("\t".join(a) for a in answers)]
     done = subprocess.run(
         argv,
         capture_output=True,

@@ -181,9 +181,8 @@ def _ask_approvals(run_id: str, store_dir: Path) -> dict[str, Approval]:
             asked[tool] = Approval(pending.value.approval_id, pending.value.effect_id, seq)
     answer_elsewhere(
         store_dir,
-        run_id,
         [
-            (asked[tool].approval_id, answer, "ops", f"{tool}: {answer}")
+            (run_id, asked[tool].approval_id, answer, "ops", f"{tool}: {answer}")
             for tool, (answer, _) in APPROVALS.items()
             if answer is not None
         ],
