@@ -10,6 +10,7 @@ Fixtures live in the ``conftest.py`` files; what only SQLite's tests share is in
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import http.server
 import json
@@ -507,6 +508,68 @@ def claim_approved(run_id: str, directory: Path | str, asked: dict[str, str]) ->
             impact=fx.Impact.CERTAIN,
         )
         return done.seq
+
+
+@dataclasses.dataclass(frozen=True)
+class Approval:
+    """An approval request of a run: its id, the effect it reserves, its seq."""
+
+    approval_id: str
+    effect_id: str
+    seq: int
+
+
+# The requests of write_five_approvals, by tool, in the order asked: the answer each gets
+# (None: none) and the lifetime of its request.
+FIVE_APPROVALS: dict[str, tuple[str | None, timedelta]] = {
+    "refund": ("granted", timedelta(days=300)),
+    "wipe": ("denied", timedelta(days=300)),
+    "send": ("granted", timedelta(days=300)),
+    "mail": (None, timedelta(days=300)),
+    "late": (None, timedelta(microseconds=1)),
+}
+
+
+def _five_call(tool: str) -> dict[str, Any]:
+    return {
+        "effect_id": f"{tool}-1",
+        "action_id": f"a-{tool}",
+        "operation": op(tool, tool.encode()),
+        "impact_scope": [],
+        "kind": fx.EffectKind.IRREVERSIBLE,
+        "args": {"amount": 150},
+    }
+
+
+def write_five_approvals(run_id: str, location: Path | str) -> tuple[dict[str, Approval], int]:
+    """An approval in each state, asked by this process, answered by another.
+
+    Requests for refund (granted, then claimed under its grant), wipe (denied), send
+    (granted, unused), mail (pending) and late (expired unanswered: its ttl is a
+    microsecond); the answers come from one other process, as ``ledger approve`` and
+    ``ledger deny``. Returns the requests by tool and the seq of refund's claim, the
+    run's last record.
+    """
+    asked = {}
+    with EffectLog.load(run_id, location) as log:
+        for tool, (_, ttl) in FIVE_APPROVALS.items():
+            with pytest.raises(errors.ApprovalPending) as pending:
+                log.claim(**_five_call(tool), approval=fx.ApprovalPolicy(ttl=ttl))
+            seq = log.history().records()[-1].seq
+            asked[tool] = Approval(pending.value.approval_id, pending.value.effect_id, seq)
+    answer_elsewhere(
+        location,
+        [
+            (run_id, asked[tool].approval_id, answer, "ops", f"{tool}: {answer}")
+            for tool, (answer, _) in FIVE_APPROVALS.items()
+            if answer is not None
+        ],
+    )
+    with EffectLog.load(run_id, location) as log:
+        policy = fx.ApprovalPolicy(ttl=timedelta(days=300))
+        claim = log.claim(**_five_call("refund"), approval=policy)
+        assert claim.approval_id == asked["refund"].approval_id
+    return asked, claim.seq
 
 
 def _gated_call(tool: str) -> dict[str, Any]:

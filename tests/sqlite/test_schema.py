@@ -15,7 +15,6 @@ import shutil
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +23,11 @@ import pytest
 from ledger import _chain
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
-from ledger.errors import ApprovalPending
 from ledger.sqlite.engine import _on_connect
 from ledger.sqlite.rows import chain_hash
 from ledger.sqlite.schema import APPEND_ONLY_TABLES, RECORD_TABLES
 from ledger.sqlite.store import Store
-from tests.builders import answer_elsewhere, fs_ref, op, sha
+from tests.builders import Approval, fs_ref, op, sha, write_five_approvals
 from tests.sqlite.driver import drop_changed_guards, drop_guards
 
 TS = "2024-01-01T00:00:00+00:00"
@@ -125,7 +123,7 @@ class Built:
     reported_success/certain; seq 3 observation o1 of a.txt (exists); seq 4 claim
     e2 (scope [b, c]); seq 5 outcome e2 running/possible; seq 6 claim e3 (scope
     [d.txt], obligation d.txt exists); seq 7 resolution of e2 (not applied). Then the
-    approvals (APPROVALS): seqs 8 to 12 requests, by this process, for refund (granted at
+    approvals (tests.builders.write_five_approvals): seqs 8 to 12 requests, by this process, for refund (granted at
     13 by another process), wipe (denied at 14), send (granted at 15, unused), mail
     (pending) and late (expired unanswered, its ttl a microsecond); seq 16 the claim of
     refund made under its grant, the run's last record. The next free seq is NEXT, 17.
@@ -137,60 +135,7 @@ class Built:
     approvals: dict[str, Approval]
 
 
-@dataclass(frozen=True)
-class Approval:
-    """An approval request of the template run: its id, the effect it reserves, its seq."""
-
-    approval_id: str
-    effect_id: str
-    seq: int
-
-
 NEXT = 17  # the template run's next free seq
-# The template run's approval requests, by tool, in the order asked: the answer each gets
-# (None: none) and the lifetime of its request.
-APPROVALS: dict[str, tuple[str | None, timedelta]] = {
-    "refund": ("granted", timedelta(days=300)),
-    "wipe": ("denied", timedelta(days=300)),
-    "send": ("granted", timedelta(days=300)),
-    "mail": (None, timedelta(days=300)),
-    "late": (None, timedelta(microseconds=1)),
-}
-
-
-def _gated(tool: str) -> dict[str, Any]:
-    """The call of ``tool`` the template asks approval for (and claims, for refund)."""
-    return {
-        "effect_id": f"{tool}-1",
-        "action_id": f"a-{tool}",
-        "operation": op(tool, tool.encode()),
-        "impact_scope": [],
-        "kind": fx.EffectKind.IRREVERSIBLE,
-        "args": {"amount": 150},
-    }
-
-
-def _ask_approvals(run_id: str, store_dir: Path) -> dict[str, Approval]:
-    """The template's approvals: asked, answered by another process, refund claimed."""
-    asked = {}
-    with EffectLog.load(run_id, store_dir) as log:
-        for tool, (_, ttl) in APPROVALS.items():
-            with pytest.raises(ApprovalPending) as pending:
-                log.claim(**_gated(tool), approval=fx.ApprovalPolicy(ttl=ttl))
-            seq = log.history().records()[-1].seq
-            asked[tool] = Approval(pending.value.approval_id, pending.value.effect_id, seq)
-    answer_elsewhere(
-        store_dir,
-        [
-            (run_id, asked[tool].approval_id, answer, "ops", f"{tool}: {answer}")
-            for tool, (answer, _) in APPROVALS.items()
-            if answer is not None
-        ],
-    )
-    with EffectLog.load(run_id, store_dir) as log:
-        claim = log.claim(**_gated("refund"), approval=fx.ApprovalPolicy(ttl=timedelta(days=300)))
-        assert (claim.seq, claim.approval_id) == (NEXT - 1, asked["refund"].approval_id)
-    return asked
 
 
 @pytest.fixture(scope="session")
@@ -240,7 +185,8 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Built:
         )
         log.resolve("e2", applied=False, by="ops", note="checked b and c")
         path = log.path
-    approvals = _ask_approvals(run_id, store_dir)
+    approvals, last = write_five_approvals(run_id, store_dir)
+    assert last == NEXT - 1
     # Closing the last connection checkpointed the WAL: the database file is the store
     # (beside the lock file, which holds no data).
     assert sorted(p.name for p in store_dir.iterdir()) == ["ledger.lock", path.name]
