@@ -6,19 +6,26 @@ written once; each attack is one transaction on a plain psycopg connection as th
 store's owner, rolled back afterwards. Every attacking row extends the run's chain
 (PostgreSQL checks the link; it has no ``sha3()`` to check the hash), so that only the
 guard under test can refuse it, with the words SQLite uses (``ledger._sql.guards``).
+Then forgeries the owner slips past one guard (switched off for the insert), chained and
+hashed as the library would: ``load`` refuses the run and ``ledger verify`` names the
+approval, the seq and what is wrong.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
-from ledger.effect_log import EffectLog, new_run_id
+from ledger._sql.rows import chain_hash, rows_of
+from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
+from ledger.effects import ApprovalDecision, ApprovalSource, idempotency_key, utc_now
 from tests.builders import Approval, ledger, op, sha, write_five_approvals
 from tests.postgresql import driver
 from tests.postgresql.server import server
@@ -333,3 +340,96 @@ def test_the_store_still_verifies(store: Store) -> None:
     """Every attack was rolled back: the run is as the library wrote it."""
     done = ledger("verify", "--store", store.url)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+# --------------------------------------------------------------------------- forgeries
+
+
+def _forge(url: str, record: Any, guard: str | None) -> None:
+    """As the owner: ``record`` inserted chained and hashed as the library would, with
+    the one trigger ``guard`` switched off for the insert and on again after."""
+    table = {"claim": "claims", "approval_decision": "approval_decisions"}[record.record_type]
+    run_id = str(driver.POSTGRESQL.query(url, "SELECT run_id FROM runs")[0][0])
+    prev = str(
+        driver.POSTGRESQL.query(
+            url, "SELECT hash FROM claims WHERE run_id = ? AND seq = ?", (run_id, record.seq - 1)
+        )[0][0]
+    )
+    values, _, _ = rows_of(run_id, record)
+    values |= {"prev_hash": prev, "hash": chain_hash(run_id, record, prev)}
+    with driver.connect(url) as conn:
+        if guard is not None:
+            conn.execute(f"ALTER TABLE {table} DISABLE TRIGGER {guard}")
+        _insert(conn, table, values)
+        if guard is not None:
+            conn.execute(f"ALTER TABLE {table} ENABLE TRIGGER {guard}")
+        conn.commit()
+
+
+@pytest.mark.parametrize(
+    ("forgery", "guard", "says"),
+    [
+        (
+            "decided-by-the-requester",
+            "approval_decisions_guard_self",
+            "approval '{mail}' is decided at seq {seq} by the process that asked for it",
+        ),
+        (
+            "claimed-under-a-denial",
+            "claims_guard_approval",
+            "effect 'wipe-1' is claimed at seq {seq} under approval '{wipe}', which was denied",
+        ),
+        (
+            "another-call-than-approved",
+            None,
+            r"claimed at seq {seq} under approval '{send}', which was asked for another call",
+        ),
+    ],
+)
+def test_verify_names_a_forged_approval_record_and_why(
+    url: str, forgery: str, guard: str | None, says: str
+) -> None:
+    """A forgery the owner slipped past one guard, chained and hashed right: named."""
+    run_id = new_run_id()
+    with EffectLog(run_id, url) as log:
+        log.claim(effect_id="e1", action_id="a1", operation=op(), impact_scope=[])
+    approvals, last = write_five_approvals(run_id, url)
+    with EffectLog.load(run_id, url) as log:
+        refund = log.history().claim(approvals["refund"].effect_id)
+        asker = log.history().approval_requests[0]
+    seq, now = last + 1, utc_now()
+    if forgery == "decided-by-the-requester":
+        record: Any = ApprovalDecision(
+            approval_id=approvals["mail"].approval_id,
+            seq=seq,
+            decision="granted",
+            by="alice",
+            decided_at=now,
+            source=ApprovalSource.COMMAND,
+            os_user=asker.os_user,
+            host=asker.host,
+            program="ledger approve",
+            pid=asker.pid,
+        )
+    else:
+        tool = "wipe" if forgery == "claimed-under-a-denial" else "send"
+        effect_id = approvals[tool].effect_id
+        record = dataclasses.replace(
+            refund,
+            seq=seq,
+            effect_id=effect_id,
+            action_id=f"a-{tool}",
+            operation=op(tool, tool.encode() if tool == "wipe" else b"to someone else"),
+            idempotency_key=idempotency_key(run_id, effect_id),
+            approval_id=approvals[tool].approval_id,
+            recorded_at=now,
+        )
+    _forge(url, record, guard)
+    message = says.format(seq=seq, **{t: a.approval_id for t, a in approvals.items()})
+    with pytest.raises(EffectPersistenceError, match=message):
+        EffectLog.load(run_id, url)
+    done = ledger("verify", "--json", "--store", url)
+    assert done.returncode == 1, done.stdout + done.stderr
+    (problem,) = json.loads(done.stdout)["problems"]
+    assert problem.startswith(f"run {run_id}:")
+    assert re.search(message, problem), problem

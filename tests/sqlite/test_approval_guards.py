@@ -283,6 +283,17 @@ def test_a_claim_under_an_approval_that_does_not_authorize_it_is_refused(
         assert snapshot(conn, "claims") == before
 
 
+@pytest.mark.parametrize("verb", ["INSERT OR REPLACE", "REPLACE"])
+def test_a_used_approval_is_not_taken_over_by_replace(store: Built, verb: str) -> None:
+    """Refund's claim, replaced by one of its effect and approval: refused, the row kept."""
+    values = _claim(store, "refund", action_id="a-other")
+    with attacker(store) as conn:
+        before = snapshot(conn, "claims")
+        with pytest.raises(sqlite3.IntegrityError, match="an approval is used once"):
+            insert(conn, "claims", verb, **values)
+        assert snapshot(conn, "claims") == before
+
+
 def test_a_claim_under_a_granted_unused_approval_of_its_effect_is_accepted(store: Built) -> None:
     """The control: send's grant, for send's effect, lets one claim through, and one only."""
     with attacker(store) as conn:
