@@ -460,15 +460,14 @@ class EffectLog(ToolCalls, Approvals):
                 args=request.args,
             )
             passed = self.gate(probe, policy, step=request.step, args=probe.args)
-            approved = dataclasses.replace(
-                request, effect_id=passed.effect_id, approval_id=passed.approval_id
-            )
-            # Not through _claim_all, which takes the lock again: a write releases the lock
-            # once while the store works, and a lock held twice would stay held.
-            (record,) = self._state.claim_records((approved,), self._state.next_free, utc_now())
-            if self.degraded:
-                raise degraded_error(self._run_id)
-            return self._submit_claims([record], f"claim {passed.effect_id!r}")[0]  # type: ignore[return-value]  # the claim
+        approved = dataclasses.replace(
+            request, effect_id=passed.effect_id, approval_id=passed.approval_id
+        )
+        try:
+            return self._claim_all((approved,), f"claim {passed.effect_id!r}")[0]
+        except EffectPersistenceError as e:
+            self.lapsed(e, probe, policy, step=request.step, automatic=False)
+            raise
 
     def claim_many(
         self,
