@@ -10,6 +10,7 @@ Fixtures live in the ``conftest.py`` files; what only SQLite's tests share is in
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import http.server
 import json
@@ -25,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -453,6 +455,167 @@ def write_every_column(
             write_recorded_values(log, b)
     if recorded:
         write_traced_claim(run_id, directory)
+        write_approvals(run_id, directory)
+
+
+# What a person answers to each approval write_approvals asks for, by its tool.
+APPROVAL_ANSWERS = {"refund": ("granted", "alice", "up to 150"), "wipe": ("denied", "bob", "no")}
+APPROVAL_POLICY = fx.ApprovalPolicy(ttl=timedelta(days=300), reason="money leaves the company")
+
+
+def write_approvals(run_id: str, directory: Path | str) -> dict[str, str]:
+    """Approval requests, a person's answers and a claim made under a grant (version 6).
+
+    ``refund`` is asked for (with its arguments recorded and a reason), granted by
+    another process (a person's ``ledger approve``: the worker cannot approve its own
+    request), then claimed under the grant and done; ``wipe`` is asked for and denied. Returns
+    the approval ids by tool. :func:`ask_approvals`, :func:`answer_elsewhere` and
+    :func:`claim_approved` do it in three steps, for many runs with one other process.
+    """
+    asked = ask_approvals(run_id, directory)
+    answer_elsewhere(directory, approval_answers(run_id, asked))
+    claim_approved(run_id, directory, asked)
+    return asked
+
+
+def ask_approvals(run_id: str, directory: Path | str) -> dict[str, str]:
+    """The requests of :func:`write_approvals`: the approval ids by tool."""
+    asked: dict[str, str] = {}
+    with EffectLog.load(run_id, directory) as log:
+        for tool in APPROVAL_ANSWERS:
+            with pytest.raises(errors.ApprovalPending) as pending:
+                log.claim(**_gated_call(tool), approval=APPROVAL_POLICY)
+            asked[tool] = pending.value.approval_id
+    return asked
+
+
+def approval_answers(run_id: str, asked: dict[str, str]) -> list[tuple[str, ...]]:
+    """The answers of :func:`write_approvals`, as :func:`answer_elsewhere` takes them."""
+    return [(run_id, asked[tool], *answer) for tool, answer in APPROVAL_ANSWERS.items()]
+
+
+def claim_approved(run_id: str, directory: Path | str, asked: dict[str, str]) -> int:
+    """The claim of :func:`write_approvals` made under refund's grant, and its outcome.
+
+    Returns the run's last seq.
+    """
+    with EffectLog.load(run_id, directory) as log:
+        claim = log.claim(**_gated_call("refund"), approval=APPROVAL_POLICY)
+        assert claim.approval_id == asked["refund"]
+        done = log.outcome(
+            effect_id=claim.effect_id,
+            execution=fx.ExecutionOutcome.REPORTED_SUCCESS,
+            impact=fx.Impact.CERTAIN,
+        )
+        return done.seq
+
+
+@dataclasses.dataclass(frozen=True)
+class Approval:
+    """An approval request of a run: its id, the effect it reserves, its seq."""
+
+    approval_id: str
+    effect_id: str
+    seq: int
+
+
+# The requests of write_five_approvals, by tool, in the order asked: the answer each gets
+# (None: none) and the lifetime of its request.
+FIVE_APPROVALS: dict[str, tuple[str | None, timedelta]] = {
+    "refund": ("granted", timedelta(days=300)),
+    "wipe": ("denied", timedelta(days=300)),
+    "send": ("granted", timedelta(days=300)),
+    "mail": (None, timedelta(days=300)),
+    "late": (None, timedelta(microseconds=1)),
+}
+
+
+def _five_call(tool: str) -> dict[str, Any]:
+    return {
+        "effect_id": f"{tool}-1",
+        "action_id": f"a-{tool}",
+        "operation": op(tool, tool.encode()),
+        "impact_scope": [],
+        "kind": fx.EffectKind.IRREVERSIBLE,
+        "args": {"amount": 150},
+    }
+
+
+def write_five_approvals(run_id: str, location: Path | str) -> tuple[dict[str, Approval], int]:
+    """An approval in each state, asked by this process, answered by another.
+
+    Requests for refund (granted, then claimed under its grant), wipe (denied), send
+    (granted, unused), mail (pending) and late (expired unanswered: its ttl is a
+    microsecond); the answers come from one other process, as ``ledger approve`` and
+    ``ledger deny``. Returns the requests by tool and the seq of refund's claim, the
+    run's last record.
+    """
+    asked = {}
+    with EffectLog.load(run_id, location) as log:
+        for tool, (_, ttl) in FIVE_APPROVALS.items():
+            with pytest.raises(errors.ApprovalPending) as pending:
+                log.claim(**_five_call(tool), approval=fx.ApprovalPolicy(ttl=ttl))
+            seq = log.history().records()[-1].seq
+            asked[tool] = Approval(pending.value.approval_id, pending.value.effect_id, seq)
+    answer_elsewhere(
+        location,
+        [
+            (run_id, asked[tool].approval_id, answer, "ops", f"{tool}: {answer}")
+            for tool, (answer, _) in FIVE_APPROVALS.items()
+            if answer is not None
+        ],
+    )
+    with EffectLog.load(run_id, location) as log:
+        policy = fx.ApprovalPolicy(ttl=timedelta(days=300))
+        claim = log.claim(**_five_call("refund"), approval=policy)
+        assert claim.approval_id == asked["refund"].approval_id
+    return asked, claim.seq
+
+
+def _gated_call(tool: str) -> dict[str, Any]:
+    return {
+        "effect_id": f"{tool}-1",
+        "action_id": f"a-{tool}",
+        "operation": op(tool, tool.encode()),
+        "impact_scope": [fx.ResourceRef("owned", f"payments/{tool}", "record")],
+        "kind": fx.EffectKind.IRREVERSIBLE,
+        "step": f"plan/{tool}",
+        "args": {"amount": 150, "to": "acct-7"},
+    }
+
+
+_ANSWER = """
+import sys
+from ledger.effect_log import EffectLog
+directory, *answers = sys.argv[1:]
+for answer in answers:
+    run_id, approval_id, decision, by, note = answer.split("\\t")
+    log = EffectLog._visit(run_id, directory, "ledger approve")
+    try:
+        if decision == "granted":
+            log.approve(approval_id, by=by, note=note)
+        else:
+            log.deny(approval_id, by=by, note=note)
+    finally:
+        log.close()
+"""
+
+
+def answer_elsewhere(directory: Path | str, answers: Sequence[tuple[str, ...]]) -> None:
+    """Record people's answers (run id, approval id, decision, by, note) from another process.
+
+    As ``ledger approve`` and ``ledger deny`` do: one process, which did not ask.
+    """
+    argv = [PYTHON, "-c", _ANSWER, str(directory), *("\t".join(a) for a in answers)]
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=CHILD_TIMEOUT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
 
 
 def write_traced_claim(run_id: str, directory: Path | str) -> None:

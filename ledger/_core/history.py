@@ -224,11 +224,15 @@ def check_approvals(history: History) -> None:
                 "which is not requested before it"
             )
         if decision.approval_id in decisions:
-            raise ValueError(f"approval {decision.approval_id!r} is decided twice")
+            raise ValueError(
+                f"approval {decision.approval_id!r} is decided twice (again at seq "
+                f"{decision.seq}): a forged decision"
+            )
         if decision.decided_at >= asked.expires_at:
             raise ValueError(
-                f"approval {decision.approval_id!r} is decided at {decision.decided_at}, "
-                f"after it expired at {asked.expires_at}"
+                f"approval {decision.approval_id!r} is decided at seq {decision.seq} (at "
+                f"{decision.decided_at}), after it expired at {asked.expires_at}: a forged "
+                "decision"
             )
         if (
             decision.host == asked.host
@@ -236,8 +240,9 @@ def check_approvals(history: History) -> None:
             and decision.source.value != "elicitation"
         ):
             raise ValueError(
-                f"approval {decision.approval_id!r} is decided by the process that asked for "
-                f"it (pid {decision.pid} on {decision.host}): a forged decision"
+                f"approval {decision.approval_id!r} is decided at seq {decision.seq} by the "
+                f"process that asked for it (pid {decision.pid} on {decision.host}): a forged "
+                "decision"
             )
         decisions[decision.approval_id] = decision
     used: set[str] = set()
@@ -246,27 +251,21 @@ def check_approvals(history: History) -> None:
             continue
         request = requests.get(claim.approval_id)
         answer = decisions.get(claim.approval_id)
+        claimed = (
+            f"effect {claim.effect_id!r} is claimed at seq {claim.seq} under approval "
+            f"{claim.approval_id!r}"
+        )
         if request is None or answer is None or answer.seq > claim.seq:
-            raise ValueError(
-                f"effect {claim.effect_id!r} is claimed under approval {claim.approval_id!r}, "
-                "which is not decided before it"
-            )
+            raise ValueError(f"{claimed}, which is not decided before it")
         if not answer.granted:
-            raise ValueError(
-                f"effect {claim.effect_id!r} is claimed under approval {claim.approval_id!r}, "
-                "which was denied"
-            )
+            raise ValueError(f"{claimed}, which was denied")
         if claim.approval_id in used:
-            raise ValueError(f"approval {claim.approval_id!r} is used by a second claim")
+            raise ValueError(f"{claimed}, which an earlier claim used: an approval is used once")
         if claim.effect_id != request.effect_id:
-            raise ValueError(
-                f"effect {claim.effect_id!r} is claimed under approval {claim.approval_id!r}, "
-                f"which was asked for effect {request.effect_id!r}"
-            )
+            raise ValueError(f"{claimed}, which was asked for effect {request.effect_id!r}")
         if action_digest(claim) != request.action_digest:
             raise ValueError(
-                f"effect {claim.effect_id!r} is claimed under approval {claim.approval_id!r}, "
-                "which was asked for another call (the action digests differ)"
+                f"{claimed}, which was asked for another call (the action digests differ)"
             )
         used.add(claim.approval_id)
 

@@ -52,3 +52,26 @@ def test_the_chain_guard_compares_null_safely_on_each_backend() -> None:
     assert sqlite.startswith("NEW.prev_hash IS NOT (CASE")
     assert postgresql.startswith("NEW.prev_hash IS DISTINCT FROM (CASE")
     assert postgresql.replace(" IS DISTINCT FROM ", " IS NOT ", 1) == sqlite
+
+
+def test_the_approval_guards_are_on_both_backends() -> None:
+    """The guards of approval requests, decisions and claims under an approval: on both,
+    the store's clock read by each backend's own SQL."""
+    expected = {
+        "approval_requests_guard_key",
+        "approval_requests_guard_run",
+        "approval_requests_guard_claimed",
+        "approval_decisions_guard_key",
+        "approval_decisions_guard_request",
+        "approval_decisions_guard_expired",
+        "approval_decisions_guard_self",
+        "claims_guard_approval_used",
+        "claims_guard_approval",
+        "claims_guard_approval_expired",
+    }
+    sqlite, postgresql = insert_guards("sqlite"), insert_guards("postgresql")
+    assert expected <= set(sqlite)
+    assert expected <= set(postgresql)
+    for name in ("approval_decisions_guard_expired", "claims_guard_approval_expired"):
+        assert "strftime(" in sqlite[name].condition
+        assert "clock_timestamp()" in postgresql[name].condition

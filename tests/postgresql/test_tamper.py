@@ -4,8 +4,9 @@ The owner of the tables (here the server's superuser, who owns the database) can
 what the writer role cannot: with ``session_replication_role = replica`` no trigger
 fires, the append-only, JSON and chain guards included, and foreign keys are not
 checked. In one such transaction per case, one column of one row of a run (claims,
-outcomes, observations, resolutions, scope_index) is given another valid-looking value
-of its type (the values of ``tests/reliability/test_tamper.py``), or one field of one
+outcomes, observations, resolutions, approval_requests, approval_decisions,
+scope_index) is given another valid-looking value of its type (the values of
+``tests/reliability/test_tamper.py``), or one field of one
 entry of a claim's ``impact_scope`` or ``obligations`` JSON array is (the array written
 as the library writes it; scope_index set to match an impact-scope edit, so that only
 the claim's hash is wrong), or a row is deleted, or two rows' seqs are swapped. Every
@@ -34,6 +35,7 @@ from tests.reliability.test_tamper import (
     _forged_values,
     _json,
     _write_run,
+    _write_runs,
 )
 
 # PostgreSQL's names for the types of the record tables' columns, as the SQLite matrix
@@ -252,8 +254,7 @@ def test_every_column_changed_and_rows_deleted_or_swapped_as_the_owner_are_detec
         + 2 * len(SEQ_TABLES)
     )
     runs = [new_run_id() for _ in range(needed)]
-    for run_id in runs:
-        assert _write_run(url, run_id) == head  # type: ignore[arg-type]
+    assert _write_runs(url, runs) == head
     clean = ledger("verify", "--json", "--store", url)
     assert clean.returncode == 0, clean.stdout + clean.stderr
 

@@ -1,11 +1,11 @@
 """The schema tamper matrix: every object the stock shell can plant or rewrite is caught.
 
 One store is built with the library: a settled run (claims with impact scope and
-obligations, outcomes, observations) and a run whose writer died with a claim
+obligations, outcomes, observations, a call waiting for a person's approval) and a run whose writer died with a claim
 unsettled. Each case copies it and, with the real ``sqlite3`` shell, does one of:
 
 - plants a foreign trigger on a table: ``RAISE(IGNORE)`` before inserts into each of
-  the seven tables the library writes, or one that inserts rows of its own;
+  the nine tables the library writes, or one that inserts rows of its own;
 - replaces a view with a same-named one of the same columns that lies (no rows; every
   verdict ``verified``);
 - rewrites, with ``PRAGMA writable_schema``, one of the library's guard triggers to
@@ -46,6 +46,7 @@ from sqlalchemy.schema import CreateTable
 from ledger import _chain, _inspect
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
+from ledger.errors import ApprovalPending
 from ledger.sqlite import schema as _schema
 from tests.builders import (
     REPO,
@@ -73,6 +74,8 @@ WRITTEN = (
     "outcomes",
     "observations",
     "resolutions",
+    "approval_requests",
+    "approval_decisions",
 )
 RECORD_TABLES = (
     "runs",
@@ -81,7 +84,17 @@ RECORD_TABLES = (
     "outcomes",
     "observations",
     "resolutions",
+    "approval_requests",
+    "approval_decisions",
 )
+# The call the settled run asked a person's approval of: its request waits for an answer.
+GATED = {
+    "effect_id": "g1",
+    "action_id": "a-g",
+    "operation": op("refund", b"g"),
+    "impact_scope": [],
+    "kind": fx.EffectKind.IRREVERSIBLE,
+}
 
 FIGURES: dict[str, Any] = {
     "cases": 0,
@@ -167,6 +180,8 @@ def _write_settled(directory: Path, run_id: str) -> None:
             exists=True,
             sha256=sha(b"a"),
         )
+        with pytest.raises(ApprovalPending):
+            log.claim(**GATED, approval=fx.ApprovalPolicy())
 
 
 @pytest.fixture(scope="module")
@@ -251,8 +266,27 @@ def _write_reaching(base: Base, directory: Path, table: str) -> None:
             see(log, "o-x", fs_ref("/w/a"))
         elif table == "resolutions":
             log.resolve("c1", applied=True, by="x")
+        elif table == "approval_requests":  # another call: a request of its own
+            with contextlib.suppress(ApprovalPending):
+                log.claim(**{**GATED, "args": {"n": 2}}, approval=fx.ApprovalPolicy())
+        elif table == "approval_decisions":  # an MCP client's answer, relayed by the proxy
+            (pending,) = log.approvals(state="pending")
+            log.answer_approval(
+                pending.approval_id,
+                granted=True,
+                by="client",
+                source=fx.ApprovalSource.ELICITATION,
+            )
         else:  # claims, and scope_index by the claim's own statement
             _claim(log, "c-x")
+
+
+def _key(record: Any) -> str:
+    """What names a record in its run: its observation, approval or effect id."""
+    for name in ("observation_id", "approval_id"):
+        if hasattr(record, name) and record.record_type != "claim":
+            return str(getattr(record, name))
+    return str(record.effect_id)
 
 
 @dataclasses.dataclass
@@ -375,14 +409,15 @@ def test_a_trigger_planted_while_a_log_is_open_fails_its_next_write(
                 ("claim", "SELECT effect_id FROM claims WHERE run_id = ?"),
                 ("outcome", "SELECT effect_id FROM outcomes WHERE run_id = ?"),
                 ("observation", "SELECT observation_id FROM observations WHERE run_id = ?"),
+                ("approval_request", "SELECT approval_id FROM approval_requests WHERE run_id = ?"),
+                (
+                    "approval_decision",
+                    "SELECT approval_id FROM approval_decisions WHERE run_id = ?",
+                ),
             )
             for (key,) in conn.execute(sql, (base.settled,))
         }
-    lost = [
-        r
-        for r in acknowledged
-        if (r.record_type, getattr(r, "observation_id", None) or r.effect_id) not in stored
-    ]
+    lost = [r for r in acknowledged if (r.record_type, _key(r)) not in stored]
     FIGURES["acknowledged_lost"] += len(lost)
     outcome.check(not lost, f"acknowledged records missing: {lost}")
     _done(outcome)
@@ -607,11 +642,11 @@ def _append_observation(base: Base, directory: Path, hash_sql: str) -> str:
     """SQL appending a copy of the settled run's observation after its head, new id."""
     with _read_only(directory) as conn:
         columns = [row[1] for row in conn.execute("PRAGMA table_info(observations)")]
+        records = " UNION ALL ".join(
+            f"SELECT seq, hash FROM {t} WHERE run_id = :r" for t in _schema.RECORD_TABLES
+        )
         head_seq, head_hash = conn.execute(
-            "SELECT seq, hash FROM (SELECT seq, hash FROM claims WHERE run_id = :r"
-            " UNION ALL SELECT seq, hash FROM outcomes WHERE run_id = :r"
-            " UNION ALL SELECT seq, hash FROM observations WHERE run_id = :r)"
-            " ORDER BY seq DESC LIMIT 1",
+            f"SELECT seq, hash FROM ({records}) ORDER BY seq DESC LIMIT 1",
             {"r": base.settled},
         ).fetchone()
     changed = {

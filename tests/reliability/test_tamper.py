@@ -3,13 +3,14 @@
 One store is built with the library. Its run shape — claims with impact scope and
 obligations, outcomes RUNNING then terminal and one recovered after a crash,
 observations (one made before the first claim), resolutions, steps, recorded arguments
-and results (a JSON null among them) — is written once per case,
+and results (a JSON null among them), approval requests answered by another process (one
+granted and claimed under, one denied) — is written once per case,
 plus one more such run no case touches and a second run of another shape. Each case
 edits its own run, on a copy of the store, with the real ``sqlite3`` shell: every
 trigger dropped, ``PRAGMA ignore_check_constraints = ON`` and ``foreign_keys = OFF``,
 then one of: one column of one row set to another valid-looking value of its type (for
-every column ``PRAGMA table_info`` lists of claims, outcomes, observations, resolutions
-and scope_index); one field of one entry of a claim's ``impact_scope`` or
+every column ``PRAGMA table_info`` lists of claims, outcomes, observations, resolutions,
+approval_requests, approval_decisions and scope_index); one field of one entry of a claim's ``impact_scope`` or
 ``obligations`` JSON array set with ``json_set`` (for every key of either); a row
 deleted, a crafted row inserted (a copy with a new seq and new ids), two rows' seq (or
 position) swapped; an array entry removed, added or two swapped, with the claim's count
@@ -47,7 +48,7 @@ import re
 import shutil
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,19 @@ from ledger import _chain
 from ledger import effects as fx
 from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.sqlite.rows import chain_hash
-from tests.builders import REPO, fs_ref, ledger, op, require_tool, sha, sql_literal
+from tests.builders import (
+    REPO,
+    answer_elsewhere,
+    approval_answers,
+    ask_approvals,
+    claim_approved,
+    fs_ref,
+    ledger,
+    op,
+    require_tool,
+    sha,
+    sql_literal,
+)
 from tests.reliability.figures import report
 from tests.sqlite.driver import shell_script
 
@@ -70,7 +83,14 @@ def _shell() -> None:
 
 DB = "ledger.sqlite3"
 
-SEQ_TABLES = ("claims", "outcomes", "observations", "resolutions")
+SEQ_TABLES = (
+    "claims",
+    "outcomes",
+    "observations",
+    "resolutions",
+    "approval_requests",
+    "approval_decisions",
+)
 # scope_index holds each claim's scope entries by resource, written from the claim by a
 # trigger; it is not hashed, but load and verify require it to equal the claims' scopes.
 RECORD_TABLES = (*SEQ_TABLES, "scope_index")
@@ -87,6 +107,8 @@ TABLE_OF = {
     "outcome": "outcomes",
     "observation": "observations",
     "resolution": "resolutions",
+    "approval_request": "approval_requests",
+    "approval_decision": "approval_decisions",
 }
 ROW_EDITS = ("DELETE", "INSERT", "SWAP", "REHASH")
 # The row edits: of every record table's rows (scope_index holds no hash to recompute)
@@ -105,6 +127,7 @@ ENCODED = {
         *_chain.CLAIM_COLUMNS_2,
         *_chain.CLAIM_COLUMNS_3,
         *_chain.CLAIM_COLUMNS_5,
+        *_chain.CLAIM_COLUMNS_6,
         *ARRAYS,
         "prev_hash",
         "hash",
@@ -112,6 +135,8 @@ ENCODED = {
     "outcomes": {*_chain.OUTCOME_COLUMNS, *_chain.OUTCOME_COLUMNS_3, "prev_hash", "hash"},
     "observations": {*_chain.OBSERVATION_COLUMNS, "prev_hash", "hash"},
     "resolutions": {*_chain.RESOLUTION_COLUMNS, *_chain.RESOLUTION_COLUMNS_4, "prev_hash", "hash"},
+    "approval_requests": {*_chain.APPROVAL_REQUEST_COLUMNS, "prev_hash", "hash"},
+    "approval_decisions": {*_chain.APPROVAL_DECISION_COLUMNS, "prev_hash", "hash"},
     # Not in the chain: its edits are caught by the scope_index check, not by recipe 9.
     "scope_index": set(),
 }
@@ -128,12 +153,24 @@ WORDS: dict[str, tuple[str, ...]] = {
     "coverage": tuple(m.value for m in fx.Coverage),
     # A worker's resolution passed off as a person's (or the reverse).
     "origin": tuple(m.value for m in fx.ResolutionOrigin),
+    # A denial passed off as a grant (or the reverse), and a person's command as an MCP
+    # client's answer relayed by the proxy that asked (or the reverse).
+    "decision": ("granted", "denied"),
+    "source": tuple(m.value for m in fx.ApprovalSource),
 }
 BOOLEANS = ("replayed", "resource_exists", "applied")
+# Times, forged a second later: still a time, in the form the library writes.
+TIMES = ("recorded_at", "requested_at", "expires_at", "decided_at")
 # Recorded values (migration 0012): canonical JSON text, forged into other canonical JSON.
 RECORDED = ("args", "result")
-# The id a crafted copy of a row must change to be insertable next to the original.
-NEW_ID = {"claims": "effect_id", "observations": "observation_id", "resolutions": "effect_id"}
+# The ids a crafted copy of a row must change to be insertable next to the original.
+NEW_ID = {
+    "claims": ("effect_id",),
+    "observations": ("observation_id",),
+    "resolutions": ("effect_id",),
+    "approval_requests": ("approval_id", "effect_id"),
+    "approval_decisions": ("approval_id",),
+}
 HEX64 = re.compile(r"[0-9a-f]{64}")
 TRACEPARENT = f"00-{'1' * 32}-{'2' * 16}-01"
 # Edits that change no record, and so need not be detected: none is expected.
@@ -190,6 +227,27 @@ class Base:
 
 def _write_run(directory: Path, run_id: str) -> int:
     """The run every case edits; return its last seq."""
+    return _write_runs(directory, [run_id])
+
+
+def _write_runs(directory: Path | str, run_ids: Sequence[str]) -> int:
+    """Runs of the shape every case edits; return their last seq (the same in each).
+
+    Each run's records, then its approval requests (refund and wipe), answered by one
+    other process for all the runs (a person's ``ledger approve`` and ``ledger deny``),
+    then refund claimed under its grant and done.
+    """
+    asked = {}
+    for run_id in run_ids:
+        _write_records(directory, run_id)
+        asked[run_id] = ask_approvals(run_id, directory)
+    answer_elsewhere(directory, [a for r in run_ids for a in approval_answers(r, asked[r])])
+    (head,) = {claim_approved(run_id, directory, asked[run_id]) for run_id in run_ids}
+    return head
+
+
+def _write_records(directory: Path | str, run_id: str) -> None:
+    """The records of the run every case edits, before its approvals."""
     a, b, c, d = (fs_ref(f"/w/{name}") for name in "abcd")
     user = fx.ResourceRef("owned", "db/users/1", "record", "r1")
     # An SDK's tracer: the first claim stores the trace context of the span around it
@@ -298,7 +356,6 @@ def _write_run(directory: Path, run_id: str) -> int:
             execution=fx.ExecutionOutcome.REPORTED_SUCCESS,
             impact=fx.Impact.POSSIBLE,
         )
-        return log.history().records()[-1].seq
 
 
 def _write_other_run(directory: Path, run_id: str) -> None:
@@ -350,8 +407,7 @@ def _build(directory: Path) -> Base:
         + len(ROW_CASES)
     )
     runs = tuple(new_run_id() for _ in range(cases))
-    for run_id in runs:
-        assert _write_run(directory, run_id) == head
+    assert _write_runs(directory, runs) == head
     return Base(directory, runs, control, other, head, triggers, columns)
 
 
@@ -395,7 +451,7 @@ def _rows(directory: Path, table: str, run_id: str) -> list[dict[str, Any]]:
     claim_seq = (
         "(SELECT c.seq FROM claims AS c WHERE c.run_id = t.run_id AND c.effect_id = t.effect_id)"
     )
-    if table == "observations":
+    if table in ("observations", "approval_decisions"):
         claim_seq = "NULL"
     order = "t.seq" if table in SEQ_TABLES else f"{claim_seq}, t.position"
     rowid = "" if table in KEYS else "t.rowid AS _rowid, "
@@ -523,7 +579,7 @@ def _forged_values(base: Base, table: str, column: str, declared: str, old: obje
         return [_forged_json(old)]
     if declared.upper() == "INTEGER":
         return [0 if old is None else int(str(old)) + 1]
-    if column == "recorded_at":
+    if column in TIMES:
         moment = dt.datetime.fromisoformat(str(old)) + dt.timedelta(seconds=1)
         return [moment.isoformat(timespec="microseconds")]
     if column == "traceparent":  # another valid trace context: only the chain tells
@@ -641,8 +697,8 @@ def _insert(base: Base, directory: Path, run_id: str, table: str) -> Iterator[Ca
     for row in _middle_first(rows):
         if table in SEQ_TABLES:
             changes = {"seq": str(base.head + 1)}
-            if table in NEW_ID:
-                changes[NEW_ID[table]] = f"{NEW_ID[table]} || '-copy'"
+            for column in NEW_ID.get(table, ()):
+                changes[column] = f"{column} || '-copy'"
             statements = [_copy_row(base, table, changes, _where(table, row))]
             if table == "claims":  # the crafted claim comes whole, with its scope_index rows
                 statements.append(
@@ -782,6 +838,12 @@ def _forge(record: Any, table: str) -> tuple[Any, str]:
     if table == "resolutions":
         value = f"{record.by}-forged"
         return dataclasses.replace(record, by=value), f"resolved_by = {sql_literal(value)}"
+    if table == "approval_requests":  # another reason shown to the person asked
+        value = f"{record.reason}-forged"
+        return dataclasses.replace(record, reason=value), f"reason = {sql_literal(value)}"
+    if table == "approval_decisions":  # another person named
+        value = f"{record.by}-forged"
+        return dataclasses.replace(record, by=value), f"decided_by = {sql_literal(value)}"
     # An entry of a claim's array: its first entry's resource moved elsewhere.
     if table == "claims.impact_scope":
         first, *rest = record.impact_scope
@@ -979,9 +1041,9 @@ def test_every_field_of_every_entry_of_a_claims_arrays_changed_is_detected(
 
 def test_deleted_crafted_and_swapped_rows_are_detected(base: Base, batch: Batch) -> None:
     """Deleting a row or an array entry, inserting a crafted one, swapping two, or re-hashing a changed record fails both."""
-    # 4 edits of each of the 4 seq tables, 3 of scope_index, 4 of each of the 2 arrays.
+    # 4 edits of each of the 6 seq tables, 3 of scope_index, 4 of each of the 2 arrays.
     assert [c.name.split()[:2] for c in batch.rows] == [[e, t] for t, e in ROW_CASES]
-    assert len(batch.rows) == len(ROW_CASES) == 4 * 4 + 3 + 4 * 2
+    assert len(batch.rows) == len(ROW_CASES) == 4 * 6 + 3 + 4 * 2
     assert [case.name for case in batch.rows if not case.changed] == [], "no-op edits"
     missed = _tally(batch.rows, batch.problems)
     _check_untouched(base, batch)

@@ -407,6 +407,7 @@ def test_the_sql_encoding_and_hash_equal_the_python_ones_for_every_record(
         _chain.VERSION_3,
         _chain.VERSION_4,
         _chain.VERSION_5,
+        _chain.VERSION_6,
     }
     assert any(
         isinstance(r, fx.EffectOutcome) and r.result_recorded and r.result is None
@@ -421,6 +422,8 @@ def test_the_sql_encoding_and_hash_equal_the_python_ones_for_every_record(
             ("outcome", "outcomes"),
             ("observation", "observations"),
             ("resolution", "resolutions"),
+            ("approval_request", "approval_requests"),
+            ("approval_decision", "approval_decisions"),
         ):
             rows = conn.execute(
                 f"SELECT t.seq, t.prev_hash, t.hash, {_chain.sql_encoding(kind, 't')},"

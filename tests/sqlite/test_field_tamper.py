@@ -3,7 +3,8 @@
 Independent of the ``sqlite3`` shell. One run is written in which every column of every
 record table is set in some row (a recovered outcome has ``replayed`` set, an
 observation has every optional field, claims and outcomes record steps, arguments and
-results, a JSON null among them), and every field of every record type is shown
+results, a JSON null among them, approvals are asked for, granted and denied, and a claim
+is made under a grant), and every field of every record type is shown
 to land in some column. Then, one at a time on a copy of the store, each column of
 each row — chain columns included — is given another value of its type with Python's
 ``sqlite3`` (guards dropped and put back around the edit, constraints off):
@@ -35,7 +36,15 @@ from ledger.sqlite import rows as _records
 from tests.builders import write_every_column
 
 DB = "ledger.sqlite3"
-TABLES = ("claims", "outcomes", "observations", "resolutions", "scope_index")
+TABLES = (
+    "claims",
+    "outcomes",
+    "observations",
+    "resolutions",
+    "approval_requests",
+    "approval_decisions",
+    "scope_index",
+)
 # A claim's impact scope and obligations: JSON arrays, edited entry by entry and field by
 # field as well as whole.
 JSON_COLUMNS = ("impact_scope", "obligations")
@@ -43,7 +52,20 @@ JSON_COLUMNS = ("impact_scope", "obligations")
 # as well as into text that is not JSON.
 RECORDED_COLUMNS = ("args", "result")
 SCOPE_INDEX_KEY = ("run_id", "kind", "locator", "effect_id", "position")
-SEQ_TABLES = ("claims", "outcomes", "observations", "resolutions")
+SEQ_TABLES = (
+    "claims",
+    "outcomes",
+    "observations",
+    "resolutions",
+    "approval_requests",
+    "approval_decisions",
+)
+# The id each table's errors name a row by (the others: its effect_id).
+KEY_COLUMN = {
+    "observations": "observation_id",
+    "approval_requests": "approval_id",
+    "approval_decisions": "approval_id",
+}
 BOOLEANS = ("replayed", "resource_exists", "applied")
 
 
@@ -82,7 +104,7 @@ class Edit:
     column: str
     value: object
     seq: int  # the record the row belongs to (a child row: its claim)
-    key: str  # its effect_id or observation_id
+    key: str  # its effect_id, observation_id or approval_id
 
     def named_by(self, message: str) -> bool:
         """Whether an error names the record: its seq, the seq it left vacant, or its id."""
@@ -135,7 +157,7 @@ def _edits(base: Base) -> Iterator[Edit]:
                         if table == "scope_index"
                         else ("rowid = ?", (row["_rowid"],))
                     )
-                    key = row["observation_id" if table == "observations" else "effect_id"]
+                    key = row[KEY_COLUMN.get(table, "effect_id")]
                     for value in _other_values(row[column], column):
                         yield Edit(table, where, column, value, row["_seq"], key)
 
@@ -210,6 +232,9 @@ def _candidates(old: object) -> list[object]:
         True,
         *fx.RESOURCE_KINDS,
         "2001-02-03T04:05:06.000007+00:00",
+        "2999-02-03T04:05:06.000007+00:00",  # after a request was made: a later expiry
+        "granted",  # an approval's answer, the other way
+        "denied",
         "a" * 64,
         "a" * 32,
         f"00-{'a' * 32}-{'b' * 16}-01",  # a W3C traceparent
@@ -263,7 +288,14 @@ def test_every_field_of_every_record_type_is_stored(base: Base) -> None:
     with EffectLog.load(base.run_id, base.directory) as log:
         records = log.history().records()
     kinds = {type(r) for r in records}
-    assert kinds == {fx.EffectClaim, fx.EffectOutcome, fx.Observation, fx.Resolution}
+    assert kinds == {
+        fx.EffectClaim,
+        fx.EffectOutcome,
+        fx.Observation,
+        fx.Resolution,
+        fx.ApprovalRequest,
+        fx.ApprovalDecision,
+    }
     fields, changed = set(), set()
     for record in records:
         rows = _records.rows_of(base.run_id, record)
@@ -319,7 +351,7 @@ def test_every_changed_field_fails_load_and_verify_at_its_record(
         if not _tamper(directory, edit):
             refused.append(edit)
             continue
-        if edit.column == "run_id" and edit.seq == head.seq:
+        if edit.column == "run_id" and edit.table in SEQ_TABLES and edit.seq == head.seq:
             # The run's last record moved away: the run is truncated, and a chain cannot
             # show that alone. The anchor taken before must.
             truncations += 1

@@ -27,7 +27,7 @@ from ledger.sqlite.engine import _on_connect
 from ledger.sqlite.rows import chain_hash
 from ledger.sqlite.schema import APPEND_ONLY_TABLES, RECORD_TABLES
 from ledger.sqlite.store import Store
-from tests.builders import fs_ref, op, sha
+from tests.builders import Approval, fs_ref, op, sha, write_five_approvals
 from tests.sqlite.driver import drop_changed_guards, drop_guards
 
 TS = "2024-01-01T00:00:00+00:00"
@@ -78,6 +78,32 @@ OBSERVATION = {
     **CHAIN,
 }
 RESOLUTION = {"applied": 1, "resolved_by": "ops", "note": "", "recorded_at": TS, **CHAIN}
+# A worker asking (not this process, whose are the template's requests), and a person's
+# command answering: two processes other than this one.
+ASKER = {"os_user": "worker", "host": "box", "program": "agent", "pid": 777}
+ELSEWHERE = {"os_user": "alice", "host": "desk", "program": "ledger approve", "pid": 4242}
+APPROVAL_REQUEST = {
+    "approval_id": "q9",
+    "effect_id": "e-q9",
+    "action_digest": sha(b"the call"),
+    "operation": "refund",
+    "step": "",
+    "args": None,
+    "reason": "",
+    "requested_at": TS,
+    "expires_at": "2999-01-01T00:00:00.000000+00:00",
+    **ASKER,
+    **CHAIN,
+}
+APPROVAL_DECISION = {
+    "decision": "granted",
+    "decided_by": "alice",
+    "note": "",
+    "decided_at": TS,
+    "source": "command",
+    **ELSEWHERE,
+    **CHAIN,
+}
 SCOPE = {"kind": "fs", "locator": "/sandbox/z", "role": "target", "revision": None}
 OBLIGATION = {
     "target_kind": "fs",
@@ -96,13 +122,20 @@ class Built:
     seq 1 claim e1 (scope [a.txt], obligation a.txt exists); seq 2 outcome e1
     reported_success/certain; seq 3 observation o1 of a.txt (exists); seq 4 claim
     e2 (scope [b, c]); seq 5 outcome e2 running/possible; seq 6 claim e3 (scope
-    [d.txt], obligation d.txt exists); seq 7 resolution of e2 (not applied), the run's
-    last record. The next free seq is 8.
+    [d.txt], obligation d.txt exists); seq 7 resolution of e2 (not applied). Then the
+    approvals (tests.builders.write_five_approvals): seqs 8 to 12 requests, by this process, for refund (granted at
+    13 by another process), wipe (denied at 14), send (granted at 15, unused), mail
+    (pending) and late (expired unanswered, its ttl a microsecond); seq 16 the claim of
+    refund made under its grant, the run's last record. The next free seq is NEXT, 17.
     """
 
     directory: Path
     path: Path
     run_id: str
+    approvals: dict[str, Approval]
+
+
+NEXT = 17  # the template run's next free seq
 
 
 @pytest.fixture(scope="session")
@@ -152,10 +185,12 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Built:
         )
         log.resolve("e2", applied=False, by="ops", note="checked b and c")
         path = log.path
+    approvals, last = write_five_approvals(run_id, store_dir)
+    assert last == NEXT - 1
     # Closing the last connection checkpointed the WAL: the database file is the store
     # (beside the lock file, which holds no data).
     assert sorted(p.name for p in store_dir.iterdir()) == ["ledger.lock", path.name]
-    return Built(store_dir, path, run_id)
+    return Built(store_dir, path, run_id, approvals)
 
 
 @pytest.fixture
@@ -165,7 +200,7 @@ def built(template: Built, store_dir: Path) -> Built:
     path = store_dir / template.path.name
     shutil.copyfile(template.path, path)
     path.chmod(0o600)
-    return Built(store_dir, path, template.run_id)
+    return Built(store_dir, path, template.run_id, template.approvals)
 
 
 @contextlib.contextmanager
@@ -206,13 +241,17 @@ def row(built: Built, table: str, **overrides: Any) -> dict[str, Any]:
     if table == "runs":
         base = {"run_id": "f" * 32, "created_at": TS}
     elif table == "claims":
-        base.update(CLAIM, seq=8, effect_id="e9")
+        base.update(CLAIM, seq=NEXT, effect_id="e9")
     elif table == "outcomes":
-        base.update(OUTCOME, seq=8, effect_id="e3")
+        base.update(OUTCOME, seq=NEXT, effect_id="e3")
     elif table == "observations":
-        base.update(OBSERVATION, seq=8)
+        base.update(OBSERVATION, seq=NEXT)
     elif table == "resolutions":
-        base.update(RESOLUTION, seq=8, effect_id="e3")
+        base.update(RESOLUTION, seq=NEXT, effect_id="e3")
+    elif table == "approval_requests":  # a new request of its own effect
+        base.update(APPROVAL_REQUEST, seq=NEXT)
+    elif table == "approval_decisions":  # an answer to mail's pending request
+        base.update(APPROVAL_DECISION, seq=NEXT, approval_id=built.approvals["mail"].approval_id)
     elif table == "scope_index":
         base.update(kind="fs", locator="/sandbox/z", effect_id="e3", position=1)
     base.update(overrides)
@@ -386,6 +425,8 @@ UPDATES = {
     "outcomes": "impact",
     "observations": "coverage",
     "resolutions": "note",
+    "approval_requests": "reason",
+    "approval_decisions": "note",
 }
 
 
@@ -541,12 +582,14 @@ def test_terminal_after_running_is_accepted(built: Built) -> None:
     """A terminal outcome after a RUNNING one, correctly chained, is allowed: the guards refuse only forgeries."""
     # Dated now, in the form the library writes: load holds every row to import's time rules.
     now = fx.utc_now()
-    outcome = fx.EffectOutcome("e2", 8, fx.ExecutionOutcome.FAILED, fx.Impact.NONE, recorded_at=now)
+    outcome = fx.EffectOutcome(
+        "e2", NEXT, fx.ExecutionOutcome.FAILED, fx.Impact.NONE, recorded_at=now
+    )
     conn = sqlite3.connect(built.path, isolation_level=None)  # every guard in place
     conn.create_function("sha3", 2, _chain.sha3)  # as the stock shell has it
     try:
         prev = conn.execute(
-            "SELECT hash FROM resolutions WHERE run_id = ? AND seq = 7", (built.run_id,)
+            "SELECT hash FROM claims WHERE run_id = ? AND seq = ?", (built.run_id, NEXT - 1)
         ).fetchone()[0]
         chained = {"prev_hash": prev, "hash": chain_hash(built.run_id, outcome, prev)}
         insert(
@@ -561,10 +604,10 @@ def test_terminal_after_running_is_accepted(built: Built) -> None:
 def test_an_outcome_with_a_seq_below_its_claim_is_refused(built: Built) -> None:
     """An outcome numbered before its claim is refused, even in a seq gap no other guard sees."""
     with attacker(built) as conn:
-        # A claim at seq 10 leaves 8 and 9 free, so only the order guard can object.
-        insert(conn, "claims", **row(built, "claims", seq=10))
+        # A claim at NEXT + 2 leaves two seqs free, so only the order guard can object.
+        insert(conn, "claims", **row(built, "claims", seq=NEXT + 2))
         with pytest.raises(sqlite3.IntegrityError, match="an outcome must come after its claim"):
-            insert(conn, "outcomes", **row(built, "outcomes", seq=9, effect_id="e9"))
+            insert(conn, "outcomes", **row(built, "outcomes", seq=NEXT + 1, effect_id="e9"))
 
 
 # --------------------------------------------------------------------------- STRICT
@@ -659,7 +702,7 @@ IGNORE_CHECKS = "PRAGMA ignore_check_constraints = ON"
             [IGNORE_CHECKS],
             "observations",
             {"sha256": "g" * 64},
-            "observation at seq 8",
+            f"observation at seq {NEXT}",
             id="malformed-sha256",
         ),
         pytest.param(
@@ -676,8 +719,8 @@ IGNORE_CHECKS = "PRAGMA ignore_check_constraints = ON"
         pytest.param(
             [],
             "observations",
-            {"seq": 10},
-            "seq 10 of observation where 8 was due",
+            {"seq": NEXT + 2},
+            f"seq {NEXT + 2} of observation where {NEXT} was due",
             id="seq-gap",
         ),
         pytest.param(
@@ -698,28 +741,28 @@ IGNORE_CHECKS = "PRAGMA ignore_check_constraints = ON"
             ["claims_guard_obligations"],
             "claims",
             {"obligation_count": 1, "obligations": _entries(OBLIGATION, predicate="contains")},
-            "claim at seq 8.*'contains' is not a valid Predicate",
+            f"claim at seq {NEXT}.*'contains' is not a valid Predicate",
             id="obligation-predicate",
         ),
         pytest.param(
             ["claims_guard_impact_scope"],
             "claims",
             {"scope_count": 2, "impact_scope": _SCOPE_GOOD},
-            "claim at seq 8.*scope_count is 2 but impact_scope holds 1",
+            f"claim at seq {NEXT}.*scope_count is 2 but impact_scope holds 1",
             id="scope-count",
         ),
         pytest.param(
             ["claims_guard_impact_scope"],
             "claims",
             {"scope_count": 1, "impact_scope": _entries(SCOPE, role=...)},
-            "claim at seq 8.*impact_scope must be an array of objects with the keys",
+            f"claim at seq {NEXT}.*impact_scope must be an array of objects with the keys",
             id="scope-keys",
         ),
         pytest.param(
             ["claims_guard_impact_scope"],
             "claims",
             {"scope_count": 1, "impact_scope": _SCOPE_TWICE},
-            "claim at seq 8.*an object repeats a key",
+            f"claim at seq {NEXT}.*an object repeats a key",
             id="scope-key-twice",
         ),
         pytest.param(
@@ -751,9 +794,11 @@ def test_an_outcome_before_its_claim_makes_load_fail_closed(built: Built) -> Non
     with attacker(built) as conn:
         for guard in ("guard_order", "guard_seq", "guard_settled", "guard_claim"):
             drop_guards(conn, f"outcomes_{guard}")
-        insert(conn, "outcomes", **row(built, "outcomes", seq=8, effect_id="e9"))
-        insert(conn, "claims", **row(built, "claims", seq=9, effect_id="e9"))
-    with pytest.raises(EffectPersistenceError, match="outcome at seq 8 precedes the claim of 'e9'"):
+        insert(conn, "outcomes", **row(built, "outcomes", seq=NEXT, effect_id="e9"))
+        insert(conn, "claims", **row(built, "claims", seq=NEXT + 1, effect_id="e9"))
+    with pytest.raises(
+        EffectPersistenceError, match=f"outcome at seq {NEXT} precedes the claim of 'e9'"
+    ):
         EffectLog.load(built.run_id, built.directory)
 
 
@@ -763,7 +808,7 @@ def test_outcome_before_its_claim_is_refused_without_fks(built: Built) -> None:
         attacker(built) as conn,
         pytest.raises(sqlite3.IntegrityError, match="an outcome needs its claim"),
     ):
-        insert(conn, "outcomes", **row(built, "outcomes", seq=8, effect_id="e9"))
+        insert(conn, "outcomes", **row(built, "outcomes", seq=NEXT, effect_id="e9"))
 
 
 # e2 is unsettled; widening its scope to a.txt in the index would make e1's evidence stale
@@ -792,7 +837,7 @@ def test_a_scope_index_row_past_the_guard_fails_load(built: Built) -> None:
 def test_the_untouched_store_loads(built: Built) -> None:
     """The built store loads as written, so every fail-closed test fails for its forged row."""
     with EffectLog.load(built.run_id, built.directory) as log:
-        assert [r.seq for r in log.history().records()] == [1, 2, 3, 4, 5, 6, 7]
+        assert [r.seq for r in log.history().records()] == list(range(1, NEXT))
         assert log.assess("e1").verdict is fx.EffectVerdict.VERIFIED
 
 
@@ -859,6 +904,19 @@ def test_effect_status_view_has_the_documented_columns_and_rows(built: Built) ->
             "resolution": None,
             "next_step": "wait",
         },
+        {
+            "run_id": built.run_id,
+            "effect_id": "refund-1",  # claimed under its grant
+            "operation": "refund",
+            "execution": None,
+            "impact": None,
+            "verdict": "pending",
+            "unresolved_impact": 1,
+            "kind": "irreversible",
+            "retry_of": None,
+            "resolution": None,
+            "next_step": "wait",
+        },
     ]
     with EffectLog.load(built.run_id, built.directory) as log:
         for r in rows:
@@ -880,6 +938,7 @@ def test_unsettled_claims_view_lists_claims_without_a_terminal_outcome(built: Bu
     assert [(r["run_id"], r["effect_id"], r["operation"], r["running"]) for r in rows] == [
         (built.run_id, "e2", "delete_file", 1),
         (built.run_id, "e3", "write_file", 0),
+        (built.run_id, "refund-1", "refund", 0),
     ]
 
 
