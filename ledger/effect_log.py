@@ -460,10 +460,12 @@ class EffectLog(ToolCalls, Approvals):
                 args=request.args,
             )
             passed = self.gate(probe, policy, step=request.step, args=probe.args)
-            approved = dataclasses.replace(
-                request, effect_id=passed.effect_id, approval_id=passed.approval_id
-            )
-            return self._claim_all((approved,), f"claim {passed.effect_id!r}")[0]
+        # Claimed with the lock released, as every claim is (the queue takes it once);
+        # the store checks the grant again in the claim's own transaction.
+        approved = dataclasses.replace(
+            request, effect_id=passed.effect_id, approval_id=passed.approval_id
+        )
+        return self._claim_all((approved,), f"claim {passed.effect_id!r}")[0]
 
     def claim_many(
         self,
