@@ -143,7 +143,7 @@ def required_line(
     message = (
         f"ledger mcp-proxy did not forward this call to {tool}: it needs a person's approval "
         f"(approval {approval_id} of run {run_id}, expires {_iso(expires_at)}). "
-        f"{why + ' ' if why else ''}To approve it: {command}; then send the identical call again."
+        f"{why + '. ' if why else ''}To approve it: {command}; then send the identical call again."
     )
     data = {
         "approval_id": approval_id,

@@ -330,8 +330,8 @@ class ProxyRun:
         ``ValueError`` when it cannot be recorded (decided already, or expired), and
         :class:`EffectPersistenceError` when the store fails.
         """
-        with self._lock:
-            self._reload()  # a person may have decided it with `ledger approve` meanwhile
+
+        def attempt() -> None:
             self._log.answer_approval(
                 approval_id,
                 granted=granted,
@@ -339,6 +339,15 @@ class ProxyRun:
                 note=note,
                 source=ApprovalSource.ELICITATION,
             )
+
+        with self._lock:
+            try:
+                attempt()
+            except EffectPersistenceError:
+                # The run moved on (a resolution written meanwhile): load it and answer
+                # again; an answer the first attempt did write makes this a ValueError.
+                self._reload()
+                attempt()
 
     def settle(
         self,
