@@ -460,12 +460,14 @@ class EffectLog(ToolCalls, Approvals):
                 args=request.args,
             )
             passed = self.gate(probe, policy, step=request.step, args=probe.args)
-        # Claimed with the lock released, as every claim is (the queue takes it once);
-        # the store checks the grant again in the claim's own transaction.
         approved = dataclasses.replace(
             request, effect_id=passed.effect_id, approval_id=passed.approval_id
         )
-        return self._claim_all((approved,), f"claim {passed.effect_id!r}")[0]
+        try:
+            return self._claim_all((approved,), f"claim {passed.effect_id!r}")[0]
+        except EffectPersistenceError as e:
+            self.lapsed(e, probe, policy, step=request.step, automatic=False)
+            raise
 
     def claim_many(
         self,

@@ -184,6 +184,14 @@ SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
                 "OpenTelemetry spans ([telemetry.md](telemetry.md)); `null` otherwise"
             ),
         ),
+        (
+            "approval_id",
+            "string or null",
+            (
+                "the approval the claim was made under, granted by a person and used by this "
+                "claim alone ([concepts.md](concepts.md#approvals)); `null` for none"
+            ),
+        ),
     ),
     "resolution": (
         ("effect_id", "string", "the claimed effect a person settled"),
@@ -208,7 +216,7 @@ SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
     ),
     "decision": (
         ("effect_id", "string", "the claimed effect"),
-        ("step", "string", "`done`, `wait`, `retry` or `escalate`"),
+        ("step", "string", "`done`, `wait`, `retry`, `escalate` or `denied`"),
         ("reason", "string", "why, in one sentence"),
         ("idempotency_key", "string", "the key a retry carries"),
     ),

@@ -25,6 +25,7 @@ from ledger.effects import (
     Postcondition,
     ResourceRef,
 )
+from ledger.errors import EffectPersistenceError
 
 if TYPE_CHECKING:
     import threading
@@ -52,6 +53,16 @@ class ToolCalls:
         def gate(
             self, probe: EffectClaim, policy: ApprovalPolicy, *, step: str, args: object
         ) -> Any: ...
+
+        def lapsed(
+            self,
+            error: EffectPersistenceError,
+            probe: EffectClaim,
+            policy: ApprovalPolicy,
+            *,
+            step: str,
+            automatic: bool,
+        ) -> None: ...
 
         def _claim_all(
             self,
@@ -123,12 +134,19 @@ class ToolCalls:
             args=probe.args if args is None else args,
             approval_id=approval_id,
         )
-        claim = self._claim_all(
-            (request,),
-            f"claim {effect_id!r}",
-            retrying=plan.retry_of if plan.checked else None,
-            observed=observed,
-        )[0]
+        try:
+            claim = self._claim_all(
+                (request,),
+                f"claim {effect_id!r}",
+                retrying=plan.retry_of if plan.checked else None,
+                observed=observed,
+            )[0]
+        except EffectPersistenceError as e:
+            if approval is not None and approval_id is not None:
+                # The grant expired by the store's clock since the gate let the call
+                # through: the call asks again, as one made a moment later would.
+                self.lapsed(e, probe, approval, step=planned.step, automatic=step is None)
+            raise
         return Begin(claim, plan.attempt)
 
     def effect(

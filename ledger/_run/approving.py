@@ -127,6 +127,29 @@ class Approvals:
             )
         raise self._pending(request, now)
 
+    def lapsed(
+        self,
+        error: EffectPersistenceError,
+        probe: EffectClaim,
+        policy: ApprovalPolicy,
+        *,
+        step: str,
+        automatic: bool,
+    ) -> None:
+        """After a claim under a grant failed with ``error``: ask again if the grant expired.
+
+        The store refuses a claim under a grant that expired by its clock; the gate, asked
+        again, then writes a new request and raises :class:`ApprovalPending`. Returns
+        (the caller raises ``error``) for any other failure.
+        """
+        if "has expired" not in str(error):
+            return
+        with self._cond:
+            if automatic:
+                op = probe.operation
+                self._state.steps.give_back(op.name, op.args_sha256)
+            self.gate(probe, policy, step=step, args=probe.args)
+
     def _ask(
         self,
         probe: EffectClaim,

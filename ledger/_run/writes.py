@@ -210,11 +210,10 @@ class Writes:
             self._fail(batch, None)
             return None
         if not self.started and not any(
-            isinstance(r, EffectClaim | ApprovalRequest) for r in records
+            isinstance(r, (EffectClaim, ApprovalRequest)) for r in records
         ):
             # A run that has not claimed writes nothing: its observations wait for a claim.
-            # An approval request starts the run: a person must find it, and it must
-            # outlive the process that asked.
+            # A request for approval starts the run: a person must find it in the store.
             for record in records:
                 self.unwritten.append(record)  # type: ignore[arg-type]  # only observations
                 self.state.remember(record)

@@ -27,7 +27,13 @@ def test_public_name_is_the_same_class() -> None:
     assert EffectPersistenceError.__module__ == "ledger.effect_log"
 
 
-STEP_ERRORS = ("AlreadyDone", "StillRunning", "NeedsResolution")
+STEP_ERRORS = (
+    "AlreadyDone",
+    "StillRunning",
+    "NeedsResolution",
+    "ApprovalPending",
+    "ApprovalDenied",
+)
 
 
 def test_the_tree_is_importable_from_ledger_errors_and_its_old_homes() -> None:
