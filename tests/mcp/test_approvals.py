@@ -14,6 +14,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from mcp.shared.exceptions import MCPError
 from mcp.types import TextContent
@@ -37,6 +38,7 @@ from tests.mcp.driver import (
     run_id_in,
     run_session,
     session,
+    wait_until,
 )
 
 pytestmark = pytest.mark.program
@@ -313,6 +315,71 @@ def test_the_proxy_reads_the_client_while_it_waits_for_an_answer(tmp_path: Path)
     assert run_session(scenario) == "sent"
     assert seen == [""]
     assert [c["tool"] for c in setup.calls()] == ["read_note", "send_email"]
+
+
+def test_an_identical_call_while_the_person_is_asked_gets_the_error(tmp_path: Path) -> None:
+    """One form per approval: the identical call made meanwhile is refused, the first runs once."""
+    setup = Setup.make(tmp_path)
+    errlog = tmp_path / "proxy.err"
+    holder: dict[str, Any] = {}
+    meanwhile: list[MCPError] = []
+
+    async def call_again() -> None:
+        meanwhile.append(await _refused(holder["client"], "send_email", EMAIL))
+
+    person = Person("approve", before=call_again)
+
+    async def scenario() -> str:
+        async with session(
+            setup, "--approve", "send_email", errlog=errlog, **person.callbacks()
+        ) as client:
+            holder["client"] = client
+            return _text(await client.call_tool("send_email", EMAIL))
+
+    assert run_session(scenario) == "sent"
+    assert len(person.forms) == 1
+    assert len(_emails(setup)) == 1
+    [view] = _approvals(setup, run_id_in(errlog.read_text()))
+    [refused] = meanwhile
+    assert refused.code == APPROVAL_REQUIRED
+    assert refused.data["approval_id"] == view.approval_id
+    assert view.state == "used"
+
+
+def test_a_call_cancelled_while_its_form_is_open_is_dropped(tmp_path: Path) -> None:
+    """The client gives up on the call: the form is withdrawn, nothing recorded, nothing sent."""
+    setup = Setup.make(tmp_path)
+    errlog = tmp_path / "proxy.err"
+    person = Person("never")
+
+    async def scenario() -> str:
+        async with session(
+            setup,
+            "--approve",
+            "send_email",
+            "--elicitation-timeout",
+            "600",  # far beyond the test's own waits: only the cancel can withdraw the form
+            errlog=errlog,
+            **person.callbacks(),
+        ) as client:
+            scope = anyio.CancelScope()
+
+            async def call() -> None:
+                with scope:
+                    await client.call_tool("send_email", EMAIL)
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(call)
+                await wait_until(lambda: person.forms, "the form")
+                scope.cancel()
+            await wait_until(lambda: person.withdrawn == 1, "the form withdrawn")
+            return _text(await client.call_tool("read_note", {"name": "a"}))
+
+    assert run_session(scenario) == ""
+    assert [c["tool"] for c in setup.calls()] == ["read_note"]
+    [view] = _approvals(setup, run_id_in(errlog.read_text()))
+    assert view.state == "pending"
+    assert view.decision is None
 
 
 def test_the_approval_ttl_sets_when_a_request_expires(tmp_path: Path) -> None:
