@@ -417,8 +417,8 @@ class Proxy:
                     why = "refused: its id is that of a tool call in flight"
                     self._to_client(error_line(message["id"], INVALID_REQUEST, why))
                     return
-            elif method == "notifications/cancelled":
-                self._cancelled(message)
+            elif method == "notifications/cancelled" and self._cancelled(message):
+                return  # it cancels a call the server never got
         if not self._to_server(data):
             self._unsent(data, message)
 
@@ -433,29 +433,31 @@ class Proxy:
                 if pending is not None:
                     self._answer_gone(pending, "the MCP server has exited")
 
-    def _cancelled(self, message: dict[str, Any]) -> None:
+    def _cancelled(self, message: dict[str, Any]) -> bool:
         """The client gave up on a request: a tool call still unanswered failed, maybe done.
 
-        A gated call still waiting for the client's decision is dropped: never forwarded.
+        A gated call still waiting for the client's decision is dropped, never forwarded:
+        True, the cancellation is the proxy's (the server never got the call).
         """
         try:
             params = CancelledNotificationParams.model_validate(message.get("params") or {})
         except ValidationError:
-            return  # passed on as it is; the server judges it
+            return False  # passed on as it is; the server judges it
         key = id_key(params.request_id)
         if key is None:
-            return
+            return False
         with self._lock:
             asking = self._held.get(key)
             if asking is not None:
                 asking.cancelled = True
                 asking.done.set()
-                return
+                return True
             pending = self._pending.get(key)
             if pending is None or pending.claim is None:
-                return
+                return False
             del self._pending[key]
         self._settle(pending.claim, ExecutionOutcome.FAILED, Impact.POSSIBLE)
+        return False
 
     def _call(self, message: dict[str, Any]) -> None:
         """A tools/call: claimed, then passed on with its key; or answered here."""

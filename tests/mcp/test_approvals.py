@@ -76,6 +76,17 @@ def _emails(setup: Setup) -> list[dict[str, Any]]:
     return [c for c in setup.calls() if c["tool"] == "send_email"]
 
 
+def _tee(setup: Setup) -> list[str]:
+    """The test server behind a tee that keeps every line it receives (``_received``)."""
+    return [PYTHON, str(SERVER.parent / "tee_server.py"), str(setup.state)]
+
+
+def _received(setup: Setup) -> list[dict[str, Any]]:
+    """Every message that reached the server, in order."""
+    lines = (setup.state / "lines.bin").read_bytes().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
 def test_a_gated_call_without_a_grant_never_reaches_the_server(tmp_path: Path) -> None:
     """The client gets the approval error with the ledger approve command; ungated tools run."""
     setup = Setup.make(tmp_path)
@@ -360,6 +371,7 @@ def test_a_call_cancelled_while_its_form_is_open_is_dropped(tmp_path: Path) -> N
             "--elicitation-timeout",
             "600",  # far beyond the test's own waits: only the cancel can withdraw the form
             errlog=errlog,
+            server=_tee(setup),
             **person.callbacks(),
         ) as client:
             scope = anyio.CancelScope()
@@ -377,6 +389,12 @@ def test_a_call_cancelled_while_its_form_is_open_is_dropped(tmp_path: Path) -> N
 
     assert run_session(scenario) == ""
     assert [c["tool"] for c in setup.calls()] == ["read_note"]
+    # Neither the call nor its cancellation reached the server.
+    received = _received(setup)
+    assert [m["params"]["name"] for m in received if m.get("method") == "tools/call"] == [
+        "read_note"
+    ]
+    assert not [m for m in received if m.get("method") == "notifications/cancelled"]
     [view] = _approvals(setup, run_id_in(errlog.read_text()))
     assert view.state == "pending"
     assert view.decision is None
@@ -425,9 +443,14 @@ def test_approval_option_mistakes_are_one_line_and_exit_2(
 def test_a_late_answer_is_dropped_and_never_reaches_the_server(tmp_path: Path) -> None:
     """An answer after the time allowed records nothing, and the server never sees it."""
     setup = Setup.make(tmp_path)
-    tee = [PYTHON, str(SERVER.parent / "tee_server.py"), str(setup.state)]
     argv = setup.argv(
-        "--approve", "send_email", "--elicitation-timeout", "0.5", "--name", "gate", server=tee
+        "--approve",
+        "send_email",
+        "--elicitation-timeout",
+        "0.5",
+        "--name",
+        "gate",
+        server=_tee(setup),
     )
     client = RawClient(argv, tmp_path / "proxy.err")
     try:
@@ -466,8 +489,7 @@ def test_a_late_answer_is_dropped_and_never_reaches_the_server(tmp_path: Path) -
         assert client.call(2, "read_note", name="a")["result"]["isError"] is False
     finally:
         assert client.close() == 0
-    seen = [json.loads(line) for line in (setup.state / "lines.bin").read_bytes().splitlines()]
-    assert [m.get("method") for m in seen] == [
+    assert [m.get("method") for m in _received(setup)] == [
         "initialize",
         "notifications/initialized",
         "tools/call",
