@@ -237,12 +237,31 @@ class Answer:
     why: str = ""  # when nobody decided: what the client said instead
 
 
+# How a client's form may say yes or no: the form's own two answers, and the words and
+# booleans of clients that fill in a confirmation their own way.
+_YES = frozenset({_APPROVE, "approved", "yes", "grant", "granted", "allow", "accept", "true"})
+_NO = frozenset({_DENY, "denied", "no", "reject", "rejected", "refuse", "decline", "false"})
+_FIELDS = (DECISION, "approve", "approved", "approval", "confirm", "confirmed", "allow")
+
+
+def _verdict(value: object) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        word = value.strip().lower()
+        return True if word in _YES else False if word in _NO else None
+    return None
+
+
 def read_answer(message: Mapping[str, Any]) -> Answer:
     """The decision in the client's answer to an ``elicitation/create`` request.
 
-    ``accept`` with ``approve`` or ``deny`` is the person's decision; ``decline`` is
-    their "no" (the person explicitly declined, in MCP's words). ``cancel`` (the form
-    dismissed), an error, or a form without a decision is no decision.
+    ``accept`` is the person's decision: the form's ``decision`` (``approve`` or
+    ``deny``; a client that fills in a confirmation its own way may say yes or no in
+    another field, ``approve`` or ``confirm``, or as a boolean), or, with no field
+    filled in at all, a yes (the person confirmed the action, in MCP's words).
+    ``decline`` is their "no" (the person explicitly declined). ``cancel`` (the form
+    dismissed), an error, or a form whose answer says neither is no decision.
     """
     if "result" not in message:
         error = message.get("error")
@@ -261,9 +280,12 @@ def read_answer(message: Mapping[str, Any]) -> Answer:
         return Answer(granted=False, note=note or "declined at the client")
     if result.action == "cancel":
         return Answer(granted=None, why="the form was dismissed without a decision")
-    decision = content.get(DECISION)
-    if decision == _APPROVE:
+    given = [content[field] for field in _FIELDS if field in content]
+    if not given:
+        if any(v not in (None, "") for k, v in content.items() if k != "note"):
+            return Answer(granted=None, why="the form came back without a decision")
         return Answer(granted=True, note=note)
-    if decision == _DENY:
-        return Answer(granted=False, note=note)
-    return Answer(granted=None, why="the form came back without a decision")
+    verdict = _verdict(given[0])
+    if verdict is None:
+        return Answer(granted=None, why="the form came back without a decision")
+    return Answer(granted=verdict, note=note)

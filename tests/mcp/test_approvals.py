@@ -556,16 +556,24 @@ def test_the_client_is_asked_only_when_it_declares_form_elicitation(
         ),
         ({"result": {"action": "decline"}}, False, "declined at the client"),
         ({"result": {"action": "cancel"}}, None, ""),
-        ({"result": {"action": "accept", "content": {}}}, None, ""),
-        ({"result": {"action": "accept", "content": {"decision": "yes"}}}, None, ""),
+        # Accepted with nothing filled in: the person confirmed the action.
+        ({"result": {"action": "accept"}}, True, ""),
+        ({"result": {"action": "accept", "content": {"note": "fine"}}}, True, "fine"),
+        # A client that fills in a confirmation its own way.
+        ({"result": {"action": "accept", "content": {"decision": "Yes"}}}, True, ""),
+        ({"result": {"action": "accept", "content": {"approved": True}}}, True, ""),
+        ({"result": {"action": "accept", "content": {"confirm": False}}}, False, ""),
+        ({"result": {"action": "accept", "content": {"decision": "later"}}}, None, ""),
+        ({"result": {"action": "accept", "content": {"decision": 3}}}, None, ""),
+        ({"result": {"action": "accept", "content": {"colour": "blue"}}}, None, ""),
         ({"result": {"action": "maybe"}}, None, ""),
         ({"error": {"code": -32600, "message": "Elicitation not supported"}}, None, ""),
     ],
 )
-def test_only_a_filled_in_form_or_a_decline_is_a_decision(
+def test_an_accepted_form_or_a_decline_is_a_decision(
     message: dict[str, Any], granted: bool | None, note: str
 ) -> None:
-    """approve/deny in the form, or decline: a decision; anything else: nobody's answer."""
+    """accept (its answer, or a bare confirmation) or decline: a decision; else nobody's."""
     answer = read_answer(message)
     assert (answer.granted, answer.note) == (granted, note)
     assert bool(answer.why) is (granted is None)
