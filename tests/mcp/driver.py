@@ -53,7 +53,7 @@ INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 class Setup:
     """A store and the state directory of the test server."""
 
-    store: Path
+    store: Path | str  # a directory, or a PostgreSQL URL
     state: Path
 
     @classmethod

@@ -8,8 +8,10 @@ the real command, run as the error tells a person to run it.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -179,6 +181,34 @@ def test_a_changed_argument_is_not_covered_by_the_grant(tmp_path: Path) -> None:
     assert other.code == APPROVAL_REQUIRED
     assert other.data["approval_id"] != first.data["approval_id"]
     assert other.data["action_digest"] != first.data["action_digest"]
+
+
+def test_the_gate_through_the_proxy_on_each_backend(location: Path | str, tmp_path: Path) -> None:
+    """SQLite and PostgreSQL: the error, a grant from the client's form, one call sent."""
+    setup = dataclasses.replace(Setup.make(tmp_path), store=location)
+    errlog = tmp_path / "proxy.err"
+    person = Person("approve")
+
+    async def scenario() -> tuple[MCPError, str]:
+        async with session(setup, "--approve", "send_email", errlog=errlog) as client:
+            refused = await _refused(client, "send_email", EMAIL)
+        async with session(
+            setup, "--approve", "send_email", errlog=errlog, **person.callbacks()
+        ) as client:
+            return refused, _text(await client.call_tool("send_email", EMAIL))
+
+    refused, ran = run_session(scenario)
+    assert refused.code == APPROVAL_REQUIRED
+    assert refused.data["command"].endswith(f"--store {shlex.quote(str(location))}")
+    assert ran == "sent"
+    assert len(_emails(setup)) == 1
+    first, second = re.findall(r": run ([0-9a-f]{32}) in ", errlog.read_text())
+    [pending] = _approvals(setup, first)  # each proxy is a run: the first one's still waits
+    assert pending.state == "pending"
+    [used] = _approvals(setup, second)
+    assert used.state == "used"
+    assert used.decision is not None
+    assert (used.decision.by, used.decision.source) == (CLIENT_NAME, fx.ApprovalSource.ELICITATION)
 
 
 def test_a_client_that_declares_elicitation_is_asked_and_its_grant_recorded(
