@@ -586,9 +586,11 @@ class Proxy:
 
     def _policy(self, tool: str) -> ApprovalPolicy | None:
         """The approval a call to ``tool`` needs (``--approve``), or None: it is not gated."""
-        if not gated(tool, self._approve):
+        matching = [p for p in self._approve if gated(tool, (p,))]
+        if not matching:
             return None
-        reason = "ledger mcp-proxy --approve " + " ".join(self._approve)
+        reason = " ".join(f"--approve {shlex.quote(p)}" for p in matching)
+        reason = f"ledger mcp-proxy {reason}"
         if self._approval_ttl is None:
             return ApprovalPolicy(reason=reason)
         return ApprovalPolicy(ttl=self._approval_ttl, reason=reason)

@@ -431,14 +431,13 @@ def test_a_call_cancelled_while_its_form_is_open_is_dropped(tmp_path: Path) -> N
 
 
 def test_the_approval_ttl_sets_when_a_request_expires(tmp_path: Path) -> None:
-    """--approval-ttl 2h: the request expires two hours after it was made."""
+    """--approval-ttl 2h: the request expires two hours on; its reason, the patterns that gate it."""
     setup = Setup.make(tmp_path)
     errlog = tmp_path / "proxy.err"
+    options = ("--approve", "read_*", "--approve", "send_*", "--approve", "*_email")
 
     async def scenario() -> MCPError:
-        async with session(
-            setup, "--approve", "send_email", "--approval-ttl", "2h", errlog=errlog
-        ) as client:
+        async with session(setup, *options, "--approval-ttl", "2h", errlog=errlog) as client:
             return await _refused(client, "send_email", EMAIL)
 
     run_session(scenario)
@@ -446,7 +445,7 @@ def test_the_approval_ttl_sets_when_a_request_expires(tmp_path: Path) -> None:
     requested = dt.datetime.fromisoformat(view.request.requested_at)
     expires = dt.datetime.fromisoformat(view.request.expires_at)
     assert expires - requested == dt.timedelta(hours=2)
-    assert "--approve send_email" in view.request.reason
+    assert view.request.reason == "ledger mcp-proxy --approve 'send_*' --approve '*_email'"
 
 
 @pytest.mark.parametrize(
