@@ -246,7 +246,7 @@ class Writes:
             job = self.journal.append(durable)
         finally:
             held_back = acquire_uninterrupted(self.cond)
-        if job.error is not None and self._moved_on(job.error, durable.action):
+        if job.error is not None and self._moved_on(job.error, durable):
             # Another process answered an approval meanwhile: the batch follows its answer.
             return self._write_batch(batch) or job.interrupt or held_back
         if job.error is not None:
@@ -263,14 +263,20 @@ class Writes:
                 request.done = True
         return job.interrupt or held_back
 
-    def _moved_on(self, error: BaseException, action: str) -> bool:
-        """Whether ``error`` is the run having moved on by decisions now caught up with."""
+    def _moved_on(self, error: BaseException, durable: Batch) -> bool:
+        """Whether ``error`` is the run having moved on by decisions now caught up with.
+
+        Caught up here, or by another thread of this log while the batch was in flight
+        (the head it followed is no longer this log's).
+        """
         if not isinstance(error, EffectPersistenceError) or isinstance(error, StoreTamperedError):
             return False
         if "already recorded in the run" not in str(error) and "extend the chain" not in str(error):
             return False
+        if durable.head != self.head:
+            return True
         try:
-            return self.catch_up(action)
+            return self.catch_up(durable.action)
         except EffectPersistenceError:
             return False
 

@@ -324,10 +324,21 @@ CLASS = st.sampled_from(CLASSES)
 LATER_DEFAULTS: tuple[tuple[set[str], dict[str, Any]], ...] = (
     (
         {"action_id", "operation"},
-        {"kind": "write", "idempotency_key": "", "retry_of": None, "step": "", "args": None},
+        {
+            "kind": "write",
+            "idempotency_key": "",
+            "retry_of": None,
+            "step": "",
+            "args": None,
+            "traceparent": None,
+            "approval_id": None,
+        },
     ),
     ({"execution", "replayed"}, {"result": None, "result_recorded": False}),
-    ({"claims", "outcomes", "observations"}, {"resolutions": []}),
+    (
+        {"claims", "outcomes", "observations"},
+        {"resolutions": [], "approval_requests": [], "approval_decisions": []},
+    ),
     ({"verdict", "evidence"}, {"resolution": None}),
 )
 
