@@ -6,6 +6,8 @@ only when it runs; the MCP SDK is an optional extra, said so in one line when mi
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,6 +67,24 @@ def _error_impact_option(
     return impacts
 
 
+_DURATION = re.compile(r"(\d+)([smhd]?)")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _duration_option(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> dt.timedelta | None:
+    if value is None:
+        return None
+    found = _DURATION.fullmatch(value.strip())
+    seconds = int(found[1]) * _UNITS[found[2]] if found else 0
+    if seconds <= 0:
+        raise click.BadParameter(
+            printable(f"{value!r} is not a duration: seconds, or 90s, 30m, 2h, 7d")
+        )
+    return dt.timedelta(seconds=seconds)
+
+
 @click.command(
     name="mcp-proxy",
     short_help="Put an MCP server behind the ledger: every tool call an effect.",
@@ -101,6 +121,30 @@ def _error_impact_option(
     default=False,
     help="Record neither the calls' arguments nor their results (only their digests).",
 )
+@click.option(
+    "--approve",
+    "approve",
+    multiple=True,
+    metavar="TOOL_PATTERN",
+    help="Gate the tools matching this shell-style pattern (send_*, *): a call runs only "
+    "once a person has approved that exact call, with ledger approve or in the client's "
+    "own form (MCP elicitation). Repeatable.",
+)
+@click.option(
+    "--approval-ttl",
+    metavar="DURATION",
+    callback=_duration_option,
+    help="How long a gated call's request for approval stays open: seconds, or 90s, 30m, "
+    "2h, 7d. Default: 24h.",
+)
+@click.option(
+    "--elicitation-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="How long to wait for the client's answer to the approval form before answering "
+    "the call with the approval error. Default: 50.",
+)
 @store_option
 def mcp_proxy(  # click passes every option by name
     *,
@@ -109,6 +153,9 @@ def mcp_proxy(  # click passes every option by name
     kinds: dict[str, EffectKind],
     error_impacts: dict[str, Impact],
     no_record: bool,
+    approve: tuple[str, ...],
+    approval_ttl: dt.timedelta | None,
+    elicitation_timeout: float | None,
     store: Path | None,
 ) -> None:
     """Start COMMAND, an MCP server speaking stdio, and relay MCP between it and the client.
@@ -119,7 +166,8 @@ def mcp_proxy(  # click passes every option by name
     result unless --no-record. Each proxy process is one run, its
     id on stderr. Runs of the same NAME left unsettled by a dead proxy are recovered at
     start, and a write identical to an earlier one a person must check is refused
-    until it is resolved. See docs/mcp.md.
+    until it is resolved. A tool gated with --approve runs only under a person's
+    approval of the exact call. See docs/mcp.md.
     """
     try:
         from ledger._mcp import proxy as _mcp  # noqa: PLC0415 - the MCP SDK is an optional extra
@@ -142,6 +190,11 @@ def mcp_proxy(  # click passes every option by name
                 kinds=kinds,
                 error_impacts=error_impacts,
                 record=not no_record,
+                approve=approve,
+                approval_ttl=approval_ttl,
+                elicitation_timeout=(
+                    _mcp.ELICITATION_TIMEOUT if elicitation_timeout is None else elicitation_timeout
+                ),
                 say=say,
             )
         except _mcp.ProxyError as e:

@@ -22,6 +22,10 @@ What the proxy answers itself instead of passing on, never crashing:
 - a ``tools/call`` it cannot claim (not a valid request, arguments JSON cannot hold
   exactly, the store failing): an error, and the server never sees the call;
 - a ``tools/call`` the guard refuses: a tool error naming the earlier effect;
+- a gated ``tools/call`` (``--approve``) without a person's grant for its exact action:
+  the approval error (:mod:`ledger._mcp.approvals`), or first a question to the
+  client, when it declared form elicitation; the call waits for the answer in a
+  thread of its own, since the answer comes on the stream the client's reader reads;
 - a client message longer than the limit: an error (it cannot be read, so it cannot
   be claimed); a server's is passed on in pieces;
 - a client line that is not one strict JSON value (:func:`ledger._mcp.wire.parse`):
@@ -38,7 +42,9 @@ import contextlib
 import ctypes
 import ctypes.util
 import dataclasses
+import datetime as dt
 import os
+import secrets
 import shlex
 import signal
 import subprocess
@@ -63,6 +69,16 @@ from mcp.types import (
 from pydantic import ValidationError
 
 from ledger import _telemetry, storage
+from ledger._mcp.approvals import (
+    ELICITATION_TIMEOUT,
+    Client,
+    ask_line,
+    denied_line,
+    gated,
+    read_answer,
+    read_client,
+    required_line,
+)
 from ledger._mcp.calls import Call, brief, kinds_listed, outcome_of, read_call, result_of
 from ledger._mcp.runs import MAX_NAME, REFUSAL_META, ProxyRun, Refusal, check_name
 from ledger._mcp.wire import (
@@ -71,6 +87,7 @@ from ledger._mcp.wire import (
     UnreadableError,
     answer_id,
     blank,
+    encode,
     error_line,
     id_key,
     parse,
@@ -78,10 +95,10 @@ from ledger._mcp.wire import (
     tool_error,
 )
 from ledger._text import printable
-from ledger.effects import EffectClaim, EffectKind, ExecutionOutcome, Impact
-from ledger.errors import EffectPersistenceError
+from ledger.effects import ApprovalPolicy, EffectClaim, EffectKind, ExecutionOutcome, Impact
+from ledger.errors import ApprovalDenied, ApprovalPending, EffectPersistenceError
 
-__all__ = ["MAX_MESSAGE", "ProxyError", "run"]
+__all__ = ["ELICITATION_TIMEOUT", "MAX_MESSAGE", "ProxyError", "run"]
 
 MAX_MESSAGE = 64 << 20  # bytes of one message; more from the client is refused
 # After the client has gone: how long the server gets to exit on its own, then after
@@ -135,6 +152,20 @@ class _Pending:
     claim: EffectClaim | None = None  # a tools/call's effect
 
 
+@dataclasses.dataclass(slots=True)
+class _Asking:
+    """A gated tool call held while the person at the client is asked to decide."""
+
+    call: Call
+    kind: EffectKind
+    policy: ApprovalPolicy
+    pending: ApprovalPending
+    ask_id: str  # the id of the proxy's elicitation/create request to the client
+    done: threading.Event = dataclasses.field(default_factory=threading.Event)
+    answer: dict[str, Any] | None = None  # the client's answer to it
+    cancelled: bool = False  # the client cancelled the tool call meanwhile
+
+
 def _label(text: str) -> str:
     """A server-given string as a ledger identifier (printable, at most 200 characters)."""
     return printable(" ".join(text.split()))[:200]
@@ -152,11 +183,17 @@ class Proxy:
         kinds: Mapping[str, EffectKind],
         error_impacts: Mapping[str, Impact] | None = None,
         record: bool = True,
+        approve: Sequence[str] = (),
+        approval_ttl: dt.timedelta | None = None,
+        elicitation_timeout: float = ELICITATION_TIMEOUT,
         client_in: IO[bytes],
         client_out: IO[bytes],
         say: Callable[[str], None],
     ) -> None:
         self._command = list(command)
+        self._approve = tuple(approve)
+        self._approval_ttl = approval_ttl
+        self._elicitation_timeout = elicitation_timeout
         self._directory = directory
         self._name = None if name is None else check_name(name)
         self._kinds = dict(kinds)
@@ -178,6 +215,10 @@ class Proxy:
         # Held while a tools/call is claimed and sent: the run is closed only between calls.
         self._calling = threading.Lock()
         self._child: subprocess.Popen[bytes] | None = None
+        self._client: Client | None = None  # from the client's initialize
+        self._held: dict[IdKey, _Asking] = {}  # gated calls being asked about, by call id
+        self._asks: dict[IdKey, _Asking] = {}  # the same, by the elicitation request's id
+        self._asked: set[IdKey] = set()  # every elicitation request's id: late answers too
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -224,6 +265,7 @@ class Proxy:
             if self._gone:
                 return
             self._gone = True
+        self._wake_asks()
         # The timer first: a server that reads nothing more must not block the close below.
         threading.Thread(target=self._stop_server, name="mcp-stop", daemon=True).start()
         child = self._child
@@ -358,18 +400,25 @@ class Proxy:
                     self._call(message)
                 return
             key = id_key(message.get("id"))
+            if method is None and key is not None and self._answers_ask(key, message):
+                return
+            if method == "initialize":
+                client = read_client(message.get("params"))
+                with self._lock:
+                    self._client = client
             if isinstance(method, str) and key is not None:
                 with self._lock:
                     held = self._pending.get(key)
-                    if held is None or held.claim is None:
+                    asked = key in self._held  # a gated call waiting for its approval
+                    if not asked and (held is None or held.claim is None):
                         self._pending[key] = _Pending(message["id"], method)
-                if held is not None and held.claim is not None:
+                if asked or (held is not None and held.claim is not None):
                     # Its answer could be taken for the tool call's, whose outcome it is not.
                     why = "refused: its id is that of a tool call in flight"
                     self._to_client(error_line(message["id"], INVALID_REQUEST, why))
                     return
-            elif method == "notifications/cancelled":
-                self._cancelled(message)
+            elif method == "notifications/cancelled" and self._cancelled(message):
+                return  # it cancels a call the server never got
         if not self._to_server(data):
             self._unsent(data, message)
 
@@ -384,21 +433,31 @@ class Proxy:
                 if pending is not None:
                     self._answer_gone(pending, "the MCP server has exited")
 
-    def _cancelled(self, message: dict[str, Any]) -> None:
-        """The client gave up on a request: a tool call still unanswered failed, maybe done."""
+    def _cancelled(self, message: dict[str, Any]) -> bool:
+        """The client gave up on a request: a tool call still unanswered failed, maybe done.
+
+        A gated call still waiting for the client's decision is dropped, never forwarded:
+        True, the cancellation is the proxy's (the server never got the call).
+        """
         try:
             params = CancelledNotificationParams.model_validate(message.get("params") or {})
         except ValidationError:
-            return  # passed on as it is; the server judges it
+            return False  # passed on as it is; the server judges it
         key = id_key(params.request_id)
         if key is None:
-            return
+            return False
         with self._lock:
+            asking = self._held.get(key)
+            if asking is not None:
+                asking.cancelled = True
+                asking.done.set()
+                return True
             pending = self._pending.get(key)
             if pending is None or pending.claim is None:
-                return
+                return False
             del self._pending[key]
         self._settle(pending.claim, ExecutionOutcome.FAILED, Impact.POSSIBLE)
+        return False
 
     def _call(self, message: dict[str, Any]) -> None:
         """A tools/call: claimed, then passed on with its key; or answered here."""
@@ -411,16 +470,21 @@ class Proxy:
             return
         with self._lock:
             kind = self._kinds.get(call.tool) or self._annotated.get(call.tool, EffectKind.WRITE)
-            refused = "its id is already in use" if call.key in self._pending else None
+            in_use = call.key in self._pending or call.key in self._held
+            refused = "its id is already in use" if in_use else None
             refused = "the proxy is closing" if self._closing else refused
         if refused is not None:
             self._to_client(error_line(call.request_id, INVALID_REQUEST, f"refused: {refused}"))
             return
+        policy = self._policy(call.tool)
         # The claim is made in the client's trace, and the server is sent the call's span.
         with _telemetry.continued(call.message["params"].get("_meta")):
-            claim = self._claim(call, kind)
-        if claim is None:
-            return
+            claim = self._claim(call, kind, policy)
+        if claim is not None:
+            self._forward(call, claim)
+
+    def _forward(self, call: Call, claim: EffectClaim) -> None:
+        """Pass a claimed call on to the server, with its key; answered here if it cannot be."""
         try:
             line = call.with_key(claim.idempotency_key, self._trace(claim))
         except (ValueError, RecursionError) as e:  # claimed, but it cannot be sent: it did nothing
@@ -438,8 +502,15 @@ class Proxy:
                     error_line(call.request_id, INTERNAL_ERROR, "the MCP server has exited")
                 )
 
-    def _claim(self, call: Call, kind: EffectKind) -> EffectClaim | None:
-        """The call's durable claim; or None, the client answered (refused, or not claimable)."""
+    def _claim(
+        self, call: Call, kind: EffectKind, policy: ApprovalPolicy | None, *, ask: bool = True
+    ) -> EffectClaim | None:
+        """The call's durable claim; or None, the client answered (refused, or not claimable).
+
+        A gated call (``policy``) is claimed only under a grant for its exact action;
+        without one the client is asked (when ``ask`` and it can be), or gets the error
+        that says how to approve it.
+        """
         try:
             run = self._ensure_run()
             refusal = run.refusal(call.tool, call.args, kind)
@@ -452,7 +523,26 @@ class Proxy:
                 kind=kind,
                 backend=self._backend(),
                 server=self._resource_host(run),
+                approval=policy,
             )
+        except ApprovalPending as e:
+            assert policy is not None  # noqa: S101 - only a gated claim waits for a person
+            if not (ask and self._ask(call, kind, policy, e)):
+                self._not_approved(call, e)
+            return None
+        except ApprovalDenied as e:
+            self._say(f"not forwarded: {call.tool} (approval {e.approval_id}), denied by {e.by}")
+            self._to_client(
+                denied_line(
+                    call.request_id,
+                    tool=call.tool,
+                    run_id=e.run_id,
+                    approval_id=e.approval_id,
+                    by=e.by,
+                    note=e.note,
+                )
+            )
+            return None
         except ValueError as e:
             why, code = f"cannot claim this call: {brief(e)}", INVALID_PARAMS
         except EffectPersistenceError as e:
@@ -491,6 +581,163 @@ class Proxy:
         except (ValueError, EffectPersistenceError) as e:
             self._say(f"{said}; the refusal could not be recorded: {brief(e)}")
         self._to_client(result_line(call.request_id, answer))
+
+    # ------------------------------------------------------------------ the approval gate
+
+    def _policy(self, tool: str) -> ApprovalPolicy | None:
+        """The approval a call to ``tool`` needs (``--approve``), or None: it is not gated."""
+        matching = [p for p in self._approve if gated(tool, (p,))]
+        if not matching:
+            return None
+        reason = " ".join(f"--approve {shlex.quote(p)}" for p in matching)
+        reason = f"ledger mcp-proxy {reason}"
+        if self._approval_ttl is None:
+            return ApprovalPolicy(reason=reason)
+        return ApprovalPolicy(ttl=self._approval_ttl, reason=reason)
+
+    def _not_approved(self, call: Call, pending: ApprovalPending, why: str = "") -> None:
+        """Answer a gated call without a grant: the error that says how to approve it."""
+        self._say(
+            f"not forwarded: {call.tool} needs approval {pending.approval_id} of run "
+            f"{pending.run_id}{' (' + why + ')' if why else ''}"
+        )
+        self._to_client(
+            required_line(
+                call.request_id,
+                tool=call.tool,
+                run_id=pending.run_id,
+                approval_id=pending.approval_id,
+                action_digest=pending.action_digest,
+                expires_at=pending.expires_at,
+                store=storage.describe(self._directory),
+                why=why,
+            )
+        )
+
+    def _ask(
+        self, call: Call, kind: EffectKind, policy: ApprovalPolicy, pending: ApprovalPending
+    ) -> bool:
+        """Ask the person at the client to decide; False when the client cannot be asked.
+
+        The call is held (its id in use) and the answer awaited in a thread of its own:
+        it comes on the stream this thread reads.
+        """
+        ask_id = f"ledger-approval-{secrets.token_hex(8)}"
+        asking = _Asking(call, kind, policy, pending, ask_id)
+        with self._lock:
+            client = self._client
+            if (
+                client is None
+                or not client.asks
+                or self._closing
+                or self._gone
+                # One question per approval: an identical call gets the error meanwhile.
+                or any(a.pending.approval_id == pending.approval_id for a in self._held.values())
+            ):
+                return False
+            self._held[call.key] = asking
+            self._asks["str", ask_id] = asking
+            self._asked.add(("str", ask_id))
+        self._say(
+            f"asking {client.name} to approve {call.tool} (approval {pending.approval_id} of "
+            f"run {pending.run_id})"
+        )
+        self._to_client(
+            ask_line(
+                ask_id,
+                tool=call.tool,
+                args=call.args,
+                run_id=pending.run_id,
+                approval_id=pending.approval_id,
+                action_digest=pending.action_digest,
+                expires_at=pending.expires_at,
+            )
+        )
+        threading.Thread(
+            target=self._await_answer, args=(asking, client), name="mcp-approval", daemon=True
+        ).start()
+        return True
+
+    def _answers_ask(self, key: IdKey, message: dict[str, Any]) -> bool:
+        """Whether ``message`` answers one of the proxy's own questions (never forwarded)."""
+        with self._lock:
+            if key not in self._asked:
+                return False
+            asking = self._asks.get(key)
+            if asking is not None and asking.answer is None:
+                asking.answer = message
+                asking.done.set()
+                return True
+        self._say(f"a late answer to {key[1]} was dropped: its call was answered already")
+        return True
+
+    def _wake_asks(self) -> None:
+        """Stop waiting for the client's answers: the proxy is closing."""
+        with self._lock:
+            for asking in self._asks.values():
+                asking.done.set()
+
+    def _await_answer(self, asking: _Asking, client: Client) -> None:
+        """Wait for the client's decision, record it, and go on with the call (or answer it)."""
+        call, pending = asking.call, asking.pending
+        try:
+            answered = asking.done.wait(self._elicitation_timeout)
+            with self._lock:
+                self._asks.pop(("str", asking.ask_id), None)
+                message = asking.answer
+                cancelled = asking.cancelled
+            if message is None:
+                # The person's form is withdrawn: its answer could no longer count.
+                self._to_client(_cancel_line(asking.ask_id, "the call is no longer waiting"))
+            if cancelled:
+                return  # a cancelled request is not answered
+            if message is None:
+                why = (
+                    f"{client.name} gave no answer within {self._elicitation_timeout:g} s"
+                    if not answered
+                    else "the proxy is closing"
+                )
+                self._not_approved(call, pending, why)
+                return
+            answer = read_answer(message)
+            if answer.granted is None:
+                self._not_approved(call, pending, answer.why)
+                return
+            with self._calling:
+                with self._lock:
+                    closing = self._closing
+                if closing:
+                    self._not_approved(call, pending, "the proxy is closing")
+                    return
+                run = self._run
+                assert run is not None  # noqa: S101 - the request was written through it
+                try:
+                    run.answer(
+                        pending.approval_id,
+                        granted=answer.granted,
+                        by=client.name,
+                        note=answer.note,
+                    )
+                    verb = "granted" if answer.granted else "denied"
+                    self._say(f"{client.name} {verb} approval {pending.approval_id} ({call.tool})")
+                except ValueError as e:
+                    # Decided meanwhile (ledger approve or deny), or expired: the gate
+                    # below goes by what the store holds.
+                    self._say(f"the answer of {client.name} was not recorded: {brief(e)}")
+                except EffectPersistenceError as e:
+                    self._say(f"the answer of {client.name} could not be recorded: {brief(e)}")
+                    self._not_approved(call, pending, "the answer could not be recorded")
+                    return
+                with _telemetry.continued(call.message["params"].get("_meta")):
+                    claim = self._claim(call, asking.kind, asking.policy, ask=False)
+                if claim is not None:
+                    self._forward(call, claim)
+        except Exception as e:  # a bug of the proxy's own must not leave the call unanswered
+            self._say(f"a gated call could not be handled: {brief(e)}")
+            self._to_client(error_line(call.request_id, INTERNAL_ERROR, "ledger mcp-proxy failed"))
+        finally:
+            with self._lock:
+                self._held.pop(call.key, None)
 
     def _settle(
         self,
@@ -536,6 +783,7 @@ class Proxy:
             self._closing = True
             left = list(self._pending.values())
             self._pending.clear()
+        self._wake_asks()
         for pending in left:
             self._answer_gone(
                 pending, f"the MCP server exited ({_status(status)}) before answering"
@@ -652,6 +900,17 @@ class Proxy:
             self._say(f"the run cannot start: {brief(e)}")
 
 
+def _cancel_line(request_id: str, reason: str) -> bytes:
+    """The notification that withdraws the proxy's own request to the client."""
+    params = CancelledNotificationParams(request_id=request_id, reason=reason)
+    note = {
+        "jsonrpc": "2.0",
+        "method": "notifications/cancelled",
+        "params": params.model_dump(mode="json", by_alias=True, exclude_none=True),
+    }
+    return encode(note)
+
+
 def _status(status: int) -> str:
     if status < 0:
         return f"killed by {signal.Signals(-status).name}"
@@ -666,6 +925,9 @@ def run(
     kinds: Mapping[str, EffectKind],
     error_impacts: Mapping[str, Impact] | None = None,
     record: bool = True,
+    approve: Sequence[str] = (),
+    approval_ttl: dt.timedelta | None = None,
+    elicitation_timeout: float = ELICITATION_TIMEOUT,
     say: Callable[[str], None],
 ) -> int:
     """Run the proxy on this process's stdin and stdout; return its exit status."""
@@ -680,6 +942,9 @@ def run(
         kinds=kinds,
         error_impacts=error_impacts,
         record=record,
+        approve=approve,
+        approval_ttl=approval_ttl,
+        elicitation_timeout=elicitation_timeout,
         client_in=stdin,
         client_out=stdout,
         say=say,

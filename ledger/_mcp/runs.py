@@ -25,6 +25,8 @@ from ledger._run.index import RunIndex
 from ledger._run.recorded import MAX_RECORDED_BYTES, recordable
 from ledger.effect_log import EffectLog, OutcomeRequest, new_effect_id, new_run_id
 from ledger.effects import (
+    ApprovalPolicy,
+    ApprovalSource,
     EffectClaim,
     EffectKind,
     ExecutionOutcome,
@@ -37,7 +39,7 @@ from ledger.effects import (
     check_identifier,
     resource_ref,
 )
-from ledger.errors import EffectPersistenceError
+from ledger.errors import ApprovalPending, EffectPersistenceError
 from ledger.resources import ExternalResource
 
 __all__ = [
@@ -167,6 +169,8 @@ class ProxyRun:
         # again, so a call costs the same however many identical ones went before.
         self._doubtful: dict[tuple[str, str], set[str]] = {}
         self._keys: dict[str, tuple[str, str]] = {}  # effect id -> (tool, args digest)
+        # A gated call -> the effect id its pending approval request reserved.
+        self._reserved: dict[tuple[str, str, EffectKind, str, str], str] = {}
 
     # ------------------------------------------------------------------ start
 
@@ -257,9 +261,21 @@ class ProxyRun:
         return _telemetry.span_meta(self._log, effect_id)
 
     def claim(
-        self, tool: str, args: object, *, kind: EffectKind, backend: str, server: str
+        self,
+        tool: str,
+        args: object,
+        *,
+        kind: EffectKind,
+        backend: str,
+        server: str,
+        approval: ApprovalPolicy | None = None,
     ) -> EffectClaim:
         """Claim one tool call, durably; ``ValueError`` for what cannot be claimed.
+
+        With ``approval``, the call is claimed only under a person's grant for its exact
+        action, and the claim's effect id is the one its request reserved; without
+        one, :class:`ledger.errors.ApprovalPending` (its request written) or
+        :class:`ledger.errors.ApprovalDenied`, and nothing is claimed.
 
         ``server`` names the resource (``mcp://SERVER/TOOL``). The arguments are
         recorded in the claim (unless this run records nothing, or they are too large
@@ -267,9 +283,14 @@ class ProxyRun:
         :class:`EffectPersistenceError` when the claim could not be persisted even after
         loading the run again: then it exists nowhere and the call must not be made.
         """
-        effect_id = new_effect_id()
         args = {} if args is None else args  # no arguments: the tool gets none
         operation = OperationRef(tool, backend, args_digest(args))
+        gated = (tool, operation.args_sha256, kind, backend, server)
+        with self._lock:
+            # A gated call claims the effect id its request reserved: given the same one
+            # again, its action id names it, as every proxy effect's does.
+            effect_id = self._reserved.get(gated) if approval is not None else None
+        effect_id = effect_id or new_effect_id()
         target = resource_ref(ExternalResource(f"mcp://{server}/{tool}"), "target")
         recorded = (
             recordable(args, MAX_RECORDED_BYTES, what=f"the arguments of a call to {tool}")[0]
@@ -285,16 +306,48 @@ class ProxyRun:
                 impact_scope=[target],
                 kind=kind,
                 args=recorded,
+                approval=approval,
             )
 
         with self._lock:
             try:
-                claim = attempt()
-            except EffectPersistenceError:
-                self._reload()  # and if the run cannot be loaded, the claim is refused
-                claim = self._log.history().claim(effect_id) or attempt()
-            self._keys[effect_id] = (tool, operation.args_sha256)
+                try:
+                    claim = attempt()
+                except EffectPersistenceError:
+                    self._reload()  # and if the run cannot be loaded, the claim is refused
+                    claim = self._log.history().claim(effect_id) or attempt()
+            except ApprovalPending as e:
+                self._reserved[gated] = e.effect_id
+                raise
+            if approval is not None:
+                self._reserved.pop(gated, None)  # used: the next identical call asks again
+            self._keys[claim.effect_id] = (tool, operation.args_sha256)
         return claim
+
+    def answer(self, approval_id: str, *, granted: bool, by: str, note: str = "") -> None:
+        """Record the decision the person at the client gave through the proxy's form.
+
+        ``ValueError`` when it cannot be recorded (decided already, or expired), and
+        :class:`EffectPersistenceError` when the store fails.
+        """
+
+        def attempt() -> None:
+            self._log.answer_approval(
+                approval_id,
+                granted=granted,
+                by=by,
+                note=note,
+                source=ApprovalSource.ELICITATION,
+            )
+
+        with self._lock:
+            try:
+                attempt()
+            except EffectPersistenceError:
+                # The run moved on (a resolution written meanwhile): load it and answer
+                # again; an answer the first attempt did write makes this a ValueError.
+                self._reload()
+                attempt()
 
     def settle(
         self,

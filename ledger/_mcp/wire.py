@@ -196,10 +196,15 @@ def _id(value: object) -> int | str | None:
     return None if id_key(value) is None else value  # type: ignore[return-value]
 
 
-def error_line(request_id: object, code: int, message: str) -> bytes:
-    """A JSON-RPC error answering ``request_id`` (``null`` when it is not a valid id)."""
+def error_line(request_id: object, code: int, message: str, data: object = None) -> bytes:
+    """A JSON-RPC error answering ``request_id`` (``null`` when it is not a valid id).
+
+    ``data``, when given, is the error's ``data`` member.
+    """
     error = JSONRPCError(
-        jsonrpc="2.0", id=_id(request_id), error=ErrorData(code=code, message=message)
+        jsonrpc="2.0",
+        id=_id(request_id),
+        error=ErrorData(code=code, message=message, data=data),
     )
     return encode(error.model_dump(mode="json", by_alias=True, exclude_none=False))
 

@@ -53,7 +53,7 @@ INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 class Setup:
     """A store and the state directory of the test server."""
 
-    store: Path
+    store: Path | str  # a directory, or a PostgreSQL URL
     state: Path
 
     @classmethod
@@ -103,13 +103,17 @@ def outcome_of(history: fx.History, effect_id: str) -> tuple[fx.ExecutionOutcome
 
 @asynccontextmanager
 async def session(
-    setup: Setup, *options: str, errlog: Path, **callbacks: Any
+    setup: Setup,
+    *options: str,
+    errlog: Path,
+    server: Sequence[str] | None = None,
+    **callbacks: Any,
 ) -> AsyncIterator[ClientSession]:
     """An initialized SDK client session with the test server, through the proxy.
 
-    The proxy's stderr goes to ``errlog``.
+    The proxy's stderr goes to ``errlog``; ``server`` replaces the test server's command.
     """
-    argv = setup.argv(*options)
+    argv = setup.argv(*options, server=server)
     params = StdioServerParameters(command=argv[0], args=argv[1:], env=subprocess_env())
     with errlog.open("a") as err:
         async with (
