@@ -278,7 +278,7 @@ BROKEN = {
                 seq=4, effect_id="e2", action_id="a2", idempotency_key=fx.idempotency_key(RUN, "e2")
             ),
         ),
-        "second claim",
+        "an approval is used once",
     ),
 }
 
