@@ -24,6 +24,7 @@ from ledger._run.journal import Journal
 from ledger._run.state import RunState, renumber
 from ledger.effects import (
     ApprovalDecision,
+    ApprovalRequest,
     EffectClaim,
     EffectOutcome,
     Observation,
@@ -208,8 +209,11 @@ class Writes:
         if self.degraded:
             self._fail(batch, None)
             return None
-        if not self.started and not any(isinstance(r, EffectClaim) for r in records):
+        if not self.started and not any(
+            isinstance(r, (EffectClaim, ApprovalRequest)) for r in records
+        ):
             # A run that has not claimed writes nothing: its observations wait for a claim.
+            # A request for approval starts the run: a person must find it in the store.
             for record in records:
                 self.unwritten.append(record)  # type: ignore[arg-type]  # only observations
                 self.state.remember(record)
