@@ -30,7 +30,15 @@ if TYPE_CHECKING:
     from ledger import storage
     from ledger.effects import ApprovalDecision, ApprovalRequest, ApprovalView
 
-__all__ = ["approvals", "approve", "approve_command", "deny", "requester", "span"]
+__all__ = [
+    "approval_table",
+    "approvals",
+    "approve",
+    "approve_command",
+    "deny",
+    "requester",
+    "span",
+]
 
 # How much of the recorded arguments a row of the inbox holds (--json holds them whole),
 # and of an id: a prefix is enough to name a run or a request (as git's).
@@ -71,6 +79,25 @@ def approve_command(view: ApprovalView) -> str:
 
 def _args(request: ApprovalRequest, limit: int) -> str:
     return "not recorded" if request.args is None else shortened(compact_json(request.args), limit)
+
+
+def approval_table(views: list[ApprovalView]) -> None:
+    """Each request: its run, state, who decided and when, and the claim that used it."""
+    table(
+        ("RUN", "APPROVAL", "TOOL", "STATE", "DECIDED BY", "DECIDED AT", "USED BY"),
+        [
+            (
+                v.run_id,
+                v.approval_id,
+                v.request.operation,
+                v.state,
+                None if v.decision is None else f"{v.decision.by} ({v.decision.source.value})",
+                None if v.decision is None else v.decision.decided_at,
+                v.used_by,
+            )
+            for v in views
+        ],
+    )
 
 
 @click.command(short_help="The approval requests waiting for a person: the inbox.")
