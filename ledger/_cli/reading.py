@@ -382,7 +382,8 @@ def export(run: str, output: Path | None, store: storage.Location | None) -> Non
     """Print a run as JSON lines, one record per line in seq order.
 
     This is the format of the earlier file-based effect logs: each line is an object
-    with "v" (1), "type" (claim, outcome or observation) and "record".
+    with "v" (1), "type" (claim, outcome, observation, resolution, approval_request or
+    approval_decision) and "record".
     """
     from ledger import _jsonl  # noqa: PLC0415 - see the imports
 
