@@ -52,6 +52,10 @@ shown of a value that was not recorded. Each is compact JSON, cut after 50 chara
 (40 for a step) with the whole length said, `... (2417 chars)`; `--json` and
 `ledger export` hold them whole.
 
+When the run asked for approvals, a table after the effects gives each request: its
+state by the store's clock, who decided it and through what, when, the claim that used
+it, and when an unanswered one expires; a claim made under an approval says which.
+
 `--json` prints one [run report](#run-report) object.
 
 {shape("run report")}
@@ -101,7 +105,14 @@ attach to a ticket: its style and its little script (the filters) are inline, an
 loads nothing, from anywhere (its Content-Security-Policy says `default-src 'none'`
 and allows only its own style and script, by hash).
 
-- **Incidents**, at the top: every effect whose impact is unresolved, in the runs the
+- **Needs a person**, first: what `ledger status --attention` lists, for the runs the
+  page shows, and the calls waiting for a person's approval (as `ledger approvals`),
+  each with its arguments, digest, requester and expiry and the exact `ledger approve`
+  and `ledger deny` commands.
+- **Approvals**: every approval request of the runs shown, with its state by the
+  store's clock (pending, granted, used, denied, expired), who decided it, when, through
+  what (`command`, `program`, `elicitation`), the note, and the claim that used it.
+- **Incidents**: every effect whose impact is unresolved, in the runs the
   page shows (the rows of `ledger status --unresolved`), with its run, operation, kind,
   execution, impact, verdict, when it was claimed, its decision and the reason for it
   (`decide`), and the exact commands for the next step: `ledger recover RUN` for a

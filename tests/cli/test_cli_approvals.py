@@ -12,6 +12,7 @@ import os
 import pwd
 import re
 import socket
+import sqlite3
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -434,3 +435,36 @@ def test_export_then_import_keeps_the_approvals_and_verifies(
     assert _json("show", worker.run_id, "--store", str(other))["records"] == _records(
         store, worker.run_id
     )
+
+
+# --------------------------------------------------------------------------- forged rows
+
+
+def test_a_request_whose_arguments_were_changed_is_not_shown_nor_approved(tmp_path: Path) -> None:
+    """Arguments changed in the store after the request (triggers dropped): refused, not shown."""
+    store = tmp_path / "store"
+    worker = Worker(store)
+    try:
+        asked = worker.ask()
+    finally:
+        worker.log.close()
+    conn = sqlite3.connect(store / "ledger.sqlite3", isolation_level=None)
+    try:
+        conn.execute("DROP TRIGGER approval_requests_no_update")
+        conn.execute(
+            "UPDATE approval_requests SET args = ? WHERE approval_id = ?",
+            ('{"amount":15000,"order":"A-1017"}', asked.approval_id),
+        )
+    finally:
+        conn.close()
+    at = ("--store", str(store))
+    shown = ledger("approvals", "--json", *at)
+    assert shown.returncode == 1
+    assert json.loads(shown.stdout) == []
+    assert f"run {worker.run_id} does not validate" in shown.stderr
+    approved = ledger("approve", worker.run_id, asked.approval_id, "--by", "alice", *at)
+    assert approved.returncode == 1
+    assert "Traceback" not in approved.stderr
+    # The writer says it put the dropped trigger back, then refuses the run.
+    assert "chain broken at seq 1" in approved.stderr.strip().splitlines()[-1]
+    assert json.loads(ledger("approvals", "--json", *at).stdout) == []
