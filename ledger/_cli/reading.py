@@ -98,12 +98,13 @@ def status(
     store: storage.Location | None,
     as_json: bool,
 ) -> None:
-    """Effects across runs with their verdicts, oldest claim first.
+    """Effects across runs with their verdicts, oldest claim first; then the approvals.
 
     With --attention, only the effects a person must act on, most urgent first: those
     whose next step is escalate (a reported success the evidence contradicts, then
     irreversible effects, then writes that may have landed), then claims left without
-    an outcome by a writer that is gone. Each comes with the command that settles it.
+    an outcome by a writer that is gone, then calls waiting for a person's approval.
+    Each comes with the command that settles it.
     The exit status is 1 when anything is listed, 0 when nothing: fit for a cron job or
     a CI step.
     """
@@ -281,9 +282,10 @@ def report(
 ) -> None:
     """Write one self-contained HTML page of a store's runs, for a person to look at.
 
-    At the top, what needs a person (as status --attention), with the commands that
-    settle it; then every effect whose impact is unresolved; then, per run, a summary, a
-    timeline of its effects, its resolutions and each record's fields. RUN is a run id or a unique
+    At the top, what needs a person (as status --attention, calls waiting for approval
+    included), with the commands that settle it; then every approval and its state;
+    then every effect whose impact is unresolved; then, per run, a summary, a timeline of
+    its effects, its resolutions and each record's fields. RUN is a run id or a unique
     prefix; without RUN, every run. The page loads nothing from anywhere.
     """
     from ledger._report import assemble, html  # noqa: PLC0415 - see the imports
