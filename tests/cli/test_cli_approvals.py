@@ -148,6 +148,9 @@ def test_the_inbox_lists_a_pending_request_with_its_arguments_and_requester(
         f"--expect-digest {asked.action_digest[:12]}"
     )
     assert command in text
+    # The run holds nothing but the request: its times are the request's.
+    (run,) = _json("runs", *at)
+    assert (run["first_at"], run["last_at"]) == (asked_at := request["requested_at"], asked_at)
     # The same with RUN given as a prefix; an unknown RUN is a usage mistake.
     assert _json("approvals", worker.run_id[:6], *at)[0]["approval_id"] == asked.approval_id
     other = "f" * 32 if not worker.run_id.startswith("f") else "e" * 32
