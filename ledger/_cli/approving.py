@@ -34,7 +34,6 @@ __all__ = [
     "approval_table",
     "approvals",
     "approve",
-    "approve_command",
     "deny",
     "requester",
     "span",
@@ -44,7 +43,6 @@ __all__ = [
 # and of an id: a prefix is enough to name a run or a request (as git's).
 _ARGS_SHOWN = 60
 _ID_SHOWN = 12
-_WIDTH = 118
 
 
 def requester(request: ApprovalRequest) -> str:
@@ -55,10 +53,11 @@ def requester(request: ApprovalRequest) -> str:
 def span(start: str, end: str) -> str:
     """The time from ``start`` to ``end`` (times as the library writes them), roughly: 3m, 2h."""
     seconds = int((datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds())
+    sign, seconds = ("-" if seconds < 0 else ""), abs(seconds)
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if abs(seconds) >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
+        if seconds >= size:
+            return f"{sign}{seconds // size}{unit}"
+    return f"{sign}{seconds}s"
 
 
 def _expiry(view: ApprovalView, now: str) -> str:
@@ -67,14 +66,6 @@ def _expiry(view: ApprovalView, now: str) -> str:
     if view.state == "expired":
         return f"{span(view.expires_at, now)} ago"
     return "-"
-
-
-def approve_command(view: ApprovalView) -> str:
-    """The command that grants ``view``, bound to the digest of the call it asks for."""
-    return (
-        f"ledger approve {view.run_id} {view.approval_id} --by NAME "
-        f"--expect-digest {view.action_digest[:12]}"
-    )
 
 
 def _args(request: ApprovalRequest, limit: int) -> str:
@@ -115,6 +106,7 @@ def approvals(run: str | None, every: bool, store: storage.Location | None, as_j
     used (by the claim named), denied, or expired (unanswered in time).
     """
     from ledger import _inspect  # noqa: PLC0415 - see the imports
+    from ledger._report.attention import approve_command  # noqa: PLC0415
 
     with library_errors():
         found = _inspect.list_approvals(locate(store), run, every=every)

@@ -31,6 +31,7 @@ __all__ = [
     "Attention",
     "AttentionRows",
     "approval_summary",
+    "approve_command",
     "attention",
     "needs_person",
 ]
@@ -60,6 +61,14 @@ class Attention:
         }
 
 
+def approve_command(view: ApprovalView) -> str:
+    """The command that grants ``view``, bound to the digest of the call it asks for."""
+    return (
+        f"ledger approve {view.run_id} {view.approval_id} --by NAME "
+        f"--expect-digest {view.action_digest[:12]}"
+    )
+
+
 def approval_summary(view: ApprovalView) -> dict[str, Any]:
     """What a status row says of an approval: its id, state, and who decided and when."""
     decision = view.decision
@@ -87,10 +96,7 @@ class ApprovalWait:
     @property
     def action(self) -> str:
         """The command that grants it, bound to the digest of the call it asks for."""
-        return (
-            f"ledger approve {self.view.run_id} {self.view.approval_id} --by NAME "
-            f"--expect-digest {self.view.action_digest[:12]}"
-        )
+        return approve_command(self.view)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape of ``ledger status --attention --json``: a status row's keys and more.
