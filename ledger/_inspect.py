@@ -118,9 +118,8 @@ def show_run(directory: storage.Location, prefix: str) -> RunReport:
     index = RunIndex.of(history)  # one index serves the verdicts and the decisions
     approvals: tuple[ApprovalView, ...] = ()
     if history.approval_requests:
-        # The state of a request is judged by the store's clock, read on its own: the
-        # run's records are those validated above.
-        approvals = tuple(approval_views(run_id, history, read.approvals(run_id).now))
+        # The state of a request is judged by the store's clock.
+        approvals = tuple(approval_views(run_id, history, read.now()))
     return RunReport(
         run_id,
         writer,

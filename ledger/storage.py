@@ -556,6 +556,10 @@ class Reader(Protocol):
         """The matching run's id and last writer."""
         ...
 
+    def now(self) -> str:
+        """The store's clock, in ``utc_now()``'s form: what approvals expire by."""
+        ...
+
     def approvals(self, prefix: str | None) -> ApprovalRuns:
         """The runs (or the one run) holding approval requests, validated, and the clock.
 

@@ -198,11 +198,15 @@ class Reader:
 
         return self._read(query)
 
+    def now(self) -> str:
+        """The store's clock, in ``utc_now()``'s form: what approvals expire by."""
+        return self._read(_store_now)
+
     def approvals(self, prefix: str | None) -> ApprovalRuns:
         """The runs (or the one run) holding approval requests, validated, and the clock."""
 
         def query(conn: Connection) -> ApprovalRuns:
-            now = str(conn.execute(text(f"SELECT {store_now(conn.dialect.name)}")).scalar_one())
+            now = _store_now(conn)
             if prefix is not None:
                 scope = [self._resolve(conn, prefix)]
             elif self._blank(conn):
@@ -420,6 +424,11 @@ class Reader:
                 "(records up to it were changed and the chain recomputed)"
             )
         return None
+
+
+def _store_now(conn: Connection) -> str:
+    """The store's clock, read on ``conn``."""
+    return str(conn.execute(text(f"SELECT {store_now(conn.dialect.name)}")).scalar_one())
 
 
 def _run_problem(conn: Connection, run_id: str) -> str | None:
