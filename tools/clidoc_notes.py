@@ -160,9 +160,10 @@ approve` command that grants exactly that call. Age and expiry are by the store'
 which is also what decides expiry when an answer is written. `--all` lists every
 request whatever its state: `pending`, `granted` (not yet used), `used` (the claim made
 under it is in the run), `denied`, or `expired` (unanswered past its expiry: derived
-from the clock, nobody's answer). Every run holding a request is validated as
-`EffectLog.load` validates it: one that does not is left out, named in a warning on
-standard error, and the command exits 1.
+from the clock, nobody's answer), with who decided it (and through what: `command`,
+`program`, `elicitation`) and the effect whose claim used it. Every run holding a
+request is validated as `EffectLog.load` validates it: one that does not is left out,
+named in a warning on standard error, and the command exits 1.
 
 `--json` prints an array of [approval](#approval) objects, oldest request first.
 

@@ -68,6 +68,11 @@ def _expiry(view: ApprovalView, now: str) -> str:
     return "-"
 
 
+def _decider(view: ApprovalView) -> str | None:
+    decision = view.decision
+    return None if decision is None else f"{decision.by} ({decision.source.value})"
+
+
 def _args(request: ApprovalRequest, limit: int) -> str:
     return "not recorded" if request.args is None else shortened(compact_json(request.args), limit)
 
@@ -113,8 +118,21 @@ def approvals(run: str | None, every: bool, store: storage.Location | None, as_j
     if as_json:
         print_json([v.to_dict() for v in found])
     elif found:
+        # With --all, who answered each request and the claim that used it, too.
+        decided = ("DECIDED BY", "USED BY") if every else ()
         table(
-            ("RUN", "APPROVAL", "STATE", "TOOL", "DIGEST", "REQUESTER", "AGE", "EXPIRES", "ARGS"),
+            (
+                "RUN",
+                "APPROVAL",
+                "STATE",
+                "TOOL",
+                "DIGEST",
+                "REQUESTER",
+                "AGE",
+                "EXPIRES",
+                *decided,
+                "ARGS",
+            ),
             [
                 (
                     v.run_id[:_ID_SHOWN],
@@ -125,6 +143,9 @@ def approvals(run: str | None, every: bool, store: storage.Location | None, as_j
                     requester(v.request),
                     span(v.request.requested_at, found.now),
                     _expiry(v, found.now),
+                    *(_decider(v), None if v.used_by is None else v.used_by[:_ID_SHOWN])[
+                        : len(decided)
+                    ],
                     _args(v.request, _ARGS_SHOWN),
                 )
                 for v in found

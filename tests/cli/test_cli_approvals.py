@@ -168,6 +168,13 @@ def test_the_inbox_without_all_leaves_out_what_is_decided(
     assert [v["approval_id"] for v in _json("approvals", *at)] == [second.approval_id]
     every = {v["approval_id"]: v["state"] for v in _json("approvals", "--all", *at)}
     assert every == {first.approval_id: "denied", second.approval_id: "pending"}
+    (row,) = [
+        line
+        for line in _ok("approvals", "--all", *at).splitlines()
+        if first.approval_id[:12] in line
+    ]
+    assert "denied" in row
+    assert "bob (command)" in row
     _ok("deny", worker.run_id, second.approval_id, "--by", "bob", *at)
     assert _ok("approvals", *at).strip() == "no approval request is pending"
 
