@@ -14,11 +14,23 @@ from typing import Any
 
 from ledger import storage
 from ledger._owner import Writer
+from ledger._run.book import ApprovalBook
 from ledger._run.index import RunIndex
 from ledger.effect_log import EffectLog
-from ledger.effects import Assessment, Decision, EffectOutcome, History, Resolution, assess
+from ledger.effects import (
+    ApprovalDecision,
+    ApprovalRequest,
+    ApprovalView,
+    Assessment,
+    Decision,
+    EffectOutcome,
+    History,
+    Resolution,
+    assess,
+)
 from ledger.storage import (
     VERDICTS,
+    ApprovalNotFoundError,
     EffectNotFoundError,
     EffectRow,
     EffectRows,
@@ -31,6 +43,8 @@ from ledger.storage import (
 
 __all__ = [
     "VERDICTS",
+    "ApprovalNotFoundError",
+    "Approvals",
     "EffectNotFoundError",
     "EffectRow",
     "EffectRows",
@@ -41,8 +55,11 @@ __all__ = [
     "RunReport",
     "RunSummary",
     "VerifyReport",
+    "approval_views",
     "assess_all",
+    "decide_approval",
     "effect_statuses",
+    "list_approvals",
     "list_runs",
     "recover_dead",
     "recover_run",
@@ -76,6 +93,7 @@ class RunReport:
     history: History
     assessments: tuple[Assessment, ...]
     decisions: tuple[Decision, ...] = ()
+    approvals: tuple[ApprovalView, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The documented JSON shape of ``ledger show --json``."""
@@ -89,15 +107,26 @@ class RunReport:
             ],
             "effects": [a.to_dict() for a in self.assessments],
             "decisions": [d.to_dict() for d in self.decisions],
+            "approvals": [a.to_dict() for a in self.approvals],
         }
 
 
 def show_run(directory: storage.Location, prefix: str) -> RunReport:
     """The run matching ``prefix``, validated like ``EffectLog.load`` does."""
-    run_id, history, writer = reader(directory).run(prefix)
+    read = reader(directory)
+    run_id, history, writer = read.run(prefix)
     index = RunIndex.of(history)  # one index serves the verdicts and the decisions
+    approvals: tuple[ApprovalView, ...] = ()
+    if history.approval_requests:
+        # The state of a request is judged by the store's clock.
+        approvals = tuple(approval_views(run_id, history, read.now()))
     return RunReport(
-        run_id, writer, history, assess_all(history, index), decide_all(history, index)
+        run_id,
+        writer,
+        history,
+        assess_all(history, index),
+        decide_all(history, index),
+        approvals,
     )
 
 
@@ -250,6 +279,109 @@ def _match_effect(run_id: str, history: History, given: str) -> str:
         f"{given!r} matches {len(found)} effects of run {run_id} ({shown}{more}); "
         "give more characters"
     )
+
+
+# --------------------------------------------------------------------------- approvals
+
+
+def approval_views(run_id: str, history: History, now: str) -> list[ApprovalView]:
+    """The approval requests of a validated run as a person reads them at ``now``, oldest first.
+
+    ``now`` is the store's clock: an unanswered request past its expiry is expired.
+    """
+    book = ApprovalBook()
+    records: list[ApprovalRequest | ApprovalDecision] = [
+        *history.approval_requests,
+        *history.approval_decisions,
+    ]
+    for record in sorted(records, key=lambda r: r.seq):
+        book.remember(record)
+    for claim in history.claims:
+        if claim.approval_id is not None:
+            book.used[claim.approval_id] = claim.effect_id
+    return [book.view(run_id, request, now) for request in book.requests]
+
+
+class Approvals(list[ApprovalView]):
+    """Approval requests across runs, oldest first; the store's clock; runs not believed.
+
+    ``problems`` names each run holding requests that does not validate (its requests
+    are left out: its rows are not believed); ``now`` is the store's clock they were
+    judged by.
+    """
+
+    def __init__(self, views: Iterable[ApprovalView], now: str, problems: dict[str, str]) -> None:
+        super().__init__(views)
+        self.now = now
+        self.problems = problems
+
+
+def list_approvals(
+    directory: storage.Location, run: str | None = None, *, every: bool = False
+) -> Approvals:
+    """The pending approval requests across runs (or of one run), oldest first.
+
+    ``every``: every request, whatever its state. Each run read is validated; one that
+    does not validate is in the result's ``problems`` and none of its requests is shown.
+    """
+    found = reader(directory).approvals(run)
+    views = [
+        view
+        for run_id, history in found.histories.items()
+        for view in approval_views(run_id, history, found.now)
+        if every or view.state == "pending"
+    ]
+    views.sort(key=lambda v: (v.request.requested_at, v.run_id, v.request.seq))
+    return Approvals(views, found.now, found.problems)
+
+
+def _match_approval(run_id: str, views: list[ApprovalView], given: str) -> ApprovalView:
+    """The request of the run ``given`` names: its whole id, or a unique prefix of one."""
+    for view in views:
+        if view.approval_id == given:
+            return view
+    found = [v for v in views if given and v.approval_id.startswith(given)]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise ApprovalNotFoundError(f"no approval request of run {run_id} matches {given!r}")
+    shown = ", ".join(v.approval_id for v in found[:_CANDIDATES_SHOWN])
+    more = f" and {len(found) - _CANDIDATES_SHOWN} more" if len(found) > _CANDIDATES_SHOWN else ""
+    raise ApprovalNotFoundError(
+        f"{given!r} matches {len(found)} approval requests of run {run_id} ({shown}{more}); "
+        "give more characters"
+    )
+
+
+def decide_approval(
+    directory: storage.Location,
+    prefix: str,
+    approval: str,
+    *,
+    granted: bool,
+    by: str,
+    note: str = "",
+    expect_digest: str | None = None,
+) -> tuple[ApprovalView, ApprovalDecision]:
+    """Record a person's answer to an approval request of the matching run.
+
+    ``approval`` is a request id of the run or a unique prefix of one
+    (:class:`ApprovalNotFoundError` otherwise). Written through the run's log as the
+    ``ledger approve`` (or ``deny``) command: ``ValueError`` for a request already
+    decided or expired by the store's clock, or whose digest does not start with
+    ``expect_digest``; nothing is written then. Returns the request as it now reads, and
+    the decision.
+    """
+    run_id, _writer = reader(directory).writer(prefix)
+    program = "ledger approve" if granted else "ledger deny"
+    with EffectLog._visit(run_id, directory, program) as log:  # noqa: SLF001 - the command's own way in
+        view = _match_approval(run_id, log.approvals(), approval)
+        if granted:
+            decision = log.approve(view.approval_id, by=by, expect_digest=expect_digest, note=note)
+        else:
+            decision = log.deny(view.approval_id, by=by, note=note)
+        (now,) = [v for v in log.approvals() if v.approval_id == view.approval_id]
+    return now, decision
 
 
 # --------------------------------------------------------------------------- verify

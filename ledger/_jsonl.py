@@ -2,7 +2,8 @@
 
 One ``<run_id>.jsonl`` file per run, one record per line, in ``seq`` order::
 
-    {"v": 1, "type": "claim" | "outcome" | "observation" | "resolution", "record": <to_dict()>}
+    {"v": 1, "type": "claim" | "outcome" | "observation" | "resolution"
+              | "approval_request" | "approval_decision", "record": <to_dict()>}
 
 Those logs were written with fsynced appends, so a crash could leave a torn final
 line: it is ignored. Anything else that does not validate refuses the whole file,
@@ -16,8 +17,10 @@ derive.
 Fields added to the records since keep the format at version 1: a claim carries its
 ``step`` and recorded ``args``, an outcome its recorded ``result`` and
 ``result_recorded``, and a line written before they existed reads as a claim without a
-step or recorded arguments, an outcome without a recorded result. Imported, a run is
-chained afresh by the store (:mod:`ledger._chain`), covering those values.
+step or recorded arguments, an outcome without a recorded result. Approval requests and
+decisions are lines of their own types, and a claim made under an approval carries its
+``approval_id``; a file without them imports as before. Imported, a run is chained
+afresh by the store (:mod:`ledger._chain`), covering those values.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from ledger import storage
 from ledger._chain import GENESIS
 from ledger._inspect import reader
 from ledger.effects import (
+    ApprovalDecision,
+    ApprovalRequest,
     EffectClaim,
     EffectOutcome,
     History,
@@ -53,6 +58,8 @@ _TYPES: dict[str, type[Record]] = {
     "outcome": EffectOutcome,
     "observation": Observation,
     "resolution": Resolution,
+    "approval_request": ApprovalRequest,
+    "approval_decision": ApprovalDecision,
 }
 
 
@@ -166,6 +173,8 @@ def parse(path: Path) -> tuple[History, bool]:
         tuple(r for r in records if isinstance(r, EffectOutcome)),
         tuple(r for r in records if isinstance(r, Observation)),
         tuple(r for r in records if isinstance(r, Resolution)),
+        tuple(r for r in records if isinstance(r, ApprovalRequest)),
+        tuple(r for r in records if isinstance(r, ApprovalDecision)),
     )
     try:
         check_history(history)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import click
 
 import ledger
-from ledger._cli import programs, reading, show, writing
+from ledger._cli import approving, programs, reading, show, writing
 
 __all__ = ["main"]
 
@@ -43,6 +43,9 @@ for _command in (
     reading.report,
     writing.recover,
     writing.resolve,
+    approving.approvals,
+    approving.approve,
+    approving.deny,
     reading.verify,
     reading.head,
     reading.export,

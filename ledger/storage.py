@@ -42,6 +42,8 @@ from ledger.errors import EffectPersistenceError, retold
 __all__ = [
     "RUN_ID",
     "VERDICTS",
+    "ApprovalNotFoundError",
+    "ApprovalRuns",
     "Backend",
     "Batch",
     "EffectRow",
@@ -201,6 +203,24 @@ class RunNotFoundError(ValueError):
 
 class EffectNotFoundError(ValueError):
     """No effect of the run, or more than one, matches the given effect id or prefix."""
+
+
+class ApprovalNotFoundError(ValueError):
+    """No approval request of the run, or more than one, matches the given id or prefix."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ApprovalRuns:
+    """The runs that hold approval requests, validated, and the store's clock when read.
+
+    ``histories``: each such run of the scope that validates; ``problems``: each one
+    that does not, with why (its approvals are not shown: its rows are not believed).
+    ``now``: the store's clock in the same snapshot, what a request's expiry is judged by.
+    """
+
+    now: str
+    histories: dict[str, History]
+    problems: dict[str, str]
 
 
 class RecoveryHold(enum.Enum):
@@ -534,6 +554,18 @@ class Reader(Protocol):
 
     def writer(self, prefix: str) -> tuple[str, Writer | None]:
         """The matching run's id and last writer."""
+        ...
+
+    def now(self) -> str:
+        """The store's clock, in ``utc_now()``'s form: what approvals expire by."""
+        ...
+
+    def approvals(self, prefix: str | None) -> ApprovalRuns:
+        """The runs (or the one run) holding approval requests, validated, and the clock.
+
+        Every run read is validated as ``EffectLog.load`` validates it; the store's
+        clock is read in the same snapshot.
+        """
         ...
 
     def unsettled(self) -> list[str]:

@@ -17,6 +17,7 @@ exists only in a checkout of the repository.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import hashlib
 import json
@@ -28,10 +29,15 @@ import click
 
 from ledger import _inspect, _jsonl
 from ledger._owner import Writer
+from ledger._report.attention import approval_summary
 from ledger.cli import main as ledger_main
 from ledger.effects import (
+    ApprovalDecision,
+    ApprovalRequest,
+    ApprovalSource,
     Coverage,
     EffectClaim,
+    EffectKind,
     EffectOutcome,
     ExecutionOutcome,
     History,
@@ -44,6 +50,7 @@ from ledger.effects import (
     Resolution,
     ResolutionOrigin,
     ResourceRef,
+    action_digest,
     args_digest,
     assess,
     decide,
@@ -139,6 +146,80 @@ def _example_run_b() -> tuple[History, EffectOutcome]:
     return History((claim,), (recovered,), ()), recovered
 
 
+def _example_run_c() -> tuple[History, str]:
+    """A refund a person approved and the worker then made, and one still waiting."""
+    first = {"amount": 150, "order": "A-1017"}
+    claim = EffectClaim(
+        effect_id="5e1f0a9c7b3d4e2f8a6c1b0d9e7f3a25",
+        seq=3,
+        action_id="step-9",
+        operation=OperationRef("refund", "payments/2", args_digest(first)),
+        impact_scope=(),
+        obligations=(),
+        recorded_at="2026-03-01T09:31:12.380044+00:00",
+        kind=EffectKind.IRREVERSIBLE,
+        idempotency_key=idempotency_key(_RUN_C, "5e1f0a9c7b3d4e2f8a6c1b0d9e7f3a25"),
+        step="refund#1@7a41c0de93b25f18",
+        args=first,
+        approval_id="9d2b7c4e1a6f4b3c8e5d0a7f2c9b6e14",
+    )
+    granted = ApprovalRequest(
+        approval_id="9d2b7c4e1a6f4b3c8e5d0a7f2c9b6e14",
+        seq=1,
+        effect_id=claim.effect_id,
+        action_digest=action_digest(claim),
+        operation="refund",
+        requested_at="2026-03-01T09:24:50.117630+00:00",
+        expires_at="2026-03-02T09:24:50.117630+00:00",
+        step=claim.step,
+        args=first,
+        reason="refunds over 100",
+        os_user="agent",
+        host="worker-1",
+        program="refund-bot",
+        pid=48213,
+    )
+    answer = ApprovalDecision(
+        approval_id=granted.approval_id,
+        seq=2,
+        decision="granted",
+        by="alice",
+        decided_at="2026-03-01T09:30:58.402911+00:00",
+        source=ApprovalSource.COMMAND,
+        os_user="alice",
+        host="ops-1",
+        program="ledger approve",
+        pid=51022,
+        note="customer called",
+    )
+    outcome = EffectOutcome(
+        effect_id=claim.effect_id,
+        seq=4,
+        execution=ExecutionOutcome.REPORTED_SUCCESS,
+        impact=Impact.CERTAIN,
+        recorded_at="2026-03-01T09:31:13.002871+00:00",
+        result={"refund_id": "rf_8812"},
+    )
+    waiting = ApprovalRequest(
+        approval_id="a61c3e8f2b7d4a90c5e1f6b2d8a4c3e7",
+        seq=5,
+        effect_id="0c7e2a9f4d1b4c6e8a3f5d2b9e1c7a48",
+        action_digest=_sha(b"refund A-1018"),
+        operation="refund",
+        requested_at="2026-03-01T09:40:07.551208+00:00",
+        expires_at="2026-03-02T09:40:07.551208+00:00",
+        step="refund#2@e03b9d5c61a8f274",
+        args={"amount": 420, "order": "A-1018"},
+        reason="refunds over 100",
+        os_user="agent",
+        host="worker-1",
+        program="refund-bot",
+        pid=48213,
+    )
+    history = History((claim,), (outcome,), (), (), (granted, waiting), (answer,))
+    return history, "2026-03-01T09:42:31.008114+00:00"
+
+
 def _examples() -> dict[str, object]:
     """What each command prints, for the example stores above."""
     history_a, first_a, last_a = _example_run_a()
@@ -182,6 +263,41 @@ def _examples() -> dict[str, object]:
         )
         for claim in history.claims
     ]
+    history_c, now_c = _example_run_c()
+    views = _inspect.approval_views(_RUN_C, history_c, now_c)
+    (claim_c,) = history_c.claims
+    used = _inspect.EffectRow(
+        run_id=_RUN_C,
+        seq=claim_c.seq,
+        effect_id=claim_c.effect_id,
+        operation=claim_c.operation.name,
+        execution="reported_success",
+        impact="certain",
+        verdict="unverified",
+        unresolved_impact=True,
+        claimed_at=claim_c.recorded_at,
+        kind=claim_c.kind.value,
+        idempotency_key=claim_c.idempotency_key,
+        resolution=None,
+        next_step="done",
+        step=claim_c.step,
+    )
+    decided = ApprovalDecision(
+        approval_id=views[1].approval_id,
+        seq=6,
+        decision="granted",
+        by="alice",
+        decided_at="2026-03-01T09:44:18.720365+00:00",
+        source=ApprovalSource.COMMAND,
+        os_user="alice",
+        host="ops-1",
+        program="ledger approve",
+        pid=51388,
+        note="",
+    )
+    refused = dataclasses.replace(
+        decided, decision="denied", by="bob", program="ledger deny", note="not this order"
+    )
     resolution = Resolution(
         effect_id="append-notes",
         seq=3,
@@ -205,7 +321,13 @@ def _examples() -> dict[str, object]:
             _RUN_A, _WRITER, history_a, tuple(effects_a), _inspect.decide_all(history_a)
         ).to_dict(),
         "resolve": resolution.to_dict(),
-        "status": [r.to_dict() for r in status],
+        "status": [
+            *({**r.to_dict(), "approval": None} for r in status),
+            {**used.to_dict(), "approval": approval_summary(views[0])},
+        ],
+        "approvals": [v.to_dict() for v in views],
+        "approve": dataclasses.replace(views[1], decision=decided, state="granted").to_dict(),
+        "deny": dataclasses.replace(views[1], decision=refused, state="denied").to_dict(),
         "recover": [r.to_dict() for r in recover],
         "verify": _inspect.VerifyReport(2, 5, ()).to_dict(),
         "export": [
@@ -227,6 +349,13 @@ _EXAMPLE_COMMANDS = {
         " --note 'notes.md unchanged since before the call' --json"
     ),
     "status": "ledger status --json",
+    "approvals": "ledger approvals --all --json",
+    "approve": (
+        "ledger approve c2d9 a61c --by alice --expect-digest "
+        + _sha(b"refund A-1018")[:12]
+        + " --json"
+    ),
+    "deny": "ledger deny c2d9 a61c --by bob --note 'not this order' --json",
     "recover": "ledger recover --dead --json",
     "verify": "ledger verify --json",
     "export": "ledger export 3f9c",
@@ -270,16 +399,17 @@ that database file, it names the directory to give instead.
 
 ## Reading commands never change the store
 
-`runs`, `show`, `status`, `verify`, `export`, `report` and `sql` open the store
-read-only, and `path` does not open it at all. No statement they run can write, they never take the
-write lock, and a store that does not exist is an error, never created. When every
-commit is in the database file (there is no `-wal` file, or an empty one) `runs`,
-`show`, `status`, `verify`, `export` and `report` read it `immutable`, creating and changing no
-file at all, and read it again `mode=ro` if the store changed while they read.
-Otherwise they read `mode=ro`, which sees the commits still in the WAL and may update
-the `-shm` index (it holds no records). `sql` opens the `sqlite3` shell `mode=ro`, for
-which SQLite may create an empty `-wal` and `-shm`. The details, and what each kind of
-reader does to the files, are in [forensics.md](forensics.md#open-it-read-only).
+`runs`, `show`, `status`, `approvals`, `verify`, `export`, `report` and `sql` open the
+store read-only, and `path` does not open it at all. No statement they run can write,
+they never take the write lock, and a store that does not exist is an error, never
+created. When every commit is in the database file (there is no `-wal` file, or an empty
+one) `runs`, `show`, `status`, `approvals`, `verify`, `export` and `report` read it
+`immutable`, creating and changing no file at all, and read it again `mode=ro` if the
+store changed while they read. Otherwise they read `mode=ro`, which sees the commits
+still in the WAL and may update the `-shm` index (it holds no records). `sql` opens the
+`sqlite3` shell `mode=ro`, for which SQLite may create an empty `-wal` and `-shm`. The
+details, and what each kind of reader does to the files, are in
+[forensics.md](forensics.md#open-it-read-only).
 
 Every command checks the store's directory and files before SQLite opens them, and
 refuses in one line a symlink, a file with more than one hard link, a fifo or directory

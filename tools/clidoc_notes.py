@@ -52,6 +52,10 @@ shown of a value that was not recorded. Each is compact JSON, cut after 50 chara
 (40 for a step) with the whole length said, `... (2417 chars)`; `--json` and
 `ledger export` hold them whole.
 
+When the run asked for approvals, a table after the effects gives each request: its
+state by the store's clock, who decided it and through what, when, the claim that used
+it, and when an unanswered one expires; a claim made under an approval says which.
+
 `--json` prints one [run report](#run-report) object.
 
 {shape("run report")}
@@ -69,20 +73,30 @@ effect of a run that does not validate (its `run_problem` set), none of whose ve
 can be believed, a warning on standard error names each such run, and the command
 exits 1.
 
-`--json` prints an array of [effect row](#effect-row) objects, oldest claim first.
+Below the effects, a second table gives every approval request of the runs in scope
+(see `ledger approvals`): its state by the store's clock, who decided and when, and the
+effect whose claim used it.
+
+`--json` prints an array of [effect row](#effect-row) objects, oldest claim first; a
+claim made under an approval carries it as an [approval summary](#approval-summary).
 
 `--attention` keeps only what needs a person, most urgent first (see
 [operations.md](operations.md)): effects whose next step is `escalate` (urgency 1: a
 reported success the evidence contradicts; 2: irreversible; 3: a write that may have
 landed), then claims with no outcome whose run no live process holds (4: recover the
-run). Whether a run is held is asked of its lock, never taken. Each is printed with the
-command that settles it; the command exits 1 when anything is listed, 0 when nothing
-is. `--json` then prints an array of [effect row](#effect-row) objects with three more
-keys: `urgency` (an integer, 1 to 4 as above), `reason` (why a person is needed) and
-`action` (the command that settles it; `NAME` and the choice between `--applied` and
-`--not-applied` are the person's).
+run), then the calls waiting for a person's approval (5: `ledger approve` or `ledger
+deny`; they have not run), oldest request first. Whether a run is held is asked of its
+lock, never taken. Each is printed with the command that settles it; the command exits
+1 when anything is listed, 0 when nothing is. `--json` then prints an array of
+[effect row](#effect-row) objects with three more keys: `urgency` (an integer, 1 to 5
+as above), `reason` (why a person is needed) and `action` (the command that settles
+it; `NAME` and the choice between `--applied` and `--not-applied` are the person's). A
+call waiting for approval has no claim yet: its row has the request's `seq`, the effect
+id its claim will carry, its operation and step, `next_step` `wait`, its `approval`,
+and `null` for what only a claim has (`verdict`, `kind`, `claimed_at`, ...).
 
-{shape("effect row")}""",
+{shape("effect row")}
+{shape("approval summary")}""",
     "report": """\
 Reads the store, and writes FILE.html (replaced if it exists, mode 0600 like the store:
 the page holds what the store holds), then prints its absolute path. One self-contained
@@ -91,7 +105,14 @@ attach to a ticket: its style and its little script (the filters) are inline, an
 loads nothing, from anywhere (its Content-Security-Policy says `default-src 'none'`
 and allows only its own style and script, by hash).
 
-- **Incidents**, at the top: every effect whose impact is unresolved, in the runs the
+- **Needs a person**, first: what `ledger status --attention` lists, for the runs the
+  page shows, and the calls waiting for a person's approval (as `ledger approvals`),
+  each with its arguments, digest, requester and expiry and the exact `ledger approve`
+  and `ledger deny` commands.
+- **Approvals**: every approval request of the runs shown, with its state by the
+  store's clock (pending, granted, used, denied, expired), who decided it, when, through
+  what (`command`, `program`, `elicitation`), the note, and the claim that used it.
+- **Incidents**: every effect whose impact is unresolved, in the runs the
   page shows (the rows of `ledger status --unresolved`), with its run, operation, kind,
   execution, impact, verdict, when it was claimed, its decision and the reason for it
   (`decide`), and the exact commands for the next step: `ledger recover RUN` for a
@@ -128,6 +149,49 @@ run's table lists the records drawn, at most 1,000, folded away when there are m
 what it left out each time, and `ledger show RUN` or `ledger export RUN` lists
 everything. A run of 10,000 records gives a page of about 1 MB in a few seconds.
 """,
+    "approvals": f"""\
+Reads the store. The inbox of the calls waiting for a person's approval, oldest request
+first, across every run (or of RUN, an id or a unique prefix): each with its run, the
+request id, the tool, the action digest (its first 12 characters: what an approval is
+bound to; `--json` has it whole), the requesting process (OS user and host, program,
+pid), its age and when it expires, and the arguments as recorded (compact JSON, cut
+after 60 characters; `not recorded` when they were not). Then, for each, the `ledger
+approve` command that grants exactly that call. Age and expiry are by the store's clock,
+which is also what decides expiry when an answer is written. `--all` lists every
+request whatever its state: `pending`, `granted` (not yet used), `used` (the claim made
+under it is in the run), `denied`, or `expired` (unanswered past its expiry: derived
+from the clock, nobody's answer), with who decided it (and through what: `command`,
+`program`, `elicitation`) and the effect whose claim used it. Every run holding a
+request is validated as `EffectLog.load` validates it: one that does not is left out,
+named in a warning on standard error, and the command exits 1.
+
+`--json` prints an array of [approval](#approval) objects, oldest request first.
+
+{shape("approval")}""",
+    "approve": """\
+Writes to the store. Grants APPROVAL (a request id of RUN, or a unique prefix of one; a
+prefix that names none or several is a usage mistake, exit 2): the exact call it asks
+for may now run, once. The answer is a record of the run, chained like the others,
+with the command's process beside `--by` (source `command`, the OS user, host, program
+and pid); the worker's next identical call claims under it and runs, and a second call
+asks again. It prints what it approves (the tool, the recorded arguments, the whole
+action digest, the effect id its claim will carry, who asked and when) and the
+decision. `--expect-digest` takes the start of the digest you were shown (8 hex
+characters or more, as `ledger approvals` prints 12): when the request's digest does not
+start with it, nothing is written (exit 1). A request already decided, or expired by
+the store's clock (which the store checks again as it writes), is refused the same way.
+The run is loaded as a worker loads it.
+
+`--json` prints one [approval](#approval) object: the request as it now reads, with
+its decision.""",
+    "deny": """\
+Writes to the store. Denies APPROVAL (as for `ledger approve`): the call it asks for
+must not run. The worker's next attempt at the same call raises `ApprovalDenied`
+carrying `--by` and `--note`; its decision is `denied`. A request already decided, or
+expired by the store's clock, is refused (exit 1) and nothing is written.
+
+`--json` prints one [approval](#approval) object: the request as it now reads, with
+its decision.""",
     "resolve": """\
 Writes to the store. After a person has checked the world, records what they found
 about EFFECT of RUN (a run id or a unique prefix): `--applied` (it landed) or
@@ -193,7 +257,8 @@ FILE is replaced, a symlink too, never written through.
 
 It prints one [exported line](#exported-line) object per line. A claim carries its
 `step` and recorded `args`, an outcome its recorded `result` and `result_recorded`,
-whole; `import` reads them back, and a run exported then imported verifies.
+whole; approval requests and decisions are lines of their own; `import` reads them
+back, and a run exported then imported verifies.
 
 {shape("exported line")}""",
     "import": f"""\
@@ -214,8 +279,11 @@ and reported. Any other malformed or forged line refuses the file, naming the li
 Symlinks, files with more than one hard link and files that are not regular files are
 refused too. Lines exported before claims had a step and recorded arguments, and
 outcomes a recorded result, still import: their claims have no step and no recorded
-arguments, their outcomes no recorded result. The store chains the imported records
-afresh, recorded values included.
+arguments, their outcomes no recorded result; a file without approval records imports
+as before. The store chains the imported records afresh, recorded values included. The
+store's guards hold an imported approval to its clock as they hold a worker's: a
+decision, or a claim made under an approval, whose request has expired by the store's
+clock is refused, so a run that used approvals imports while they are unexpired.
 
 `--json` prints an array of [imported file](#imported-file) objects, one per file, in
 the order given.

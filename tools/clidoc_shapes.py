@@ -9,6 +9,10 @@ from __future__ import annotations
 
 __all__ = ["RECORDS", "SHAPES", "shape"]
 
+_RECORD_TYPES = (
+    "claim or outcome or observation or resolution or approval request or approval decision"
+)
+
 # The JSON shapes: for each object, its keys in the order they are printed, each with
 # its type and meaning. A type is `string`, `integer`, `boolean`, `null`, `JSON value`
 # (any JSON value, `null` included), `array of T`, the name of another shape, or
@@ -49,6 +53,11 @@ SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("records", "array of record entry", "every record, in `seq` order"),
         ("effects", "array of assessment", "the verdict on each claimed effect, in claim order"),
         ("decisions", "array of decision", "what to do next about each effect, in claim order"),
+        (
+            "approvals",
+            "array of approval",
+            "each approval request of the run, oldest first, its state by the store's clock",
+        ),
     ),
     "writer": (
         ("host", "string", "the host name it ran on"),
@@ -56,8 +65,15 @@ SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("name", "string or null", "the name it gave; `null` if none"),
     ),
     "record entry": (
-        ("type", "string", "`claim`, `outcome`, `observation` or `resolution`"),
-        ("record", "claim or outcome or observation or resolution", "the record, as `type` says"),
+        (
+            "type",
+            "string",
+            (
+                "`claim`, `outcome`, `observation`, `resolution`, `approval_request` or "
+                "`approval_decision`"
+            ),
+        ),
+        ("record", _RECORD_TYPES, "the record, as `type` says"),
     ),
     # ledger status
     "effect row": (
@@ -95,6 +111,45 @@ SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
             "string",
             "the call's step, its identity across restarts; empty for a claim made without",
         ),
+        (
+            "approval",
+            "approval summary or null",
+            "the approval the claim was made under; `null` when it needed none",
+        ),
+    ),
+    "approval summary": (
+        ("approval_id", "string", "the approval request"),
+        (
+            "state",
+            "string",
+            (
+                "`pending`, `granted` (not yet used), `used`, `denied` or `expired`, by the "
+                "store's clock"
+            ),
+        ),
+        ("decided_by", "string or null", "who decided, as named; `null` while undecided"),
+        ("decided_at", "string or null", "when, by the store's clock; `null` while undecided"),
+        (
+            "source",
+            "string or null",
+            "what wrote the answer: `command`, `program` or `elicitation`; `null` while undecided",
+        ),
+    ),
+    # ledger approvals, approve, deny (and show)
+    "approval": (
+        ("run_id", "string", "the run"),
+        ("approval_id", "string", "the request, what `ledger approve RUN APPROVAL` names"),
+        (
+            "state",
+            "string",
+            (
+                "`pending`, `granted` (not yet used), `used`, `denied` or `expired` (unanswered "
+                "past `expires_at`: nobody's answer), by the store's clock"
+            ),
+        ),
+        ("request", "approval request", "the request, as recorded"),
+        ("decision", "approval decision or null", "the answer; `null` while there is none"),
+        ("used_by", "string or null", "the effect id of the claim made under it; `null` if none"),
     ),
     # ledger recover
     "recovery": (
@@ -123,8 +178,15 @@ SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
     # ledger export (and what ledger import reads)
     "exported line": (
         ("v", "integer", "the format version: `1`"),
-        ("type", "string", "`claim`, `outcome`, `observation` or `resolution`"),
-        ("record", "claim or outcome or observation or resolution", "the record, as `type` says"),
+        (
+            "type",
+            "string",
+            (
+                "`claim`, `outcome`, `observation`, `resolution`, `approval_request` or "
+                "`approval_decision`"
+            ),
+        ),
+        ("record", _RECORD_TYPES, "the record, as `type` says"),
     ),
     # ledger import
     "imported file": (
@@ -188,10 +250,50 @@ SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
             "approval_id",
             "string or null",
             (
-                "the approval the claim was made under, granted by a person and used by this "
-                "claim alone ([concepts.md](concepts.md#approvals)); `null` for none"
+                "the approval request the claim was made under, granted and used by it alone; "
+                "`null` when it needed none"
             ),
         ),
+    ),
+    "approval request": (
+        ("approval_id", "string", "the request, unique in its run"),
+        ("seq", "integer", "the record's position in its run"),
+        ("effect_id", "string", "the effect id the claim made under it will carry"),
+        (
+            "action_digest",
+            "string",
+            "SHA-256 (64 hex) of everything the claim will say of the call: what is approved",
+        ),
+        ("operation", "string", "the tool's name"),
+        ("requested_at", "string", "when it was asked, by the store's clock"),
+        ("expires_at", "string", "when it expires unanswered, by the store's clock"),
+        ("os_user", "string", "the OS user of the process that asked"),
+        ("host", "string", "the host it ran on"),
+        ("program", "string", "its program"),
+        ("pid", "integer", "its process id"),
+        ("step", "string", "the call's step; empty for none"),
+        ("args", "JSON value or null", "the arguments as recorded; `null` when not recorded"),
+        ("reason", "string", "why a person is asked; may be empty"),
+    ),
+    "approval decision": (
+        ("approval_id", "string", "the request it answers"),
+        ("seq", "integer", "the record's position in its run"),
+        ("decision", "string", "`granted` or `denied`"),
+        ("by", "string", "who decided, as the writer named them"),
+        ("decided_at", "string", "when, by the store's clock"),
+        (
+            "source",
+            "string",
+            (
+                "what wrote it: `command` (`ledger approve`, `deny`), `program` or `elicitation` "
+                "(an MCP client the proxy asked)"
+            ),
+        ),
+        ("os_user", "string", "the OS user of the process that wrote it"),
+        ("host", "string", "the host it ran on"),
+        ("program", "string", "`ledger approve`, `ledger deny`, or the program's name"),
+        ("pid", "integer", "its process id"),
+        ("note", "string", "what they said; may be empty"),
     ),
     "resolution": (
         ("effect_id", "string", "the claimed effect a person settled"),
@@ -216,7 +318,7 @@ SHAPES: dict[str, tuple[tuple[str, str, str], ...]] = {
     ),
     "decision": (
         ("effect_id", "string", "the claimed effect"),
-        ("step", "string", "`done`, `wait`, `retry`, `escalate` or `denied`"),
+        ("step", "string", "`done`, `wait`, `retry` or `escalate`"),
         ("reason", "string", "why, in one sentence"),
         ("idempotency_key", "string", "the key a retry carries"),
     ),
@@ -330,6 +432,8 @@ as the store holds them.
 {shape("outcome", "How the call of a claimed effect ended, or that it is still running.")}
 {shape("observation", "What the worker saw of a resource.")}
 {shape("resolution", "A person's word, after checking the world, that an effect landed or not.")}
+{shape("approval request", "A call waiting for a person's yes, bound to its action digest.")}
+{shape("approval decision", "A person's answer to an approval request, at most one.")}
 {shape("resource reference")}
 {shape("operation")}
 {shape("postcondition")}

@@ -63,6 +63,7 @@ def library_errors() -> Iterator[None]:
     """The library's errors as one line and an exit code, never a traceback."""
     from ledger.errors import EffectPersistenceError  # noqa: PLC0415 - see the imports
     from ledger.storage import (  # noqa: PLC0415
+        ApprovalNotFoundError,
         EffectNotFoundError,
         RunNotFoundError,
         ShellMissingError,
@@ -70,7 +71,7 @@ def library_errors() -> Iterator[None]:
 
     try:
         yield
-    except (RunNotFoundError, EffectNotFoundError) as e:
+    except (RunNotFoundError, EffectNotFoundError, ApprovalNotFoundError) as e:
         raise UsageMistake(one_line(e)) from None
     except (EffectPersistenceError, ValueError, ShellMissingError) as e:
         raise click.ClickException(one_line(e)) from None

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ledger._cli import approving
 from ledger._cli.common import (
     json_option,
     json_text,
@@ -29,7 +30,7 @@ from ledger._cli.common import (
     table,
 )
 from ledger._paths import DB_NAME
-from ledger._text import printable
+from ledger._text import compact_json, printable, shortened
 
 # The storage layer, the page and the MCP SDK are imported inside the commands that use
 # them, so that --version, --help and a usage mistake answer at once (see ledger/_cli).
@@ -97,12 +98,13 @@ def status(
     store: storage.Location | None,
     as_json: bool,
 ) -> None:
-    """Effects across runs with their verdicts, oldest claim first.
+    """Effects across runs with their verdicts, oldest claim first; then the approvals.
 
     With --attention, only the effects a person must act on, most urgent first: those
     whose next step is escalate (a reported success the evidence contradicts, then
     irreversible effects, then writes that may have landed), then claims left without
-    an outcome by a writer that is gone. Each comes with the command that settles it.
+    an outcome by a writer that is gone, then calls waiting for a person's approval.
+    Each comes with the command that settles it.
     The exit status is 1 when anything is listed, 0 when nothing: fit for a cron job or
     a CI step.
     """
@@ -112,16 +114,35 @@ def status(
         _attention(run, store, as_json=as_json)
         return
     from ledger import _inspect  # noqa: PLC0415 - see the imports
+    from ledger._report.attention import approval_summary  # noqa: PLC0415
 
     with library_errors():
         rows = _inspect.effect_statuses(locate(store), run, unresolved=unresolved)
+        # Read apart, every run holding one validated: the approvals of the scope.
+        asked = _inspect.list_approvals(locate(store), run, every=True)
     if as_json:
-        print_json([r.to_dict() for r in rows])
+        used = {(v.run_id, v.used_by): v for v in asked if v.used_by is not None}
+        print_json(
+            [
+                {
+                    **r.to_dict(),
+                    "approval": (
+                        None
+                        if (view := used.get((r.run_id, r.effect_id))) is None
+                        else approval_summary(view)
+                    ),
+                }
+                for r in rows
+            ]
+        )
     else:
         _status_table(rows)
+        if asked:
+            click.echo()
+            approving.approval_table(list(asked))
     # Every run of the scope that does not validate, with a row shown or not: one whose
     # forged row settled its last open effect would otherwise leave the list quietly.
-    refuse_to_vouch(rows.problems)
+    refuse_to_vouch({**asked.problems, **rows.problems})
 
 
 def _attention(run: str | None, store: storage.Location | None, *, as_json: bool) -> None:
@@ -130,8 +151,12 @@ def _attention(run: str | None, store: storage.Location | None, *, as_json: bool
     with library_errors():
         found = attention.attention(locate(store), run)
     if as_json:
-        print_json([a.to_dict() for a in found])
-    elif found:
+        print_json([a.to_dict() for a in [*found, *found.approvals]])
+        refuse_to_vouch(found.problems)
+        if found or found.approvals:
+            raise SystemExit(1)
+        return
+    if found:
         table(
             ("URGENCY", "RUN", "EFFECT", "OPERATION", "KIND", "VERDICT", "NEXT", "WHY"),
             [
@@ -151,10 +176,34 @@ def _attention(run: str | None, store: storage.Location | None, *, as_json: bool
         click.echo()
         for a in found:
             click.echo(printable(f"{a.row.effect_id}: {a.action}"))
-    else:
+    if found.approvals:
+        if found:
+            click.echo()
+        table(
+            ("URGENCY", "RUN", "APPROVAL", "TOOL", "DIGEST", "REQUESTER", "EXPIRES", "ARGS"),
+            [
+                (
+                    w.urgency,
+                    w.view.run_id,
+                    w.view.approval_id,
+                    w.view.request.operation,
+                    w.view.action_digest[:12],
+                    approving.requester(w.view.request),
+                    w.view.expires_at,
+                    "not recorded"
+                    if w.view.request.args is None
+                    else shortened(compact_json(w.view.request.args), 60),
+                )
+                for w in found.approvals
+            ],
+        )
+        click.echo()
+        for w in found.approvals:
+            click.echo(printable(f"{w.view.approval_id}: {w.action}"))
+    if not found and not found.approvals:
         click.echo("nothing needs a person")
     refuse_to_vouch(found.problems)
-    if found:
+    if found or found.approvals:
         raise SystemExit(1)
 
 
@@ -233,9 +282,10 @@ def report(
 ) -> None:
     """Write one self-contained HTML page of a store's runs, for a person to look at.
 
-    At the top, what needs a person (as status --attention), with the commands that
-    settle it; then every effect whose impact is unresolved; then, per run, a summary, a
-    timeline of its effects, its resolutions and each record's fields. RUN is a run id or a unique
+    At the top, what needs a person (as status --attention, calls waiting for approval
+    included), with the commands that settle it; then every approval and its state;
+    then every effect whose impact is unresolved; then, per run, a summary, a timeline of
+    its effects, its resolutions and each record's fields. RUN is a run id or a unique
     prefix; without RUN, every run. The page loads nothing from anywhere.
     """
     from ledger._report import assemble, html  # noqa: PLC0415 - see the imports
@@ -334,7 +384,8 @@ def export(run: str, output: Path | None, store: storage.Location | None) -> Non
     """Print a run as JSON lines, one record per line in seq order.
 
     This is the format of the earlier file-based effect logs: each line is an object
-    with "v" (1), "type" (claim, outcome or observation) and "record".
+    with "v" (1), "type" (claim, outcome, observation, resolution, approval_request or
+    approval_decision) and "record".
     """
     from ledger import _jsonl  # noqa: PLC0415 - see the imports
 

@@ -27,7 +27,7 @@ from ledger._text import compact_json, printable, shortened
 # them, so that --version, --help and a usage mistake answer at once (see ledger/_cli).
 if TYPE_CHECKING:
     from ledger import storage
-    from ledger.effects import Record, Resolution
+    from ledger.effects import ApprovalView, Record, Resolution
 
 __all__ = ["show"]
 
@@ -120,6 +120,8 @@ def _describe(record: Record) -> tuple[str, str]:
             for p in record.obligations
         )
         retry = f"; retry of {_short_id(record.retry_of)}" if record.retry_of else ""
+        if record.approval_id is not None:
+            retry += f"; under approval {_short_id(record.approval_id)}"
         step = f"; step {shortened(compact_json(record.step), _STEP_SHOWN)}" if record.step else ""
         args = (
             ""
@@ -214,6 +216,9 @@ def show(run: str | None, store: storage.Location | None, as_json: bool) -> None
         ],
     )
     click.echo()
+    if report.approvals:
+        _approvals_table(report.approvals)
+        click.echo()
     for d in report.decisions:  # each effect's whole id, to copy; the reason wrapped
         advice = printable(f"{d.effect_id}: {d.step.value.upper()}: {d.reason}")
         click.echo(
@@ -227,6 +232,25 @@ def show(run: str | None, store: storage.Location | None, as_json: bool) -> None
                 )
             )
         )
+
+
+def _approvals_table(views: Sequence[ApprovalView]) -> None:
+    """Each approval request of the run: its state, who decided and when, the claim that used it."""
+    table(
+        ("APPROVAL", "OPERATION", "STATE", "DECIDED BY", "DECIDED AT", "USED BY", "EXPIRES"),
+        [
+            (
+                _short_id(v.approval_id),
+                _cut(v.request.operation, _OPERATION_SHOWN),
+                v.state,
+                None if v.decision is None else f"{v.decision.by} ({v.decision.source.value})",
+                None if v.decision is None else v.decision.decided_at,
+                None if v.used_by is None else _short_id(v.used_by),
+                v.expires_at if v.decision is None else None,
+            )
+            for v in views
+        ],
+    )
 
 
 def _newest_run(location: storage.Location) -> str:

@@ -185,6 +185,8 @@ def build(
     index = {p.summary.run_id: p.index for p in pages if p.timeline is not None}
     store = shell_word(str(directory))
     needs = needs_person(rows, read.held)
+    # Read apart (every run holding one validated, their states by the store's clock).
+    asked = _inspect.list_approvals(directory, every=True)
     return Report(
         store=directory,
         generated_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -203,6 +205,7 @@ def build(
         incidents_total=len(rows),
         runs=tuple(pages),
         drawn=len(index),
+        approvals=tuple(v for v in asked if v.run_id in shown and v.run_id not in broken),
     )
 
 

@@ -9,6 +9,9 @@ An effect needs a person when the worker cannot settle it by itself:
   worker's own ``EffectLog.resume``); or the call was reported running, which recovery
   leaves alone, and a person must check (``ledger resolve``).
 
+A call waiting for a person's approval needs one too (``ledger approve`` or ``deny``):
+it is listed after the effects, oldest request first.
+
 Everything else is the worker's own business (``retry``) or settled (``done``), however
 unverified: listing it would bury the few effects that need someone.
 """
@@ -20,12 +23,21 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ledger import _inspect, storage
+from ledger.effects import ApprovalView
 from ledger.storage import EffectRow
 
-__all__ = ["Attention", "AttentionRows", "attention", "needs_person"]
+__all__ = [
+    "ApprovalWait",
+    "Attention",
+    "AttentionRows",
+    "approval_summary",
+    "approve_command",
+    "attention",
+    "needs_person",
+]
 
 # Most urgent first; the number is what --json calls the urgency (1 is the most urgent).
-CONTRADICTED, IRREVERSIBLE, WRITE, ABANDONED = 1, 2, 3, 4
+CONTRADICTED, IRREVERSIBLE, WRITE, ABANDONED, APPROVAL = 1, 2, 3, 4, 5
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -36,11 +48,81 @@ class Attention:
     urgency: int  # 1 (most urgent) .. 4
     reason: str
     action: str  # the command that settles it, with a placeholder for what only a person knows
+    approval: ApprovalView | None = None  # the approval the effect was claimed under, if any
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape of ``ledger status --attention --json``: a status row and more."""
         return {
             **self.row.to_dict(),
+            "approval": None if self.approval is None else approval_summary(self.approval),
+            "urgency": self.urgency,
+            "reason": self.reason,
+            "action": self.action,
+        }
+
+
+def approve_command(view: ApprovalView) -> str:
+    """The command that grants ``view``, bound to the digest of the call it asks for."""
+    return (
+        f"ledger approve {view.run_id} {view.approval_id} --by NAME "
+        f"--expect-digest {view.action_digest[:12]}"
+    )
+
+
+def approval_summary(view: ApprovalView) -> dict[str, Any]:
+    """What a status row says of an approval: its id, state, and who decided and when."""
+    decision = view.decision
+    return {
+        "approval_id": view.approval_id,
+        "state": view.state,
+        "decided_by": None if decision is None else decision.by,
+        "decided_at": None if decision is None else decision.decided_at,
+        "source": None if decision is None else decision.source.value,
+    }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ApprovalWait:
+    """A call waiting for a person's approval: the request, and the command that grants it."""
+
+    view: ApprovalView
+    urgency: int = APPROVAL
+
+    @property
+    def reason(self) -> str:
+        """Why it needs a person."""
+        return f"waits for a person's approval until {self.view.expires_at}: it has not run"
+
+    @property
+    def action(self) -> str:
+        """The command that grants it, bound to the digest of the call it asks for."""
+        return approve_command(self.view)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape of ``ledger status --attention --json``: a status row's keys and more.
+
+        What a request has of a status row is said (its run, the seq of the request, the
+        effect id its claim will carry, the operation, the step, the approval); what only
+        a claim has is null.
+        """
+        request = self.view.request
+        return {
+            "run_id": self.view.run_id,
+            "seq": request.seq,
+            "effect_id": request.effect_id,
+            "operation": request.operation,
+            "execution": None,
+            "impact": None,
+            "verdict": None,
+            "unresolved_impact": False,
+            "claimed_at": None,
+            "kind": None,
+            "idempotency_key": None,
+            "resolution": None,
+            "next_step": "wait",
+            "run_problem": None,
+            "step": request.step,
+            "approval": approval_summary(self.view),
             "urgency": self.urgency,
             "reason": self.reason,
             "action": self.action,
@@ -48,22 +130,40 @@ class Attention:
 
 
 class AttentionRows(list[Attention]):
-    """What needs a person, most urgent first, and every run of the scope that does not validate."""
+    """What needs a person, most urgent first, and every run of the scope that does not validate.
 
-    def __init__(self, found: Iterable[Attention], problems: dict[str, str]) -> None:
+    ``approvals``: the calls waiting for a person's approval, oldest request first.
+    """
+
+    def __init__(
+        self,
+        found: Iterable[Attention],
+        problems: dict[str, str],
+        approvals: Iterable[ApprovalWait] = (),
+    ) -> None:
         super().__init__(found)
         self.problems = problems
+        self.approvals = list(approvals)
 
 
 def attention(directory: storage.Location, run: str | None = None) -> AttentionRows:
     """The effects (across runs, or of one) that need a person, most urgent first.
 
-    Runs that do not validate are in the result's ``problems``: their effects are listed
-    as their rows say, which is not to be believed.
+    Then the calls waiting for a person's approval. Runs that do not validate are in the
+    result's ``problems``: their effects are listed as their rows say, which is not to
+    be believed (their approval requests are not listed).
     """
     read = _inspect.reader(directory)
     rows = read.effects(run, unresolved=True)
-    return AttentionRows(needs_person(rows, read.held), rows.problems)
+    asked = _inspect.list_approvals(directory, run, every=True)
+    used = {(v.run_id, v.used_by): v for v in asked if v.used_by is not None}
+    found = [
+        dataclasses.replace(a, approval=used.get((a.row.run_id, a.row.effect_id)))
+        for a in needs_person(rows, read.held)
+    ]
+    problems = dict(sorted({**asked.problems, **rows.problems}.items()))
+    waiting = (ApprovalWait(v) for v in asked if v.state == "pending")
+    return AttentionRows(found, problems, waiting)
 
 
 def needs_person(

@@ -27,6 +27,7 @@ from ledger._report.model import (
     RIGHT,
     RUN_LIMIT,
     TABLE_LIMIT,
+    TARGET_LIMIT,
     WIDTH,
     Report,
 )
@@ -89,6 +90,10 @@ def _short_ids(report: Report) -> dict[str, str]:
         ids |= {needs.attention.row.run_id, needs.attention.row.effect_id}
     for incident in report.incidents:
         ids |= {incident.row.run_id, incident.row.effect_id}
+    for approval in report.approvals:
+        ids |= {approval.run_id, approval.approval_id, approval.effect_id}
+        if approval.used_by is not None:
+            ids.add(approval.used_by)
     for run in report.runs:
         ids.add(run.summary.run_id)
         if run.timeline is not None:
@@ -146,6 +151,7 @@ def render(report: Report) -> str:
     short = _short_ids(report)
     env.filters["short"] = short.get
     env.filters["shell"] = lambda location: shell_word(str(location))
+    env.filters["recorded"] = lambda value: _text.shortened(_text.compact_json(value), TARGET_LIMIT)
     style, script = _asset("report.css"), _asset("report.js")
     csp = (
         f"default-src 'none'; style-src {_hash(style)}; script-src {_hash(script)}; "

@@ -11,6 +11,7 @@ import dataclasses
 
 from ledger import _inspect, storage
 from ledger._report.attention import Attention
+from ledger.effects import ApprovalView
 
 __all__ = [
     "ATTENTION_LIMIT",
@@ -196,6 +197,21 @@ class Report:
     incidents_total: int
     runs: tuple[RunPage, ...]
     drawn: int
+    # Every approval request of the runs shown that validate, oldest first, its state by
+    # the store's clock when the page was written; the pending ones need a person.
+    approvals: tuple[ApprovalView, ...] = ()
+
+    def index_of(self, run_id: str) -> int | None:
+        """The section of the run on the page, when the run is drawn."""
+        for page in self.runs:
+            if page.summary.run_id == run_id and page.timeline is not None:
+                return page.index
+        return None
+
+    @property
+    def waiting(self) -> tuple[ApprovalView, ...]:
+        """The approval requests that wait for a person's answer."""
+        return tuple(a for a in self.approvals if a.state == "pending")
 
     @property
     def unvalidated(self) -> dict[str, str]:

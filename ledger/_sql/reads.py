@@ -20,6 +20,7 @@ from sqlalchemy import Connection, text
 
 from ledger._owner import Writer
 from ledger._sql import rows
+from ledger._sql.guards import store_now
 from ledger._sql.tables import RECORD_TABLES
 from ledger._sql.views import STATUS_QUERY
 from ledger.effects import (
@@ -31,6 +32,7 @@ from ledger.effects import (
 from ledger.errors import EffectPersistenceError
 from ledger.storage import (
     VERDICTS,
+    ApprovalRuns,
     EffectRow,
     EffectRows,
     Head,
@@ -57,6 +59,8 @@ _RUNS_SQL = """
     UNION ALL SELECT run_id, recorded_at FROM outcomes
     UNION ALL SELECT run_id, recorded_at FROM observations
     UNION ALL SELECT run_id, recorded_at FROM resolutions
+    UNION ALL SELECT run_id, requested_at FROM approval_requests
+    UNION ALL SELECT run_id, decided_at FROM approval_decisions
 ),
 times AS (
     SELECT run_id, min(recorded_at) AS first_at, max(recorded_at) AS last_at
@@ -191,6 +195,36 @@ class Reader:
         def query(conn: Connection) -> tuple[str, Writer | None]:
             run_id = self._resolve(conn, prefix)
             return run_id, self._writer(conn, run_id)
+
+        return self._read(query)
+
+    def now(self) -> str:
+        """The store's clock, in ``utc_now()``'s form: what approvals expire by."""
+        return self._read(_store_now)
+
+    def approvals(self, prefix: str | None) -> ApprovalRuns:
+        """The runs (or the one run) holding approval requests, validated, and the clock."""
+
+        def query(conn: Connection) -> ApprovalRuns:
+            now = _store_now(conn)
+            if prefix is not None:
+                scope = [self._resolve(conn, prefix)]
+            elif self._blank(conn):
+                scope = []
+            else:
+                scope = list(
+                    conn.execute(
+                        text("SELECT DISTINCT run_id FROM approval_requests ORDER BY run_id")
+                    ).scalars()
+                )
+            histories: dict[str, History] = {}
+            problems: dict[str, str] = {}
+            for run_id in scope:
+                try:
+                    histories[run_id] = rows.load_history(conn, run_id)
+                except EffectPersistenceError as e:
+                    problems[run_id] = str(e)
+            return ApprovalRuns(now, histories, problems)
 
         return self._read(query)
 
@@ -390,6 +424,11 @@ class Reader:
                 "(records up to it were changed and the chain recomputed)"
             )
         return None
+
+
+def _store_now(conn: Connection) -> str:
+    """The store's clock, read on ``conn``."""
+    return str(conn.execute(text(f"SELECT {store_now(conn.dialect.name)}")).scalar_one())
 
 
 def _run_problem(conn: Connection, run_id: str) -> str | None:

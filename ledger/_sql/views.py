@@ -2,7 +2,8 @@
 
 ``effect_status`` gives each claim its verdict and next step by the rules of
 docs/concepts.md; ``impact_scope`` and ``obligations`` show a claim's JSON arrays one
-entry a row; ``unsettled_claims`` the claims with no terminal outcome. Written in
+entry a row; ``unsettled_claims`` the claims with no terminal outcome;
+``approval_status`` each approval request with its state by the store's clock. Written in
 SQLite's spelling; the PostgreSQL backend renders the same queries in its own.
 The library's reads put these queries in front of their own (:func:`with_views`), so
 that no report is computed from a view someone replaced in a store.
@@ -11,6 +12,7 @@ that no report is computed from a view someone replaced in a store.
 from __future__ import annotations
 
 from ledger._chain import OBLIGATION_COLUMNS, SCOPE_COLUMNS
+from ledger._sql.guards import store_now
 
 # effect_status computes each claim's verdict by correlated lookups that follow the
 # indexes (by run and effect, by run and resource), so that asking for one run or one
@@ -241,6 +243,26 @@ SELECT c.run_id, c.seq, c.effect_id, c.action_id, c.operation, c.recorded_at AS 
                       AND o.execution <> 'running')
 """
 
+# One row per approval request: its answer, the claim that used it, and its state by the
+# store's clock when the view is read (ledger.effects.approval_state): an unanswered
+# request past its expiry is expired, which nobody recorded.
+APPROVAL_STATUS = f"""
+SELECT r.run_id, r.approval_id, r.effect_id, r.operation, r.action_digest,
+       r.requested_at, r.expires_at,
+       CASE WHEN d.decision = 'denied' THEN 'denied'
+            WHEN d.decision = 'granted' AND u.effect_id IS NOT NULL THEN 'used'
+            WHEN d.decision = 'granted' THEN 'granted'
+            WHEN {store_now("sqlite")} < r.expires_at THEN 'pending'
+            ELSE 'expired'
+       END AS state,
+       d.decision, d.decided_by, d.source, d.decided_at, u.effect_id AS used_by
+  FROM approval_requests AS r
+  LEFT JOIN approval_decisions AS d
+    ON d.run_id = r.run_id AND d.approval_id = r.approval_id
+  LEFT JOIN claims AS u
+    ON u.run_id = r.run_id AND u.approval_id = r.approval_id
+"""
+
 # The views' queries: the stored views are made of them, and the library's own reads use
 # them directly (as common table expressions), so that no report is computed from a view
 # someone replaced in the store.
@@ -250,6 +272,7 @@ VIEW_QUERIES = {
     "obligations": OBLIGATIONS,
     "effect_status": EFFECT_STATUS,
     "unsettled_claims": UNSETTLED_CLAIMS,
+    "approval_status": APPROVAL_STATUS,
 }
 VIEWS = {name: f"\nCREATE VIEW {name} AS{query}" for name, query in VIEW_QUERIES.items()}
 EFFECT_STATUS_VIEW = VIEWS["effect_status"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 from sqlalchemy import Connection
 
 from ledger._chain import OBLIGATION_COLUMNS, SCOPE_COLUMNS
-from ledger._sql.guards import insert_guards
+from ledger._sql.guards import insert_guards, store_now
 from ledger._sql.tables import APPEND_ONLY_TABLES, has_every_column
 from ledger._sql.views import VIEW_QUERIES
 
@@ -160,6 +160,11 @@ def _postgresql(name: str, query: str) -> str:
         if "), 0))" not in query:
             raise ValueError(f"the view {name} changed: cannot derive it (rule 7)")
         query = query.replace("), 0))", "), false))")
+    elif name == "approval_status":
+        # The store's clock, in PostgreSQL's spelling: what expiry is judged by.
+        if store_now("sqlite") not in query:
+            raise ValueError(f"the view {name} changed: cannot derive it (the clock)")
+        query = query.replace(store_now("sqlite"), store_now("postgresql"))
     elif "THEN 1 ELSE 0 END AS running" not in query:
         raise ValueError(f"the view {name} changed: cannot derive it")
     return query

@@ -73,6 +73,7 @@ STATUS_KEYS = {
     "next_step",
     "run_problem",
     "step",
+    "approval",
 }
 ASSESSMENT_KEYS = {
     "effect_id",
@@ -211,6 +212,7 @@ class Built:
                         "next_step": decision.step.value,
                         "run_problem": None,
                         "step": claim.step,
+                        "approval": None,  # none of these claims needed one
                     }
                 )
         return sorted(rows, key=lambda r: (r["claimed_at"], r["run_id"], r["seq"]))
@@ -521,7 +523,8 @@ def test_show_json_is_the_run_its_writer_its_records_and_assessments(built, cli,
     """`show RUN --json` gives the writer, every record, assess's verdicts and decide's steps."""
     report = _json(cli("show", built.run(name), "--json"))
     history = built.history(name)
-    assert set(report) == {"run_id", "writer", "records", "effects", "decisions"}
+    assert set(report) == {"run_id", "writer", "records", "effects", "decisions", "approvals"}
+    assert report["approvals"] == []
     assert report["decisions"] == [fx.decide(c, history).to_dict() for c in history.claims]
     assert report["run_id"] == built.run(name)
     assert report["writer"] == {"host": socket.gethostname(), "pid": os.getpid(), "name": None}

@@ -23,6 +23,7 @@ import pytest
 from ledger import effects as fx
 from ledger.cli import main
 from ledger.effect_log import EffectLog, new_run_id
+from ledger.errors import ApprovalPending
 from ledger.resources import FilesystemRoot
 from tests.builders import PYTHON, REPO, file_ref, ledger, op, sha, subprocess_env
 from tools import clidoc
@@ -255,6 +256,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         )
     env = subprocess_env() | {"LEDGER_DIR": str(tmp / "default-store")}
     at = ("--store", str(store))
+    asked, approved = _approvals(store, env)
     reads = {
         "runs": ("runs", "--json", *at),
         "show": ("show", done[:8], "--json", *at),
@@ -263,6 +265,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "path": ("path", "--json", *at),
         "head": ("head", done[:8], "--json", *at),
         "export": ("export", done, *at),
+        "approvals": ("approvals", "--all", "--json", *at),
     }
     with ThreadPoolExecutor(len(reads)) as pool:
         results = dict(
@@ -282,6 +285,13 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         *at,
         env=env,
     )
+    results["approve"] = ledger(
+        "approve", asked[0][0], asked[0][1], "--by", "alice", "--json", *at, env=env
+    )
+    results["deny"] = ledger(
+        "deny", asked[1][0], asked[1][1], "--by", "bob", "--note", "no", "--json", *at, env=env
+    )
+    results["approvals-setup"] = approved
     results["import"] = ledger(
         "import", str(exported), "--json", "--store", str(other_store), env=env
     )
@@ -289,11 +299,57 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     outputs: dict[str, Any] = {}
     for name, result in results.items():
         assert result.returncode == 0, f"ledger {name}: {result.stderr}"
+        if name == "approvals-setup":
+            continue
         if name == "export":
             outputs[name] = [json.loads(line) for line in result.stdout.splitlines()]
         else:
             outputs[name] = json.loads(result.stdout)
     return outputs
+
+
+def _approvals(
+    store: Path, env: dict[str, str]
+) -> tuple[list[tuple[str, str]], subprocess.CompletedProcess[str]]:
+    """A run with a refund a person approved and the worker made, and two still waiting.
+
+    Returns the (run, approval) of the two waiting, and the `ledger approve` that granted
+    the first.
+    """
+    policy = fx.ApprovalPolicy(reason="refunds over 100")
+    waiting = []
+    with EffectLog(new_run_id(), store) as log:
+
+        def refund(amount: int, order: str) -> ApprovalPending | None:
+            try:
+                with log.effect(
+                    "refund",
+                    args={"amount": amount, "order": order},
+                    kind=fx.EffectKind.IRREVERSIBLE,
+                    approval=policy,
+                ):
+                    return None
+            except ApprovalPending as e:
+                return e
+
+        first = refund(150, "A-1017")
+        assert first is not None
+        approved = ledger(
+            "approve",
+            log.run_id,
+            first.approval_id,
+            "--by",
+            "alice",
+            "--store",
+            str(store),
+            env=env,
+        )
+        assert refund(150, "A-1017") is None  # made under the grant
+        for amount, order in ((420, "A-1018"), (99, "A-1019")):
+            pending = refund(amount, order)
+            assert pending is not None
+            waiting.append((log.run_id, pending.approval_id))
+    return waiting, approved
 
 
 # --------------------------------------------------------------------------- (a) current

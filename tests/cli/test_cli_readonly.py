@@ -216,6 +216,14 @@ def _path_json(out: str, e: Expect, store: Path) -> None:
     assert json.loads(out) == {"path": str(store / DB), "exists": True}
 
 
+def _approvals_text(out: str, e: Expect, store: Path) -> None:
+    assert out == "no approval request is pending\n"
+
+
+def _approvals_json(out: str, e: Expect, store: Path) -> None:
+    assert json.loads(out) == []  # the scenario asks for no approval
+
+
 def _sql(out: str, e: Expect, store: Path) -> None:
     assert out.strip() == str(len(e.effects))
 
@@ -274,6 +282,8 @@ ALL_COMMANDS = (
     Command(("status", "--json"), _status_json),
     Command(("status", "--unresolved"), _unresolved_text),
     Command(("status", "--unresolved", "--json"), _unresolved_json),
+    Command(("approvals",), _approvals_text),
+    Command(("approvals", "--all", "--json"), _approvals_json),
     Command(("verify",), _verify_text),
     Command(("verify", "--json"), _verify_json),
     Command(("export", "{run}"), _export),
@@ -295,6 +305,7 @@ EACH_COMMAND = tuple(
         "show RUN --json",
         "status --json",
         "status --unresolved --json",
+        "approvals --all --json",
         "verify --json",
         "export RUN",
         "sql",

@@ -860,6 +860,9 @@ ENUM_COLUMNS = {
     ("observations", "coverage"): [m.value for m in fx.Coverage],
     ("effect_status", "verdict"): [m.value for m in fx.EffectVerdict],
     ("resolutions", "origin"): [m.value for m in fx.ResolutionOrigin],
+    ("approval_decisions", "decision"): ["granted", "denied"],
+    ("approval_decisions", "source"): [m.value for m in fx.ApprovalSource],
+    ("approval_status", "state"): list(fx.APPROVAL_STATES),
 }
 
 
