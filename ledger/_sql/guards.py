@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from ledger._chain import GENESIS, sql_hash
-from ledger._sql.tables import RECORD_TABLES
+from ledger._sql.tables import RECORD_TABLES, metadata
 from ledger._sql.tables import words as _words
 from ledger.effects import RESOURCE_KINDS, Predicate, ResolutionOrigin
 
@@ -39,6 +39,17 @@ class Guard(NamedTuple):
         A store at an older revision gets the guards whose columns it has.
         """
         return frozenset(re.findall(r"\bNEW\.(\w+)", self.condition))
+
+    @property
+    def tables(self) -> frozenset[str]:
+        """The library's tables the guard fires on or reads.
+
+        A store at an older revision gets the guards whose tables it has: a condition
+        naming a table the store lacks would fail every insert (the chain guards read
+        every record table, approvals' included).
+        """
+        named = re.findall(r"(?:\b(?:FROM|JOIN)|,) (\w+)", self.condition)
+        return frozenset(named).intersection(metadata.tables) | {self.table}
 
 
 # The library's writer connections answer sqlite_source_id() with this prefix (see
