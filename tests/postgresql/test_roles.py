@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from ledger.effect_log import EffectLog, new_run_id
-from tests.builders import REPO, ledger, write_five_records
+from tests.builders import REPO, ledger, write_five_approvals, write_five_records
 from tests.postgresql.server import server
 
 DOC = REPO / "docs" / "postgresql.md"
@@ -65,6 +65,20 @@ def test_the_writer_role_records_runs(roles: tuple[str, str]) -> None:
         assert [o.effect_id for o in log.recover_interrupted()] == ["e2"]
 
 
+def test_the_writer_role_records_approvals(roles: tuple[str, str]) -> None:
+    """Requests, people's answers (from another process) and a claim under a grant, as the writer."""
+    _owner, writer = roles
+    run_id = new_run_id()
+    with EffectLog(run_id, writer) as log:
+        write_five_records(log)
+    asked, seq = write_five_approvals(run_id, writer)
+    with EffectLog.load(run_id, writer) as log:
+        states = {view.approval_id: view.state for view in log.approvals()}
+        assert log.history().records()[-1].seq == seq
+    assert states[asked["refund"].approval_id] == "used"
+    assert states[asked["wipe"].approval_id] == "denied"
+
+
 @pytest.mark.parametrize(
     "sql",
     [
@@ -77,6 +91,9 @@ def test_the_writer_role_records_runs(roles: tuple[str, str]) -> None:
             " FROM scope_index"
         ),
         "DELETE FROM scope_index",
+        # A person's answer stands as it was given.
+        "UPDATE approval_decisions SET decision = 'granted'",
+        "DELETE FROM approval_requests",
     ],
 )
 def test_the_writer_cannot_change_history_even_with_the_guards_dropped(
