@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -65,8 +66,11 @@ def test_the_writer_role_records_runs(roles: tuple[str, str]) -> None:
         assert [o.effect_id for o in log.recover_interrupted()] == ["e2"]
 
 
-def test_the_writer_role_records_approvals(roles: tuple[str, str]) -> None:
-    """Requests, people's answers (from another process) and a claim under a grant, as the writer."""
+def test_the_writer_role_records_approvals(roles: tuple[str, str], tmp_path: Path) -> None:
+    """Requests, people's answers (from another process) and a claim under a grant, as the writer.
+
+    The run exports and imports (as a new run) as the writer too.
+    """
     _owner, writer = roles
     run_id = new_run_id()
     with EffectLog(run_id, writer) as log:
@@ -77,6 +81,13 @@ def test_the_writer_role_records_approvals(roles: tuple[str, str]) -> None:
         assert log.history().records()[-1].seq == seq
     assert states[asked["refund"].approval_id] == "used"
     assert states[asked["wipe"].approval_id] == "denied"
+    exported = tmp_path / "run.jsonl"
+    done = ledger("export", run_id, "--store", writer, "-o", str(exported))
+    assert done.returncode == 0, done.stderr
+    done = ledger("import", str(exported), "--store", writer, "--run", new_run_id())
+    assert done.returncode == 0, done.stderr
+    verified = ledger("verify", "--store", writer)
+    assert verified.returncode == 0, verified.stderr
 
 
 @pytest.mark.parametrize(
