@@ -238,6 +238,7 @@ def import_file(directory: storage.Location, path: Path, run_id: str | None = No
                 head=GENESIS,
                 now=utc_now(),
                 start=True,  # a new run: refused if the store holds it already
+                imported=True,  # history: the store's clock does not judge its approvals
             )
         )
     finally:

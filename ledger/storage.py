@@ -144,6 +144,10 @@ class Batch:
     # The run's durable records end at this seq: no one else wrote since the log read it
     # (recovery's condition, and a loaded empty run's first write).
     ends_at: int | None = None
+    # History replayed by an import: the run's own times, checked by check_history before
+    # it is written, say whether each answer and claim came before its approval expired;
+    # the store's clock, long past that expiry by now, has no say (ledger import only).
+    imported: bool = False
 
 
 @dataclass(slots=True)

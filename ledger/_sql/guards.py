@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from ledger._chain import GENESIS, sql_hash
-from ledger._sql.tables import RECORD_TABLES
+from ledger._sql.tables import RECORD_TABLES, metadata
 from ledger._sql.tables import words as _words
 from ledger.effects import RESOURCE_KINDS, Predicate, ResolutionOrigin
 
@@ -40,11 +40,41 @@ class Guard(NamedTuple):
         """
         return frozenset(re.findall(r"\bNEW\.(\w+)", self.condition))
 
+    @property
+    def tables(self) -> frozenset[str]:
+        """The library's tables the guard fires on or reads.
+
+        A store at an older revision gets the guards whose tables it has: a condition
+        naming a table the store lacks would fail every insert (the chain guards read
+        every record table, approvals' included).
+        """
+        named = re.findall(r"(?:\b(?:FROM|JOIN)|,) (\w+)", self.condition)
+        return frozenset(named).intersection(metadata.tables) | {self.table}
+
 
 # The library's writer connections answer sqlite_source_id() with this prefix (see
 # ledger.sqlite.engine); no other connection does, the stock shell's included.
 WRITER_SOURCE_ID = "ledger-writer "
 OTHER_WRITER = f"sqlite_source_id() NOT LIKE '{WRITER_SOURCE_ID}%'"
+# ... and this one while they write a run ``ledger import`` replays (a Batch's
+# ``imported``): one of the library's writers all the same, as the prefix says.
+IMPORT_SOURCE_ID = f"{WRITER_SOURCE_ID}import "
+# The PostgreSQL setting the library's writers turn on, in their transaction, around the
+# inserts of an imported run (PostgreSQL trusts the roles that may write).
+IMPORTING_SETTING = "ledger.importing"
+
+
+def live(dialect: str) -> str:
+    """True unless the row is one of a run ``ledger import`` replays, as SQL.
+
+    An import replays history: whether each answer and each claim under an approval came
+    before the approval expired is the run's own record, held to its rules by every
+    import, load and verify; the store's clock at import, long past those expiries, has
+    no say. Every other write, the shell's included, is judged by the store's clock.
+    """
+    if dialect == "sqlite":
+        return f"sqlite_source_id() NOT LIKE '{IMPORT_SOURCE_ID}%'"
+    return f"coalesce(current_setting('{IMPORTING_SETTING}', true), '') <> 'on'"
 
 
 def store_now(dialect: str) -> str:
@@ -61,6 +91,7 @@ def store_now(dialect: str) -> str:
 def _approval_guards(dialect: str) -> list[Guard]:
     """The guards of approval requests, decisions, and claims made under an approval."""
     now = store_now(dialect)
+    live_write = live(dialect)
     granted = (
         "SELECT 1 FROM approval_requests AS r, approval_decisions AS d"
         " WHERE r.run_id = NEW.run_id AND r.approval_id = NEW.approval_id"
@@ -105,7 +136,7 @@ def _approval_guards(dialect: str) -> list[Guard]:
             "approval_decisions",
             "guard_expired",
             "EXISTS (SELECT 1 FROM approval_requests WHERE run_id = NEW.run_id"
-            f" AND approval_id = NEW.approval_id AND (expires_at <= {now}"
+            f" AND approval_id = NEW.approval_id AND (({live_write} AND expires_at <= {now})"
             " OR expires_at <= NEW.decided_at))",
             "the approval request has expired, an answer to it is refused",
         ),
@@ -133,8 +164,8 @@ def _approval_guards(dialect: str) -> list[Guard]:
         Guard(
             "claims",
             "guard_approval_expired",
-            "NEW.approval_id IS NOT NULL AND EXISTS (SELECT 1 FROM approval_requests"
-            " WHERE run_id = NEW.run_id AND approval_id = NEW.approval_id"
+            f"NEW.approval_id IS NOT NULL AND {live_write} AND EXISTS (SELECT 1"
+            " FROM approval_requests WHERE run_id = NEW.run_id AND approval_id = NEW.approval_id"
             f" AND expires_at <= {now})",
             "the approval has expired by the store clock, a claim under it is refused",
         ),

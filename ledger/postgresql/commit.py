@@ -30,6 +30,7 @@ from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from ledger._combiner import GroupCommitQueue
 from ledger._combiner import Job as _Job
 from ledger._sql import rows
+from ledger._sql.guards import IMPORTING_SETTING
 from ledger._sql.rows import landed
 from ledger._sql.tables import RECORD_TABLES, run_writers, runs
 from ledger.errors import (
@@ -49,6 +50,10 @@ Step = tuple[str, list[dict[str, Any]]]
 MAX_BATCH = 64
 
 _LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"
+# Around the inserts of a run ``ledger import`` replays, in their transaction: the guards
+# then leave the store's clock out of judging its approvals (ledger._sql.guards.live).
+_IMPORTING = f"SELECT set_config('{IMPORTING_SETTING}', 'on', true)"
+_IMPORTED = f"SELECT set_config('{IMPORTING_SETTING}', 'off', true)"
 
 _DIALECT = psycopg_dialect.dialect()  # type: ignore[no-untyped-call]
 
@@ -177,8 +182,7 @@ class GroupCommit(GroupCommitQueue[Job]):
                         cursor.execute("SAVEPOINT job")
                         try:
                             _preconditions(cursor, job.batch)
-                            for statement, values in job.steps:
-                                _execute(cursor, statement, values)
+                            _write(cursor, job)
                         except Exception as e:
                             # Raises in turn if the connection itself failed: then the
                             # whole transaction is lost, for every job.
@@ -231,6 +235,20 @@ def _execute(cursor: Any, statement: str, values: list[dict[str, Any]]) -> None:
     landed(cursor.rowcount, len(values), statement)
 
 
+def _write(cursor: Any, job: Job) -> None:
+    """``job``'s statements; an imported job's between turning the setting on and off.
+
+    A statement that fails aborts the transaction (or the job's savepoint), and the
+    rollback that follows undoes the setting with it: it never outlives the job.
+    """
+    if job.batch.imported:
+        cursor.execute(_IMPORTING)
+    for statement, values in job.steps:
+        _execute(cursor, statement, values)
+    if job.batch.imported:
+        cursor.execute(_IMPORTED)
+
+
 def _preconditions(cursor: Any, batch: Batch) -> None:
     """Check ``batch``'s preconditions and write its run's rows, one statement at a time."""
     if batch.start:
@@ -251,12 +269,11 @@ def _preconditions(cursor: Any, batch: Batch) -> None:
 def _alone(raw: Any, job: Job) -> None:
     """One job in the caller's transaction, its run locked first (held to COMMIT)."""
     lock = (_LOCK, append_key(job.batch.run_id))
-    if _has_preconditions(job.batch):
+    if _has_preconditions(job.batch) or job.batch.imported:
         with raw.cursor() as cursor:
             cursor.execute(*lock)
             _preconditions(cursor, job.batch)
-            for statement, values in job.steps:
-                _execute(cursor, statement, values)
+            _write(cursor, job)
         return
     # The lock and the inserts sent together: one round trip to the server, not one
     # each. The server runs them in order and stops at the first error; each
@@ -290,9 +307,20 @@ def _together(raw: Any, batch: list[Job]) -> None:
         raw.cursor().executemany(_LOCK, _keys(batch))
         for job in batch:
             checks.extend(_send_preconditions(raw, job.batch))
-        for n in range(max(len(job.steps) for job in batch)):
+        # An imported job's rows share a statement with no other job's: the guards judge
+        # them by the setting, which is the transaction's.
+        for job in batch:
+            if job.batch.imported:
+                raw.cursor().execute(_IMPORTING)
+                for statement, values in job.steps:
+                    cursor = raw.cursor()
+                    cursor.executemany(statement, values)
+                    checks.append(_landed_later(cursor, len(values), statement))
+                raw.cursor().execute(_IMPORTED)
+        shared = [job for job in batch if not job.batch.imported]
+        for n in range(max((len(job.steps) for job in shared), default=0)):
             merged: dict[str, list[dict[str, Any]]] = {}
-            for job in batch:
+            for job in shared:
                 if n < len(job.steps):
                     statement, values = job.steps[n]
                     merged.setdefault(statement, []).extend(values)

@@ -222,8 +222,14 @@ def install_derived(connection: Connection) -> None:
         table = TRIGGER_TABLE[name]
         # A guard reading a column a later revision adds (a resolution's origin) waits
         # for it: PL/pgSQL would fail every insert of a store at an older revision.
-        reads = INSERT_GUARDS[name].columns if name in INSERT_GUARDS else _READS.get(name, set())
-        if table in tables and reads <= columns.get(table, set()):
+        # So does one reading a table a later revision adds (the approvals').
+        guard = INSERT_GUARDS.get(name)
+        reads = guard.columns if guard is not None else _READS.get(name, set())
+        if (
+            table in tables
+            and reads <= columns.get(table, set())
+            and (guard is None or guard.tables <= tables)
+        ):
             run(ddl)
     # The views read every table, and columns a later revision adds (a claim's step).
     if has_every_column(columns):

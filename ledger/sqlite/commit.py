@@ -25,7 +25,7 @@ from ledger._combiner import GroupCommitQueue
 from ledger._combiner import Job as _Job
 from ledger._sql.rows import landed
 from ledger.errors import EffectPersistenceError
-from ledger.sqlite.engine import BUSY_TIMEOUT_MS
+from ledger.sqlite.engine import BUSY_TIMEOUT_MS, Source
 from ledger.sqlite.turn import Turn
 
 # One statement and the rows to run it with, in order.
@@ -44,18 +44,21 @@ class Job(_Job):
     hold Python's GIL, and every statement the leader runs is a wait to get it back.
     """
 
-    __slots__ = ("action", "before", "steps")
+    __slots__ = ("action", "before", "imported", "steps")
 
     def __init__(
         self,
         action: str,
         steps: Sequence[Step],
         before: Callable[[Cursor], None] | None = None,
+        *,
+        imported: bool = False,
     ) -> None:
         super().__init__()
         self.action = action
         self.steps = steps
         self.before = before
+        self.imported = imported  # a run ``ledger import`` replays (storage.Batch.imported)
 
 
 class GroupCommit(GroupCommitQueue[Job]):
@@ -68,6 +71,8 @@ class GroupCommit(GroupCommitQueue[Job]):
         translate: Callable[[str, BaseException], BaseException],
         check: Callable[[Cursor], None],
         turn: Turn | None = None,
+        *,
+        source: Callable[[], Source | None] = lambda: None,
     ) -> None:
         """``connection`` gives the held connection.
 
@@ -75,9 +80,12 @@ class GroupCommit(GroupCommitQueue[Job]):
         forensic writes); ``translate`` turns a storage error into the caller's error;
         ``check`` runs first in every transaction (the schema's check), and its error
         fails every job of the transaction; ``turn`` is the process's place among the
-        store's writing processes, taken before ``BEGIN IMMEDIATE`` (none: go without).
+        store's writing processes, taken before ``BEGIN IMMEDIATE`` (none: go without);
+        ``source`` gives the held connection's ``sqlite_source_id()`` (none: an imported
+        job is written as any other, its approvals judged by the store's clock).
         """
         self._connection = connection
+        self._source = source
         self._lock = lock
         self._translate = translate
         self._check = check
@@ -146,11 +154,12 @@ class GroupCommit(GroupCommitQueue[Job]):
 
     def _run(self, connection: Connection, cursor: Cursor, batch: list[Job]) -> list[Job]:
         """Run the jobs; return those that succeeded (the failed ones are done already)."""
+        source = self._source()
         if len(batch) == 1:  # nobody to protect from it: no savepoint needed
-            _apply(cursor, batch[0])
+            _apply(cursor, batch[0], source)
             return batch
         try:
-            _apply_together(cursor, batch)
+            _apply_together(cursor, batch, source)
         except Exception:  # the jobs are taken one by one below
             # One job's rows were refused (its run exists, say), or the store failed: take
             # the jobs one by one, each in a savepoint, so each is told its own fate.
@@ -164,7 +173,7 @@ class GroupCommit(GroupCommitQueue[Job]):
         for job in batch:
             cursor.execute("SAVEPOINT job")
             try:
-                _apply(cursor, job)
+                _apply(cursor, job, source)
             except Exception as e:
                 if not connection.in_transaction:
                     raise  # SQLite rolled the whole transaction back: it hit every job
@@ -232,26 +241,50 @@ def execute_step(cursor: Cursor, sql: str, rows: list[tuple[Any, ...]]) -> None:
     landed(cursor.rowcount, len(rows), sql)
 
 
-def _apply(cursor: Cursor, job: Job) -> None:
+def _apply(cursor: Cursor, job: Job, source: Source | None) -> None:
     if job.before is not None:
         job.before(cursor)
-    for sql, rows in job.steps:
-        execute_step(cursor, sql, rows)
+    _steps(cursor, job, source)
 
 
-def _apply_together(cursor: Cursor, batch: list[Job]) -> None:
+def _steps(cursor: Cursor, job: Job, source: Source | None) -> None:
+    """``job``'s statements; an imported job's with the connection saying so to the guards.
+
+    Said for these statements alone: from just before the first to just after the last,
+    whether they succeed or not, so that nothing else the connection runs (another
+    job's rows, a later transaction) is taken for an import.
+    """
+    if not job.imported or source is None:
+        for sql, rows in job.steps:
+            execute_step(cursor, sql, rows)
+        return
+    source.importing = True
+    try:
+        for sql, rows in job.steps:
+            execute_step(cursor, sql, rows)
+    finally:
+        source.importing = False
+
+
+def _apply_together(cursor: Cursor, batch: list[Job], source: Source | None) -> None:
     """Every job's steps, the n-th steps of all jobs in one statement per SQL.
 
     Each job keeps its own order (its claims before their scope rows, its records in
     seq order); jobs write different runs, which no guard relates, so their rows may
-    share a statement. One statement for many rows is one round trip for the GIL.
+    share a statement. One statement for many rows is one round trip for the GIL. An
+    imported job's rows share a statement with no other job's: the guards judge them
+    by the statement's writer (see :func:`_steps`).
     """
     for job in batch:
         if job.before is not None:
             job.before(cursor)
-    for n in range(max(len(job.steps) for job in batch)):
+    for job in batch:
+        if job.imported:
+            _steps(cursor, job, source)
+    shared = [job for job in batch if not job.imported]
+    for n in range(max((len(job.steps) for job in shared), default=0)):
         merged: dict[str, list[tuple[Any, ...]]] = {}
-        for job in batch:
+        for job in shared:
             if n < len(job.steps):
                 sql, rows = job.steps[n]
                 merged.setdefault(sql, []).extend(rows)

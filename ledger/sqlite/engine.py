@@ -19,7 +19,7 @@ from sqlalchemy import Connection
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from ledger._chain import sha3
-from ledger._sql.guards import WRITER_SOURCE_ID
+from ledger._sql.guards import IMPORT_SOURCE_ID, WRITER_SOURCE_ID
 
 # The schema's history is both backends'; tests and tools still find it here.
 from ledger._sql.revisions import (  # noqa: F401
@@ -41,6 +41,7 @@ from ledger.errors import (
 
 BUSY_TIMEOUT_MS = 60_000
 READ_ONLY = "ledger_read_only"
+SOURCE = "ledger_source"  # the key of a pooled connection's Source in its record's info
 
 # PRAGMA synchronous levels. FULL, always, but for the scratch stores of ``ledger bench``
 # (see unsynchronised), which is the one caller that may take the disk out.
@@ -69,18 +70,39 @@ def _wal(cursor: sqlite3.Cursor) -> Any:
         pause = min(pause * 2, 0.05)
 
 
+class Source:
+    """What one of the library's connections answers ``sqlite_source_id()`` with.
+
+    The library's prefix and SQLite's own id; while ``importing`` (the statements of a
+    run ``ledger import`` replays, see ledger.sqlite.commit), the import's prefix, on
+    which the guards leave the store's clock out of judging the run's approvals.
+    """
+
+    __slots__ = ("_imported", "_written", "importing")
+
+    def __init__(self, sqlite_id: str) -> None:
+        self._written = WRITER_SOURCE_ID + sqlite_id
+        self._imported = IMPORT_SOURCE_ID + sqlite_id
+        self.importing = False
+
+    def __call__(self) -> str:
+        """The answer, as SQLite asks for it in each statement that calls the function."""
+        return self._imported if self.importing else self._written
+
+
 def _on_connect(
-    dbapi_connection: Any, _record: ConnectionPoolEntry, synchronous: int = FULL
+    dbapi_connection: Any, record: ConnectionPoolEntry, synchronous: int = FULL
 ) -> None:
-    prepare(dbapi_connection, synchronous)
+    record.info[SOURCE] = prepare(dbapi_connection, synchronous)
 
 
-def prepare(dbapi_connection: Any, synchronous: int = FULL) -> None:
+def prepare(dbapi_connection: Any, synchronous: int = FULL) -> Source:
     """Give a stdlib ``sqlite3`` connection what every connection of a store gets.
 
     WAL, ``synchronous``, foreign keys, recursive triggers, the functions the guards
     call and the writer's ``sqlite_source_id``; the pragmas are read back, and a
-    connection where one did not take is closed and refused.
+    connection where one did not take is closed and refused. Returns what the
+    connection's ``sqlite_source_id()`` answers.
     """
     # SQLAlchemy emits BEGIN itself (see _on_begin); pysqlite must not.
     dbapi_connection.isolation_level = None
@@ -98,10 +120,11 @@ def prepare(dbapi_connection: Any, synchronous: int = FULL) -> None:
         dbapi_connection.create_function("sha3", 1, sha3, deterministic=True)
         dbapi_connection.create_function("sha3", 2, sha3, deterministic=True)
         # It hashes every record it writes in Python: the guards need not hash it again.
-        source_id = WRITER_SOURCE_ID + cursor.execute("SELECT sqlite_source_id()").fetchone()[0]
-        dbapi_connection.create_function(
-            "sqlite_source_id", 0, lambda: source_id, deterministic=True
-        )
+        # Not declared deterministic: its answer changes between statements (while an
+        # imported run is written), which that declaration would deny; SQLite reads it
+        # afresh in every statement either way, and it is called in triggers only.
+        source = Source(cursor.execute("SELECT sqlite_source_id()").fetchone()[0])
+        dbapi_connection.create_function("sqlite_source_id", 0, source)
         cursor.execute("PRAGMA trusted_schema = ON")
         readings = {
             "journal_mode": (str(mode[0]).lower() if mode else None, "wal"),
@@ -116,6 +139,7 @@ def prepare(dbapi_connection: Any, synchronous: int = FULL) -> None:
             raise StoreFileRefusedError(
                 f"PRAGMA {pragma} is {actual!r} where {wanted!r} is required; refusing to write"
             )
+    return source
 
 
 def _on_begin(conn: Connection) -> None:

@@ -49,6 +49,8 @@ from ledger.sqlite.engine import (
     FULL,
     OFF,
     READ_ONLY,
+    SOURCE,
+    Source,
     _foreign_keys_off,
     _on_begin,
     _on_connect,
@@ -230,13 +232,22 @@ class Store:
         self.users = 0
         self._held: Any = None  # the connection every record is written on, from the pool
         self._driver: sqlite3.Connection  # its sqlite3 connection, while it is held
+        self._source: Source | None = None  # what its sqlite_source_id() answers
         self._check_paths = tuple(str(p) for p in (directory, *_trust.store_files(self.path)))
         self._schema_version: int | None = None  # the schema_version last checked whole
         self._watch = Watch()  # whether the files may have changed since their last check
         self.turn = _turn.attach(directory)
         self._attached = True  # to self.turn, until dispose
-        self.group = GroupCommit(
-            self._connection, self.write_lock, translate, self._check_schema, self.turn
+        self.group = self._group()
+
+    def _group(self) -> GroupCommit:
+        return GroupCommit(
+            self._connection,
+            self.write_lock,
+            translate,
+            self._check_schema,
+            self.turn,
+            source=lambda: self._source,
         )
 
     # -- opening
@@ -386,7 +397,7 @@ class Store:
         except BaseException:
             held.close()  # back to the pool; the next write checks one out again
             raise
-        self._held, self._driver = held, driver
+        self._held, self._driver, self._source = held, driver, held.info.get(SOURCE)
         return self._driver
 
     def _check(self) -> None:
@@ -430,15 +441,18 @@ class Store:
         action: str,
         steps: Sequence[Step],
         before: Callable[[sqlite3.Cursor], None] | None = None,
+        *,
+        imported: bool = False,
     ) -> Job:
         """Run ``before`` and ``steps`` in a write transaction, grouped with other threads'.
 
         Returns the job once the transaction holding it has committed or failed: its
         ``error`` (an :class:`EffectPersistenceError` for storage trouble) and
         ``interrupt`` (a signal handler's exception met meanwhile, for the caller to
-        raise after it has recorded the job's fate).
+        raise after it has recorded the job's fate). ``imported``: the steps write a run
+        ``ledger import`` replays.
         """
-        job = Job(action, steps, before)
+        job = Job(action, steps, before, imported=imported)
         try:
             self.open_for_writing()
             # The files are checked by each writer in its own thread, just before it
@@ -471,7 +485,7 @@ class Store:
         # Rows and hashes are built here, in the caller's thread, not in the shared
         # transaction (see ledger.sqlite.commit).
         steps, head = rows.prepare(batch.run_id, batch.records, batch.head)
-        job = self.commit(batch.action, steps, rows.preconditions(batch))
+        job = self.commit(batch.action, steps, rows.preconditions(batch), imported=batch.imported)
         return Written(head, job.error, job.interrupt)
 
     def now(self, action: str) -> str:  # noqa: ARG002 - the contract's signature
@@ -486,7 +500,7 @@ class Store:
         """Close every pooled connection."""
         if self._held is not None:
             self._held.close()
-            self._held = None
+            self._held = self._source = None
         if self.engine is not None:
             self.engine.dispose()
             self.engine = None
@@ -504,16 +518,14 @@ class Store:
         """
         if self._held is not None:
             _abandoned.append(self._held)
-            self._held = None
+            self._held = self._source = None
         if self.engine is not None:
             self.engine.dispose(close=False)
             self.engine = None
         self.write_lock = _FairLock()
         self.turn = _turn.attach(self.directory)  # the parent's waiter is not in the child
         self._attached = True
-        self.group = GroupCommit(
-            self._connection, self.write_lock, translate, self._check_schema, self.turn
-        )
+        self.group = self._group()
         self._init_lock = threading.Lock()
         self._ready = False
 

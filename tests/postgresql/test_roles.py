@@ -5,12 +5,13 @@ from __future__ import annotations
 import itertools
 import os
 import re
+from pathlib import Path
 
 import psycopg
 import pytest
 
 from ledger.effect_log import EffectLog, new_run_id
-from tests.builders import REPO, ledger, write_five_records
+from tests.builders import REPO, ledger, write_five_approvals, write_five_records
 from tests.postgresql.server import server
 
 DOC = REPO / "docs" / "postgresql.md"
@@ -65,6 +66,30 @@ def test_the_writer_role_records_runs(roles: tuple[str, str]) -> None:
         assert [o.effect_id for o in log.recover_interrupted()] == ["e2"]
 
 
+def test_the_writer_role_records_approvals(roles: tuple[str, str], tmp_path: Path) -> None:
+    """Requests, people's answers (from another process) and a claim under a grant, as the writer.
+
+    The run exports and imports (as a new run) as the writer too.
+    """
+    _owner, writer = roles
+    run_id = new_run_id()
+    with EffectLog(run_id, writer) as log:
+        write_five_records(log)
+    asked, seq = write_five_approvals(run_id, writer)
+    with EffectLog.load(run_id, writer) as log:
+        states = {view.approval_id: view.state for view in log.approvals()}
+        assert log.history().records()[-1].seq == seq
+    assert states[asked["refund"].approval_id] == "used"
+    assert states[asked["wipe"].approval_id] == "denied"
+    exported = tmp_path / "run.jsonl"
+    done = ledger("export", run_id, "--store", writer, "-o", str(exported))
+    assert done.returncode == 0, done.stderr
+    done = ledger("import", str(exported), "--store", writer, "--run", new_run_id())
+    assert done.returncode == 0, done.stderr
+    verified = ledger("verify", "--store", writer)
+    assert verified.returncode == 0, verified.stderr
+
+
 @pytest.mark.parametrize(
     "sql",
     [
@@ -77,6 +102,9 @@ def test_the_writer_role_records_runs(roles: tuple[str, str]) -> None:
             " FROM scope_index"
         ),
         "DELETE FROM scope_index",
+        # A person's answer stands as it was given.
+        "UPDATE approval_decisions SET decision = 'granted'",
+        "DELETE FROM approval_requests",
     ],
 )
 def test_the_writer_cannot_change_history_even_with_the_guards_dropped(

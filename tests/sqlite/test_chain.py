@@ -222,7 +222,8 @@ def rows_before_0009(run_id: str, record: fx.Record, head: str) -> list[tuple[st
 
     A claim's impact scope and obligations were rows of two tables of their own, and no
     record had a step, recorded arguments or a result (migration 0012), nor a resolution
-    its writing process (0013), nor a claim its trace context (0015).
+    its writing process (0013), nor a claim its trace context (0015) or its approval
+    (0016).
     """
     row, scope, duties = rows_of(run_id, record)
     assert not row.get("step")
@@ -238,6 +239,7 @@ def rows_before_0009(run_id: str, record: fx.Record, head: str) -> list[tuple[st
         "result",
         *_chain.RESOLUTION_COLUMNS_4,
         *_chain.CLAIM_COLUMNS_5,
+        *_chain.CLAIM_COLUMNS_6,
     )
     row = {k: v for k, v in row.items() if k not in later}
     row["prev_hash"], row["hash"] = head, chain_hash(run_id, record, head)

@@ -21,7 +21,7 @@ from ledger.effect_log import EffectLog, EffectPersistenceError, new_run_id
 from ledger.errors import StoreTamperedError
 from ledger.sqlite import schema_check as _schema_check
 from ledger.sqlite.commit import GroupCommit, Job
-from ledger.sqlite.engine import _on_connect
+from ledger.sqlite.engine import prepare as prepare_connection
 from ledger.sqlite.errors import translate
 from ledger.sqlite.rows import _TABLES, prepare
 from ledger.sqlite.schema import SQLITE_TRIGGERS, VIEWS
@@ -370,7 +370,7 @@ def test_only_the_librarys_writers_skip_the_hash_guard_and_load_still_checks(
     )
     assert shell.stdout.strip() == "1"  # to the stock shell every hash guard applies
     conn = sqlite3.connect(store, isolation_level=None)
-    _on_connect(conn, None)  # type: ignore[arg-type]  # as the library's writers open it
+    prepare_connection(conn)  # as the library's writers open it
     try:
         assert conn.execute("SELECT sqlite_source_id()").fetchone()[0].startswith("ledger-writer ")
         run_id, prev = conn.execute("SELECT run_id, hash FROM claims").fetchone()
