@@ -98,7 +98,8 @@ class ApprovalPolicy:
         _check_str(self.reason, "reason", empty=True, limit=MAX_NOTE)
 
 
-def _check_process(record: Any) -> None:
+def check_process(record: Any) -> None:
+    """Check the writing process a record names: OS user, host, program and pid."""
     for name in ("os_user", "host", "program"):
         check_identifier(getattr(record, name), name)
     if type(record.pid) is not int:
@@ -149,7 +150,7 @@ class ApprovalRequest:
         _check_timestamp(self.expires_at, "expires_at")
         if self.expires_at <= self.requested_at:
             raise ValueError("an approval request must expire after it is made")
-        _check_process(self)
+        check_process(self)
         check_step(self.step)
         _frozen(self, "args", _recorded(self.args, "args"))
         _check_str(self.reason, "reason", empty=True, limit=MAX_NOTE)
@@ -218,7 +219,7 @@ class ApprovalDecision:
         check_identifier(self.by, "by")
         _check_timestamp(self.decided_at, "decided_at")
         _check_enum(self.source, ApprovalSource, "source")
-        _check_process(self)
+        check_process(self)
         _check_str(self.note, "note", empty=True, limit=MAX_NOTE)
 
     @property

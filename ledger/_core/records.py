@@ -11,7 +11,7 @@ import posixpath
 import re
 from typing import Any, ClassVar, Self
 
-from ledger._core.approvals import ApprovalDecision, ApprovalRequest
+from ledger._core.approvals import ApprovalDecision, ApprovalRequest, check_process
 from ledger._core.enums import (
     Coverage,
     EffectKind,
@@ -524,12 +524,7 @@ class Resolution:
                 )
             return
         _check_enum(self.origin, ResolutionOrigin, "origin")
-        for name in ("os_user", "host", "program"):
-            check_identifier(getattr(self, name), name)
-        if type(self.pid) is not int:
-            raise InvalidTypeError(f"pid must be an int, not {type(self.pid).__name__}")
-        if not 0 < self.pid < 2**31:  # a 32-bit column on PostgreSQL
-            raise ValueError(f"pid must be a positive integer, not {self.pid}")
+        check_process(self)
 
     @property
     def word(self) -> str:

@@ -288,6 +288,27 @@ resolutions = Table(
     sqlite_strict=True,
 )
 
+
+def _process_and_chain() -> tuple[Column[object], ...]:
+    """An approval record's last columns: the process that wrote it, and the run's chain."""
+    return (
+        Column("os_user", Text, nullable=False),
+        Column("host", Text, nullable=False),
+        Column("program", Text, nullable=False),
+        Column("pid", Integer, nullable=False),
+        Column("prev_hash", Text, nullable=False),
+        Column("hash", Text, nullable=False),
+    )
+
+
+def _process_and_chain_checks() -> tuple[CheckConstraint, ...]:
+    return (
+        CheckConstraint("pid > 0", name="pid"),
+        CheckConstraint(_hex("prev_hash", 64), name="prev_hash"),
+        CheckConstraint(_hex("hash", 64), name="hash"),
+    )
+
+
 # A call waiting for a person's yes (migration 0016): the call's action digest, what a
 # person is shown, until when (the store's clock), and the process that asks.
 approval_requests = Table(
@@ -304,12 +325,7 @@ approval_requests = Table(
     Column("reason", Text, nullable=False),
     Column("requested_at", Text, nullable=False),
     Column("expires_at", Text, nullable=False),
-    Column("os_user", Text, nullable=False),
-    Column("host", Text, nullable=False),
-    Column("program", Text, nullable=False),
-    Column("pid", Integer, nullable=False),
-    Column("prev_hash", Text, nullable=False),
-    Column("hash", Text, nullable=False),
+    *_process_and_chain(),
     PrimaryKeyConstraint("run_id", "seq"),
     UniqueConstraint("run_id", "approval_id"),
     UniqueConstraint("run_id", "effect_id"),
@@ -320,9 +336,7 @@ approval_requests = Table(
     CheckConstraint(_identifier("operation"), name="operation"),
     CheckConstraint(_hex("action_digest", 64), name="action_digest"),
     CheckConstraint("expires_at > requested_at", name="expires_at"),
-    CheckConstraint("pid > 0", name="pid"),
-    CheckConstraint(_hex("prev_hash", 64), name="prev_hash"),
-    CheckConstraint(_hex("hash", 64), name="hash"),
+    *_process_and_chain_checks(),
     sqlite_strict=True,
 )
 
@@ -339,12 +353,7 @@ approval_decisions = Table(
     Column("note", Text, nullable=False),
     Column("decided_at", Text, nullable=False),
     Column("source", Text, nullable=False),
-    Column("os_user", Text, nullable=False),
-    Column("host", Text, nullable=False),
-    Column("program", Text, nullable=False),
-    Column("pid", Integer, nullable=False),
-    Column("prev_hash", Text, nullable=False),
-    Column("hash", Text, nullable=False),
+    *_process_and_chain(),
     PrimaryKeyConstraint("run_id", "seq"),
     UniqueConstraint("run_id", "approval_id"),
     ForeignKeyConstraint(
@@ -354,9 +363,7 @@ approval_decisions = Table(
     CheckConstraint(words("decision", ("granted", "denied")), name="decision"),
     CheckConstraint(_identifier("decided_by"), name="decided_by"),
     CheckConstraint(_enumwords("source", ApprovalSource), name="source"),
-    CheckConstraint("pid > 0", name="pid"),
-    CheckConstraint(_hex("prev_hash", 64), name="prev_hash"),
-    CheckConstraint(_hex("hash", 64), name="hash"),
+    *_process_and_chain_checks(),
     sqlite_strict=True,
 )
 
