@@ -109,12 +109,12 @@ CHILD = textwrap.dedent(
 
     original_commit = _store.Store.commit
 
-    def commit(self, action, steps, before=None):
+    def commit(self, action, steps, before=None, **keywords):
         global inside
         self.group._connection = lambda: Connection(original_connection(self))
         inside = armed and kind != "create_store"
         try:
-            result = original_commit(self, action, steps, before)
+            result = original_commit(self, action, steps, before, **keywords)
         finally:
             inside = False  # it returned: the transaction is committed
         if armed and kind != "create_store" and side == "after":
