@@ -104,6 +104,14 @@ def describe(location: Location) -> str:
 RUN_ID = re.compile(r"[0-9a-f]{32}")
 
 
+# Words of the stores' refusals that the log acts on: every backend's guards
+# (ledger._sql.guards) refuse with them, and the log reads them in the errors it is given.
+SEQ_TAKEN = "that seq is already recorded in the run"
+CHAIN_NOT_EXTENDED = "the record does not extend the chain of its run"
+ANSWER_TOO_LATE = "the approval request has expired"
+GRANT_LAPSED = "the approval has expired by the store clock"
+
+
 class Mode(enum.Enum):
     """How a run is held: by its logs (many at once), or by its recovery (alone)."""
 

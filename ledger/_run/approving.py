@@ -33,6 +33,7 @@ from ledger.effects import (
 )
 from ledger.effects import utc_now as _utc_now
 from ledger.errors import ApprovalDenied, ApprovalPending, EffectPersistenceError
+from ledger.storage import ANSWER_TOO_LATE, GRANT_LAPSED
 
 if TYPE_CHECKING:
     import threading
@@ -156,7 +157,7 @@ class Approvals:
         asks anew, as one made a moment later would: :class:`ApprovalPending`. Any other
         failure is raised as it is.
         """
-        if "has expired by the store clock" not in str(error):
+        if GRANT_LAPSED not in str(error):
             raise error
         with self._cond:
             passed = self.gate(probe, policy, step=step, args=args)  # past expiry: asks anew
@@ -411,7 +412,7 @@ class Approvals:
             try:
                 return self._write(record, f"decision on approval {approval_id}")  # type: ignore[return-value]
             except EffectPersistenceError as e:
-                if "has expired" in str(e):
+                if ANSWER_TOO_LATE in str(e):
                     raise ValueError(
                         f"approval {approval_id} expired at {request.expires_at} by the store's "
                         "clock before the answer could be recorded: nothing was recorded"

@@ -38,7 +38,7 @@ from ledger.errors import (
     StoreTamperedError,
     retold,
 )
-from ledger.storage import Batch
+from ledger.storage import CHAIN_NOT_EXTENDED, SEQ_TAKEN, Batch
 
 __all__ = ["Request", "Writes", "degraded_error"]
 
@@ -271,7 +271,7 @@ class Writes:
         """
         if not isinstance(error, EffectPersistenceError) or isinstance(error, StoreTamperedError):
             return False
-        if "already recorded in the run" not in str(error) and "extend the chain" not in str(error):
+        if SEQ_TAKEN not in str(error) and CHAIN_NOT_EXTENDED not in str(error):
             return False
         if durable.head != self.head:
             return True

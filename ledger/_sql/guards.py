@@ -17,6 +17,7 @@ from ledger._chain import GENESIS, sql_hash
 from ledger._sql.tables import RECORD_TABLES, metadata
 from ledger._sql.tables import words as _words
 from ledger.effects import RESOURCE_KINDS, Predicate, ResolutionOrigin
+from ledger.storage import ANSWER_TOO_LATE, CHAIN_NOT_EXTENDED, GRANT_LAPSED, SEQ_TAKEN
 
 
 class Guard(NamedTuple):
@@ -138,7 +139,7 @@ def _approval_guards(dialect: str) -> list[Guard]:
             "EXISTS (SELECT 1 FROM approval_requests WHERE run_id = NEW.run_id"
             f" AND approval_id = NEW.approval_id AND (({live_write} AND expires_at <= {now})"
             " OR expires_at <= NEW.decided_at))",
-            "the approval request has expired, an answer to it is refused",
+            f"{ANSWER_TOO_LATE}, an answer to it is refused",
         ),
         Guard(
             "approval_decisions",
@@ -167,7 +168,7 @@ def _approval_guards(dialect: str) -> list[Guard]:
             f"NEW.approval_id IS NOT NULL AND {live_write} AND EXISTS (SELECT 1"
             " FROM approval_requests WHERE run_id = NEW.run_id AND approval_id = NEW.approval_id"
             f" AND expires_at <= {now})",
-            "the approval has expired by the store clock, a claim under it is refused",
+            f"{GRANT_LAPSED}, a claim under it is refused",
         ),
     ]
 
@@ -331,7 +332,7 @@ def insert_guards(dialect: str) -> dict[str, Guard]:
             table,
             "guard_chain",
             f"NEW.prev_hash{is_not}(CASE WHEN NEW.seq = 1 THEN '{GENESIS}' ELSE ({previous}) END)",
-            f"{table} is append-only, the record does not extend the chain of its run",
+            f"{table} is append-only, {CHAIN_NOT_EXTENDED}",
         )
         for table in RECORD_TABLES
     )
@@ -340,7 +341,7 @@ def insert_guards(dialect: str) -> dict[str, Guard]:
             table,
             "guard_seq",
             _seq_taken(),
-            f"{table} is append-only, that seq is already recorded in the run",
+            f"{table} is append-only, {SEQ_TAKEN}",
         )
         for table in RECORD_TABLES
     )
