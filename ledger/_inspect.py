@@ -19,7 +19,6 @@ from ledger._run.index import RunIndex
 from ledger.effect_log import EffectLog
 from ledger.effects import (
     ApprovalDecision,
-    ApprovalRequest,
     ApprovalView,
     Assessment,
     Decision,
@@ -289,16 +288,7 @@ def approval_views(run_id: str, history: History, now: str) -> list[ApprovalView
 
     ``now`` is the store's clock: an unanswered request past its expiry is expired.
     """
-    book = ApprovalBook()
-    records: list[ApprovalRequest | ApprovalDecision] = [
-        *history.approval_requests,
-        *history.approval_decisions,
-    ]
-    for record in sorted(records, key=lambda r: r.seq):
-        book.remember(record)
-    for claim in history.claims:
-        if claim.approval_id is not None:
-            book.used[claim.approval_id] = claim.effect_id
+    book = ApprovalBook.of(history)
     return [book.view(run_id, request, now) for request in book.requests]
 
 

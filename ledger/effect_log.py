@@ -465,13 +465,15 @@ class EffectLog(ToolCalls, Approvals):
         )
         # Claimed with the lock released, as every claim is: the queue takes it once, and
         # cannot hand it on while this frame holds it a second time.
-        try:
-            return self._claim_all((approved,), f"claim {passed.effect_id!r}")[0]
-        except EffectPersistenceError as e:
-            self.passed(passed)
-            self.lapsed(e, probe, policy, step=request.step, args=probe.args)
-        finally:
-            self.passed(passed)
+        return self.claim_passed(
+            passed,
+            lambda: self._claim_all((approved,), f"claim {passed.effect_id!r}")[0],
+            probe,
+            policy,
+            step=request.step,
+            args=probe.args,
+            automatic=False,
+        )
 
     def claim_many(
         self,

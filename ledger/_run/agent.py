@@ -8,8 +8,8 @@ by (:meth:`ToolCalls.begin_step`): the log's own records are written by the log
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from ledger._run.calls import EffectScope, ExceptionTypes, Log, Referable
 from ledger._run.files import FileTarget, observe_file
@@ -25,7 +25,6 @@ from ledger.effects import (
     Postcondition,
     ResourceRef,
 )
-from ledger.errors import EffectPersistenceError
 
 if TYPE_CHECKING:
     import threading
@@ -54,17 +53,19 @@ class ToolCalls:
             self, probe: EffectClaim, policy: ApprovalPolicy, *, step: str, args: object
         ) -> Any: ...
 
-        def passed(self, gate: Any) -> None: ...
+        def give_back_step(self, probe: EffectClaim) -> None: ...
 
-        def lapsed(
+        def claim_passed(
             self,
-            error: EffectPersistenceError,
+            passed: Any,
+            claim: Callable[[], EffectClaim],
             probe: EffectClaim,
             policy: ApprovalPolicy,
             *,
             step: str,
             args: object,
-        ) -> NoReturn: ...
+            automatic: bool,
+        ) -> EffectClaim: ...
 
         def _claim_all(
             self,
@@ -118,8 +119,7 @@ class ToolCalls:
                     )
                 except BaseException:
                     if step is None:  # not claimed: its automatic step is the next call's
-                        op = probe.operation
-                        self._state.steps.give_back(op.name, op.args_sha256)
+                        self.give_back_step(probe)
                     raise
                 approval_id, effect_id = passed.approval_id, passed.effect_id
         # Claimed with the lock released, as every claim is (the queue takes it once):
@@ -136,26 +136,27 @@ class ToolCalls:
             args=probe.args if args is None else args,
             approval_id=approval_id,
         )
-        try:
-            claim = self._claim_all(
+
+        def claim() -> EffectClaim:
+            return self._claim_all(
                 (request,),
                 f"claim {effect_id!r}",
                 retrying=plan.retry_of if plan.checked else None,
                 observed=observed,
             )[0]
-        except EffectPersistenceError as e:
-            if passed is None or approval is None:
-                raise
-            self.passed(passed)
-            passed = None
-            if step is None:  # not claimed: the call made again is this same call
-                with self._cond:
-                    self._state.steps.give_back(probe.operation.name, probe.operation.args_sha256)
-            self.lapsed(e, probe, approval, step=planned.step, args=request.args)
-        finally:
-            if passed is not None:
-                self.passed(passed)
-        return Begin(claim, plan.attempt)
+
+        if passed is None or approval is None:
+            return Begin(claim(), plan.attempt)
+        claimed = self.claim_passed(
+            passed,
+            claim,
+            probe,
+            approval,
+            step=planned.step,
+            args=request.args,
+            automatic=step is None,
+        )
+        return Begin(claimed, plan.attempt)
 
     def effect(
         self,

@@ -10,8 +10,8 @@ that effect, unexpired by the store's clock, and unused.
 
 from __future__ import annotations
 
-import os
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple, NoReturn
 
 from ledger._run.requests import new_effect_id
@@ -31,7 +31,6 @@ from ledger.effects import (
     check_identifier,
     idempotency_key,
 )
-from ledger.effects import utc_now as _utc_now
 from ledger.errors import ApprovalDenied, ApprovalPending, EffectPersistenceError
 from ledger.storage import ANSWER_TOO_LATE, GRANT_LAPSED
 
@@ -126,12 +125,12 @@ class Approvals:
                 f"{request.approval_id}); it was not run and must not be",
                 run_id=self._run_id,
                 effect_id=request.effect_id,
-                decision=self._decision(request, NextStep.DENIED, now),
+                decision=self._decision(request, NextStep.DENIED),
                 approval_id=request.approval_id,
                 by=answer.by,
                 note=answer.note,
             )
-        raise self._pending(request, now)
+        raise self._pending(request)
 
     def passed(self, gate: Gate) -> None:
         """The claim of a call :meth:`gate` let through is durable, or failed.
@@ -140,6 +139,43 @@ class Approvals:
         """
         with self._cond:
             self._state.approvals.passing.discard(gate.approval_id)
+
+    def give_back_step(self, probe: EffectClaim) -> None:
+        """``probe``'s call was not claimed: made again, it gets the same automatic step."""
+        with self._cond:
+            op = probe.operation
+            self._state.steps.give_back(op.name, op.args_sha256)
+
+    def claim_passed(
+        self,
+        passed: Gate,
+        claim: Callable[[], EffectClaim],
+        probe: EffectClaim,
+        policy: ApprovalPolicy,
+        *,
+        step: str,
+        args: object,
+        automatic: bool,
+    ) -> EffectClaim:
+        """Make ``claim`` of a call :meth:`gate` let through as ``passed``; then it has passed.
+
+        Refused by the store, the grant is released first (the call made again may pass
+        under it), the call's step given back when it was the automatic one, and
+        :meth:`lapsed` raises: :class:`ApprovalPending` when the grant expired meanwhile,
+        the refusal otherwise.
+        """
+        try:
+            claimed = claim()
+        except EffectPersistenceError as e:
+            self.passed(passed)
+            if automatic:
+                self.give_back_step(probe)
+            self.lapsed(e, probe, policy, step=step, args=args)
+        except BaseException:
+            self.passed(passed)
+            raise
+        self.passed(passed)
+        return claimed
 
     def lapsed(
         self,
@@ -218,7 +254,7 @@ class Approvals:
             raise pending.error
         return pending.records[0]
 
-    def _pending(self, request: ApprovalRequest, now: str) -> ApprovalPending:
+    def _pending(self, request: ApprovalRequest) -> ApprovalPending:
         command = (
             f"ledger approve {self._run_id} {request.approval_id} --by NAME "
             f"--expect-digest {request.action_digest[:12]}"
@@ -228,15 +264,16 @@ class Approvals:
             f"expires {request.expires_at}); it was not run. To approve it: {command}",
             run_id=self._run_id,
             effect_id=request.effect_id,
-            decision=self._decision(request, NextStep.WAIT, now),
+            decision=self._decision(request, NextStep.WAIT),
             approval_id=request.approval_id,
             action_digest=request.action_digest,
             expires_at=request.expires_at,
         )
 
-    def _decision(self, request: ApprovalRequest, step: NextStep, now: str) -> Decision:  # noqa: ARG002
+    def _decision(self, request: ApprovalRequest, step: NextStep) -> Decision:
         reasons = {
             NextStep.WAIT: f"It waits for a person's approval (approval {request.approval_id}).",
+            NextStep.RETRY: f"A person approved it (approval {request.approval_id}): run it.",
             NextStep.DENIED: f"A person denied it (approval {request.approval_id}): do not run it.",
             NextStep.ESCALATE: (
                 f"Its approval request {request.approval_id} expired unanswered: ask again."
@@ -275,14 +312,7 @@ class Approvals:
                 "denied": NextStep.DENIED,
                 "expired": NextStep.ESCALATE,
             }[state]
-            if step is NextStep.RETRY:
-                return Decision(
-                    effect_id,
-                    step,
-                    f"A person approved it (approval {request.approval_id}): run it.",
-                    idempotency_key(self._run_id, effect_id),
-                )
-            return self._decision(request, step, now)
+            return self._decision(request, step)
 
     # ------------------------------------------------------------------ answers
 
@@ -368,9 +398,10 @@ class Approvals:
             if request is None:
                 raise ValueError(f"run {self._run_id} has no approval request {approval_id!r}")
             elicited = source is ApprovalSource.ELICITATION
+            process = self._writes.process()
             if not elicited and (
                 approval_id in self._asked
-                or (request.pid == os.getpid() and request.host == self._writes.process()["host"])
+                or (request.pid == process["pid"] and request.host == process["host"])
             ):
                 raise ValueError(
                     f"approval {approval_id} was requested by this process: a worker does not "
@@ -407,7 +438,7 @@ class Approvals:
                 decided_at=now,
                 source=source,
                 note=note,
-                **self._writes.process(),
+                **process,
             )
             try:
                 return self._write(record, f"decision on approval {approval_id}")  # type: ignore[return-value]
@@ -435,6 +466,6 @@ class Approvals:
             if not book.requests:
                 return []
             self._catch_up("cannot read the approvals")
-            now = self._store_now("cannot read the approvals") if book.requests else _utc_now()
+            now = self._store_now("cannot read the approvals")
             views = [book.view(self._run_id, r, now) for r in book.requests]
         return [v for v in views if state is None or v.state == state]

@@ -6,7 +6,13 @@ time an approval's state depends on is given by the caller (the store's clock).
 
 from __future__ import annotations
 
-from ledger.effects import ApprovalDecision, ApprovalRequest, ApprovalView, approval_state
+from ledger.effects import (
+    ApprovalDecision,
+    ApprovalRequest,
+    ApprovalView,
+    History,
+    approval_state,
+)
 
 __all__ = ["ApprovalBook"]
 
@@ -28,6 +34,21 @@ class ApprovalBook:
         # call meanwhile waits for that request rather than write a second one.
         self.asking: set[str] = set()
         self._by_digest: dict[str, list[ApprovalRequest]] = {}
+
+    @classmethod
+    def of(cls, history: History) -> ApprovalBook:
+        """The book of a whole (validated) run."""
+        book = cls()
+        records: list[ApprovalRequest | ApprovalDecision] = [
+            *history.approval_requests,
+            *history.approval_decisions,
+        ]
+        for record in sorted(records, key=lambda r: r.seq):
+            book.remember(record)
+        for claim in history.claims:
+            if claim.approval_id is not None:
+                book.used[claim.approval_id] = claim.effect_id
+        return book
 
     def remember(self, record: ApprovalRequest | ApprovalDecision) -> None:
         """Add a durable record (in ``seq`` order)."""

@@ -200,13 +200,13 @@ class Reader:
 
     def now(self) -> str:
         """The store's clock, in ``utc_now()``'s form: what approvals expire by."""
-        return self._read(_store_now)
+        return self._read(read_clock)
 
     def approvals(self, prefix: str | None) -> ApprovalRuns:
         """The runs (or the one run) holding approval requests, validated, and the clock."""
 
         def query(conn: Connection) -> ApprovalRuns:
-            now = _store_now(conn)
+            now = read_clock(conn)
             if prefix is not None:
                 scope = [self._resolve(conn, prefix)]
             elif self._blank(conn):
@@ -426,8 +426,8 @@ class Reader:
         return None
 
 
-def _store_now(conn: Connection) -> str:
-    """The store's clock, read on ``conn``."""
+def read_clock(conn: Connection) -> str:
+    """The store's clock, read on ``conn``, in ``utc_now()``'s form."""
     return str(conn.execute(text(f"SELECT {store_now(conn.dialect.name)}")).scalar_one())
 
 

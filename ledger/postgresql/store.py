@@ -25,7 +25,7 @@ from sqlalchemy import Connection, Engine, insert
 
 from ledger import _lifetime
 from ledger._sql import rows
-from ledger._sql.guards import store_now
+from ledger._sql.reads import read_clock
 from ledger.effects import History
 from ledger.errors import EffectPersistenceError
 from ledger.postgresql import engine as _engine
@@ -128,7 +128,7 @@ class Store:
     def now(self, action: str) -> str:
         """The server's clock, as the guards read it (``clock_timestamp()``), at microseconds."""
         with self.read(action) as conn:
-            return str(conn.exec_driver_sql(f"SELECT {store_now('postgresql')}").scalar_one())
+            return read_clock(conn)
 
     def hold(self, run_id: str, mode: Mode) -> Lease | None:
         """Hold the run by a session advisory lock (ledger.postgresql.liveness)."""
