@@ -16,10 +16,17 @@ from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from ledger._sql.revisions import alembic_config, check_known, head_revision, revision_mismatch
+from ledger._sql.revisions import (
+    alembic_config,
+    check_known,
+    create_at_head,
+    head_revision,
+    revision_mismatch,
+)
 from ledger._sql.tables import metadata
 from ledger.errors import StoreCorruptError, StoreFileRefusedError
 from ledger.postgresql.errors import storage_errors
+from ledger.postgresql.guards import install_derived
 from ledger.storage import describe
 
 SCHEMES = ("postgresql", "postgresql+psycopg")
@@ -111,6 +118,14 @@ def has_schema(conn: Connection) -> bool:
     return MigrationContext.configure(conn).get_current_revision() is not None
 
 
+def _tables(conn: Connection) -> int:
+    """How many tables the current schema holds: none in a store yet to be created."""
+    found = conn.exec_driver_sql(
+        "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema()"
+    ).scalar()
+    return int(found or 0)
+
+
 def upgrade(engine_: Engine, store: object = "") -> bool:
     """Bring the schema to head, once however many processes ask at once; True if it changed.
 
@@ -138,6 +153,9 @@ def upgrade(engine_: Engine, store: object = "") -> bool:
             check_known(current, store)
             if current == head:
                 return False
+            if current is None and not _tables(conn):
+                create_at_head(conn, install_derived)
+                return True
             try:
                 command.upgrade(alembic_config(conn), "head")
             except DBAPIError as e:
@@ -183,10 +201,7 @@ def migrate(location: str) -> tuple[str | None, str]:
         with storage_errors(f"cannot migrate the store {store}"):
             with found.connect() as conn:
                 before = MigrationContext.configure(conn).get_current_revision()
-                tables = conn.exec_driver_sql(
-                    "SELECT count(*) FROM information_schema.tables"
-                    " WHERE table_schema = current_schema()"
-                ).scalar()
+                tables = _tables(conn)
                 conn.rollback()
             if before is None and tables:
                 raise StoreCorruptError(

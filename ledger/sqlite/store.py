@@ -29,6 +29,7 @@ from ledger import _lifetime, _paths
 from ledger._sql.revisions import (
     alembic_config,
     check_known,
+    create_at_head,
     head_revision,
     revision_mismatch,
     revisions,
@@ -56,6 +57,7 @@ from ledger.sqlite.engine import (
     _on_connect,
 )
 from ledger.sqlite.errors import storage_errors, translate
+from ledger.sqlite.schema import install_derived
 from ledger.sqlite.statx import attributes
 from ledger.sqlite.watch import Watch
 from ledger.storage import Batch, Lease, Mode, Written
@@ -134,6 +136,11 @@ _ALREADY_THERE = ("already exists", "duplicate column name")
 
 def _already_there(error: DBAPIError) -> bool:
     return any(words in str(error.orig).lower() for words in _ALREADY_THERE)
+
+
+def _empty(conn: Connection) -> bool:
+    """Whether the database holds nothing yet: a new store, to be created at head."""
+    return conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar() == 0
 
 
 def _tables(master: Sequence[Any]) -> dict[tuple[str, str], _schema_check.Definition]:
@@ -330,7 +337,10 @@ class Store:
             ):
                 current = MigrationContext.configure(conn).get_current_revision()
                 check_known(current, self.directory)
-                if current != head:
+                if current is None and _empty(conn):
+                    log.info("creating store %s at %s", self.path, head)
+                    create_at_head(conn, install_derived)
+                elif current != head:
                     log.info("migrating store %s from %s to %s", self.path, current, head)
                     try:
                         command.upgrade(alembic_config(conn), "head")

@@ -119,6 +119,45 @@ def test_many_workers_opening_a_new_store_at_once_migrate_it_once(url: str) -> N
     ]
 
 
+# What PostgreSQL reads of a store's schema, from its catalogs.
+_CATALOG = {
+    "columns": "SELECT table_name, ordinal_position, column_name, data_type, is_nullable,"
+    " column_default FROM information_schema.columns WHERE table_schema = current_schema()"
+    " ORDER BY 1, 2",
+    "constraints": "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid)"
+    " FROM pg_constraint WHERE connamespace = current_schema()::regnamespace ORDER BY 1, 2",
+    "indexes": "SELECT tablename, indexname, indexdef FROM pg_indexes"
+    " WHERE schemaname = current_schema() ORDER BY 1, 2",
+    "triggers": "SELECT tgrelid::regclass::text, tgname, pg_get_triggerdef(oid), tgenabled"
+    " FROM pg_trigger WHERE NOT tgisinternal ORDER BY 1, 2",
+    "functions": "SELECT proname, pg_get_functiondef(oid) FROM pg_proc"
+    " WHERE pronamespace = current_schema()::regnamespace ORDER BY 1",
+    "views": "SELECT viewname, definition FROM pg_views WHERE schemaname = current_schema()"
+    " ORDER BY 1",
+    "grants": "SELECT table_name, grantee, privilege_type FROM information_schema.role_table_grants"
+    " WHERE table_schema = current_schema() ORDER BY 1, 2, 3",
+    "version": "SELECT version_num FROM alembic_version",
+}
+
+
+def test_a_new_store_is_created_as_the_migrations_leave_it(url: str) -> None:
+    """A new store is created at head in one step, with the schema the whole history builds."""
+    with EffectLog(new_run_id(), url) as log:
+        claim_bare(log)
+    replayed = server().new_database()
+    engine = create_engine(parse(replayed))
+    try:
+        with engine.begin() as conn:
+            command.upgrade(alembic_config(conn), "head")
+    finally:
+        engine.dispose()
+    created = {what: driver.POSTGRESQL.query(url, sql) for what, sql in _CATALOG.items()}
+    assert created == {
+        what: driver.POSTGRESQL.query(replayed, sql) for what, sql in _CATALOG.items()
+    }
+    assert all(created.values())
+
+
 def test_alembic_check_finds_no_drift_between_the_tables_and_the_migrations(url: str) -> None:
     """The same Alembic history builds on PostgreSQL exactly the tables the library declares."""
     engine = create_engine(parse(url))

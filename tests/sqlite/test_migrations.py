@@ -50,6 +50,7 @@ from tests.builders import (
     CHILD_TIMEOUT,
     PYTHON,
     REPO,
+    claim_bare,
     claim_target,
     fs_ref,
     op,
@@ -294,6 +295,54 @@ def test_a_store_created_by_the_library_is_at_head_and_guarded(store: Path) -> N
             assert missing_derived(conn) == []
     finally:
         eng.dispose()
+
+
+def schema_of(path: Path) -> dict[str, object]:
+    """Everything SQLite reads of a database's schema, object by object and column by column."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        master = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
+        found: dict[str, object] = {
+            "version": conn.execute("SELECT version_num FROM alembic_version").fetchall()
+        }
+        for kind, name, table, sql in master:
+            # Tables are compared as SQLite reads them (a rebuilt table lists its
+            # constraints in another order), the rest as written.
+            what = _schema_check.definition(kind, sql) if sql else None
+            found[f"{kind} {name}"] = (table, what if kind == "table" else sql)
+            if kind == "table":
+                found[f"columns {name}"] = conn.execute(f'PRAGMA table_xinfo("{name}")').fetchall()
+                found[f"keys {name}"] = conn.execute(
+                    f'PRAGMA foreign_key_list("{name}")'
+                ).fetchall()
+                # By name: index_list numbers them in the order they were created.
+                found[f"indexes {name}"] = sorted(
+                    (*index[1:], conn.execute(f'PRAGMA index_xinfo("{index[1]}")').fetchall())
+                    for index in conn.execute(f'PRAGMA index_list("{name}")').fetchall()
+                )
+        return found
+    finally:
+        conn.close()
+
+
+def test_a_new_store_is_created_as_the_migrations_leave_it(
+    store: Path, migrated: sa.Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A new store is created at head in one step, with the schema the whole history builds.
+
+    Every table's columns in order, with their types, defaults and nullability; its
+    constraints, keys and indexes; every trigger and view; the revision stamped.
+    """
+    replayed = Path(str(migrated.url.database))
+    assert schema_of(store) == schema_of(replayed)
+    with (
+        caplog.at_level("INFO", logger="ledger"),
+        EffectLog(new_run_id(), store.parent.parent / "other") as log,
+    ):
+        claim_bare(log)
+    said = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("creating store") for m in said), said
+    assert not any(m.startswith("migrating store") for m in said), said
 
 
 def _schema_and_rows(path: Path) -> list[tuple[object, ...]]:
