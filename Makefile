@@ -52,7 +52,11 @@ tools:
 	fi
 
 # The suite is mostly child processes and fsyncs: one worker per CPU (pytest-xdist).
+# Its many child processes import the package: compiled once here, as an installed wheel
+# is, they need not compile it again each (PYTHONDONTWRITEBYTECODE keeps imports from
+# writing it).
 test: lint tools
+	$(BIN)/python -m compileall -q ledger migrations tests >/dev/null
 	$(BIN)/pytest -n auto
 
 # Mutation testing, on demand (docs/reliability.md, "Mutation testing"). Its own venv
