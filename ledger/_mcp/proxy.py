@@ -25,7 +25,8 @@ What the proxy answers itself instead of passing on, never crashing:
 - a gated ``tools/call`` (``--approve``) without a person's grant for its exact action:
   the approval error (:mod:`ledger._mcp.approvals`), or first a question to the
   client, when it declared form elicitation; the call waits for the answer in a
-  thread of its own, since the answer comes on the stream the client's reader reads;
+  thread of its own (:mod:`ledger._mcp.gate`), since the answer comes on the stream
+  the client's reader reads;
 - a client message longer than the limit: an error (it cannot be read, so it cannot
   be claimed); a server's is passed on in pieces;
 - a client line that is not one strict JSON value (:func:`ledger._mcp.wire.parse`):
@@ -44,7 +45,6 @@ import ctypes.util
 import dataclasses
 import datetime as dt
 import os
-import secrets
 import shlex
 import signal
 import subprocess
@@ -69,17 +69,9 @@ from mcp.types import (
 from pydantic import ValidationError
 
 from ledger import _telemetry, storage
-from ledger._mcp.approvals import (
-    ELICITATION_TIMEOUT,
-    Client,
-    ask_line,
-    denied_line,
-    gated,
-    read_answer,
-    read_client,
-    required_line,
-)
+from ledger._mcp.approvals import ELICITATION_TIMEOUT, Client, denied_line, read_client
 from ledger._mcp.calls import Call, brief, kinds_listed, outcome_of, read_call, result_of
+from ledger._mcp.gate import Asking, Gate
 from ledger._mcp.runs import MAX_NAME, REFUSAL_META, ProxyRun, Refusal, check_name
 from ledger._mcp.wire import (
     IdKey,
@@ -87,7 +79,6 @@ from ledger._mcp.wire import (
     UnreadableError,
     answer_id,
     blank,
-    encode,
     error_line,
     id_key,
     parse,
@@ -152,20 +143,6 @@ class _Pending:
     claim: EffectClaim | None = None  # a tools/call's effect
 
 
-@dataclasses.dataclass(slots=True)
-class _Asking:
-    """A gated tool call held while the person at the client is asked to decide."""
-
-    call: Call
-    kind: EffectKind
-    policy: ApprovalPolicy
-    pending: ApprovalPending
-    ask_id: str  # the id of the proxy's elicitation/create request to the client
-    done: threading.Event = dataclasses.field(default_factory=threading.Event)
-    answer: dict[str, Any] | None = None  # the client's answer to it
-    cancelled: bool = False  # the client cancelled the tool call meanwhile
-
-
 def _label(text: str) -> str:
     """A server-given string as a ledger identifier (printable, at most 200 characters)."""
     return printable(" ".join(text.split()))[:200]
@@ -191,9 +168,6 @@ class Proxy:
         say: Callable[[str], None],
     ) -> None:
         self._command = list(command)
-        self._approve = tuple(approve)
-        self._approval_ttl = approval_ttl
-        self._elicitation_timeout = elicitation_timeout
         self._directory = directory
         self._name = None if name is None else check_name(name)
         self._kinds = dict(kinds)
@@ -201,7 +175,7 @@ class Proxy:
         self._record = record
         self._client_in = client_in
         self._client_out = client_out
-        self._say = say
+        self.say = say
         self._lock = threading.Lock()  # the pending requests, the tools' kinds, the run
         self._out_lock = threading.Lock()  # one writer at a time on the client's stdout
         self._in_lock = threading.Lock()  # and on the server's stdin
@@ -216,9 +190,14 @@ class Proxy:
         self._calling = threading.Lock()
         self._child: subprocess.Popen[bytes] | None = None
         self._client: Client | None = None  # from the client's initialize
-        self._held: dict[IdKey, _Asking] = {}  # gated calls being asked about, by call id
-        self._asks: dict[IdKey, _Asking] = {}  # the same, by the elicitation request's id
-        self._asked: set[IdKey] = set()  # every elicitation request's id: late answers too
+        self._gate = Gate(
+            self,
+            self._lock,
+            patterns=approve,
+            ttl=approval_ttl,
+            timeout=elicitation_timeout,
+            store=storage.describe(directory),
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -265,7 +244,7 @@ class Proxy:
             if self._gone:
                 return
             self._gone = True
-        self._wake_asks()
+        self._gate.wake()
         # The timer first: a server that reads nothing more must not block the close below.
         threading.Thread(target=self._stop_server, name="mcp-stop", daemon=True).start()
         child = self._child
@@ -300,11 +279,11 @@ class Proxy:
                 for recovery in earlier.recovered:
                     for outcome in recovery.outcomes:
                         tool = earlier.operations[recovery.run_id, outcome.effect_id]
-                        self._say(
+                        self.say(
                             f"recovered run {recovery.run_id} of a dead proxy named {run.name}: "
                             f"effect {outcome.effect_id} ({tool}) interrupted, impact possible"
                         )
-                self._say(f"{run.name}: run {run.run_id} in {storage.describe(self._directory)}")
+                self.say(f"{run.name}: run {run.run_id} in {storage.describe(self._directory)}")
                 self._run = run
             return self._run
 
@@ -322,7 +301,7 @@ class Proxy:
 
     # ------------------------------------------------------------------ writing
 
-    def _to_client(self, data: bytes) -> None:
+    def to_client(self, data: bytes) -> None:
         with self._out_lock, contextlib.suppress(OSError):  # a client gone hears nothing
             self._client_out.write(data)
             self._client_out.flush()
@@ -349,7 +328,7 @@ class Proxy:
             if not complete:
                 while (rest := lines.next()) is not None and not rest[1]:
                     pass
-                self._to_client(
+                self.to_client(
                     error_line(
                         None, INVALID_REQUEST, f"message longer than {MAX_MESSAGE} bytes: dropped"
                     )
@@ -358,13 +337,13 @@ class Proxy:
             try:
                 self._from_client_line(data)
             except Exception as e:  # a bug of the proxy's own must not end the session
-                self._say(f"a client message could not be handled: {brief(e)}")
+                self.say(f"a client message could not be handled: {brief(e)}")
                 try:
                     request = parse(data)
                 except UnreadableError:
                     continue
                 if isinstance(request, dict) and "method" in request and "id" in request:
-                    self._to_client(
+                    self.to_client(
                         error_line(request["id"], INTERNAL_ERROR, "ledger mcp-proxy failed")
                     )
         self._client_gone()
@@ -377,15 +356,15 @@ class Proxy:
             message = parse(data)
         except UnreadableError as e:
             # The server's parser may read a tool call in it the proxy cannot see: never sent.
-            self._say(f"a client line that is not JSON was refused: {brief(e)}")
-            self._to_client(error_line(None, PARSE_ERROR, f"Parse error: {brief(e)}"))
+            self.say(f"a client line that is not JSON was refused: {brief(e)}")
+            self.to_client(error_line(None, PARSE_ERROR, f"Parse error: {brief(e)}"))
             return
         if isinstance(message, list):
             if any(isinstance(m, dict) and m.get("method") == "tools/call" for m in message):
                 # A batch cannot be split, and a tool call in it cannot pass unclaimed.
                 for m in message:
                     if isinstance(m, dict) and "id" in m and "method" in m:
-                        self._to_client(
+                        self.to_client(
                             error_line(
                                 m["id"],
                                 INVALID_REQUEST,
@@ -400,7 +379,7 @@ class Proxy:
                     self._call(message)
                 return
             key = id_key(message.get("id"))
-            if method is None and key is not None and self._answers_ask(key, message):
+            if method is None and key is not None and self._gate.answers(key, message):
                 return
             if method == "initialize":
                 client = read_client(message.get("params"))
@@ -409,13 +388,13 @@ class Proxy:
             if isinstance(method, str) and key is not None:
                 with self._lock:
                     held = self._pending.get(key)
-                    asked = key in self._held  # a gated call waiting for its approval
+                    asked = self._gate.holds(key)  # a gated call waiting for its approval
                     if not asked and (held is None or held.claim is None):
                         self._pending[key] = _Pending(message["id"], method)
                 if asked or (held is not None and held.claim is not None):
                     # Its answer could be taken for the tool call's, whose outcome it is not.
                     why = "refused: its id is that of a tool call in flight"
-                    self._to_client(error_line(message["id"], INVALID_REQUEST, why))
+                    self.to_client(error_line(message["id"], INVALID_REQUEST, why))
                     return
             elif method == "notifications/cancelled" and self._cancelled(message):
                 return  # it cancels a call the server never got
@@ -447,10 +426,7 @@ class Proxy:
         if key is None:
             return False
         with self._lock:
-            asking = self._held.get(key)
-            if asking is not None:
-                asking.cancelled = True
-                asking.done.set()
+            if self._gate.cancel(key):
                 return True
             pending = self._pending.get(key)
             if pending is None or pending.claim is None:
@@ -463,20 +439,20 @@ class Proxy:
         """A tools/call: claimed, then passed on with its key; or answered here."""
         call = read_call(message)
         if call is None:
-            self._say("a tools/call without an id (a notification) was dropped, not claimed")
+            self.say("a tools/call without an id (a notification) was dropped, not claimed")
             return
         if isinstance(call, bytes):
-            self._to_client(call)
+            self.to_client(call)
             return
         with self._lock:
             kind = self._kinds.get(call.tool) or self._annotated.get(call.tool, EffectKind.WRITE)
-            in_use = call.key in self._pending or call.key in self._held
+            in_use = call.key in self._pending or self._gate.holds(call.key)
             refused = "its id is already in use" if in_use else None
             refused = "the proxy is closing" if self._closing else refused
         if refused is not None:
-            self._to_client(error_line(call.request_id, INVALID_REQUEST, f"refused: {refused}"))
+            self.to_client(error_line(call.request_id, INVALID_REQUEST, f"refused: {refused}"))
             return
-        policy = self._policy(call.tool)
+        policy = self._gate.policy(call.tool)
         # The claim is made in the client's trace, and the server is sent the call's span.
         with _telemetry.continued(call.message["params"].get("_meta")):
             claim = self._claim(call, kind, policy)
@@ -489,7 +465,7 @@ class Proxy:
             line = call.with_key(claim.idempotency_key, self._trace(claim))
         except (ValueError, RecursionError) as e:  # claimed, but it cannot be sent: it did nothing
             self._settle(claim, ExecutionOutcome.FAILED, Impact.NONE)
-            self._to_client(error_line(call.request_id, INVALID_PARAMS, f"cannot send: {brief(e)}"))
+            self.to_client(error_line(call.request_id, INVALID_PARAMS, f"cannot send: {brief(e)}"))
             return
         with self._lock:
             self._pending[call.key] = _Pending(call.request_id, "tools/call", claim)
@@ -498,7 +474,7 @@ class Proxy:
                 pending = self._pending.pop(call.key, None)
             if pending is not None:  # it never reached the server: it did nothing
                 self._settle(claim, ExecutionOutcome.FAILED, Impact.NONE)
-                self._to_client(
+                self.to_client(
                     error_line(call.request_id, INTERNAL_ERROR, "the MCP server has exited")
                 )
 
@@ -527,12 +503,12 @@ class Proxy:
             )
         except ApprovalPending as e:
             assert policy is not None  # noqa: S101 - only a gated claim waits for a person
-            if not (ask and self._ask(call, kind, policy, e)):
-                self._not_approved(call, e)
+            if not (ask and self._gate.ask(call, kind, policy, e)):
+                self._gate.refuse(call, e)
             return None
         except ApprovalDenied as e:
-            self._say(f"not forwarded: {call.tool} (approval {e.approval_id}), denied by {e.by}")
-            self._to_client(
+            self.say(f"not forwarded: {call.tool} (approval {e.approval_id}), denied by {e.by}")
+            self.to_client(
                 denied_line(
                     call.request_id,
                     tool=call.tool,
@@ -548,7 +524,7 @@ class Proxy:
         except EffectPersistenceError as e:
             why = f"the ledger could not record the claim, so the call was not made: {brief(e)}"
             code = INTERNAL_ERROR
-        self._to_client(error_line(call.request_id, code, why))
+        self.to_client(error_line(call.request_id, code, why))
         return None
 
     def _trace(self, claim: EffectClaim) -> dict[str, str]:
@@ -577,167 +553,52 @@ class Proxy:
                 server=self._resource_host(run),
                 answer=answer,
             )
-            self._say(f"{said}; recorded as effect {effect_id}")
+            self.say(f"{said}; recorded as effect {effect_id}")
         except (ValueError, EffectPersistenceError) as e:
-            self._say(f"{said}; the refusal could not be recorded: {brief(e)}")
-        self._to_client(result_line(call.request_id, answer))
+            self.say(f"{said}; the refusal could not be recorded: {brief(e)}")
+        self.to_client(result_line(call.request_id, answer))
 
     # ------------------------------------------------------------------ the approval gate
 
-    def _policy(self, tool: str) -> ApprovalPolicy | None:
-        """The approval a call to ``tool`` needs (``--approve``), or None: it is not gated."""
-        matching = [p for p in self._approve if gated(tool, (p,))]
-        if not matching:
+    def askable(self) -> Client | None:
+        """The client, if it may be asked to approve now (the lock held): see ledger._mcp.gate."""
+        client = self._client
+        if client is None or not client.asks or self._closing or self._gone:
             return None
-        reason = " ".join(f"--approve {shlex.quote(p)}" for p in matching)
-        reason = f"ledger mcp-proxy {reason}"
-        if self._approval_ttl is None:
-            return ApprovalPolicy(reason=reason)
-        return ApprovalPolicy(ttl=self._approval_ttl, reason=reason)
+        return client
 
-    def _not_approved(self, call: Call, pending: ApprovalPending, why: str = "") -> None:
-        """Answer a gated call without a grant: the error that says how to approve it."""
-        self._say(
-            f"not forwarded: {call.tool} needs approval {pending.approval_id} of run "
-            f"{pending.run_id}{' (' + why + ')' if why else ''}"
-        )
-        self._to_client(
-            required_line(
-                call.request_id,
-                tool=call.tool,
-                run_id=pending.run_id,
-                approval_id=pending.approval_id,
-                action_digest=pending.action_digest,
-                expires_at=pending.expires_at,
-                store=storage.describe(self._directory),
-                why=why,
-            )
-        )
-
-    def _ask(
-        self, call: Call, kind: EffectKind, policy: ApprovalPolicy, pending: ApprovalPending
-    ) -> bool:
-        """Ask the person at the client to decide; False when the client cannot be asked.
-
-        The call is held (its id in use) and the answer awaited in a thread of its own:
-        it comes on the stream this thread reads.
-        """
-        ask_id = f"ledger-approval-{secrets.token_hex(8)}"
-        asking = _Asking(call, kind, policy, pending, ask_id)
-        with self._lock:
-            client = self._client
-            if (
-                client is None
-                or not client.asks
-                or self._closing
-                or self._gone
-                # One question per approval: an identical call gets the error meanwhile.
-                or any(a.pending.approval_id == pending.approval_id for a in self._held.values())
-            ):
-                return False
-            self._held[call.key] = asking
-            self._asks["str", ask_id] = asking
-            self._asked.add(("str", ask_id))
-        self._say(
-            f"asking {client.name} to approve {call.tool} (approval {pending.approval_id} of "
-            f"run {pending.run_id})"
-        )
-        self._to_client(
-            ask_line(
-                ask_id,
-                tool=call.tool,
-                args=call.args,
-                run_id=pending.run_id,
-                approval_id=pending.approval_id,
-                action_digest=pending.action_digest,
-                expires_at=pending.expires_at,
-            )
-        )
-        threading.Thread(
-            target=self._await_answer, args=(asking, client), name="mcp-approval", daemon=True
-        ).start()
-        return True
-
-    def _answers_ask(self, key: IdKey, message: dict[str, Any]) -> bool:
-        """Whether ``message`` answers one of the proxy's own questions (never forwarded)."""
-        with self._lock:
-            if key not in self._asked:
-                return False
-            asking = self._asks.get(key)
-            if asking is not None and asking.answer is None:
-                asking.answer = message
-                asking.done.set()
-                return True
-        self._say(f"a late answer to {key[1]} was dropped: its call was answered already")
-        return True
-
-    def _wake_asks(self) -> None:
-        """Stop waiting for the client's answers: the proxy is closing."""
-        with self._lock:
-            for asking in self._asks.values():
-                asking.done.set()
-
-    def _await_answer(self, asking: _Asking, client: Client) -> None:
-        """Wait for the client's decision, record it, and go on with the call (or answer it)."""
+    def decided(self, asking: Asking, client: Client, *, granted: bool, note: str) -> None:
+        """Record the answer of the person at the client, then claim and forward the call."""
         call, pending = asking.call, asking.pending
-        try:
-            answered = asking.done.wait(self._elicitation_timeout)
+        with self._calling:
             with self._lock:
-                self._asks.pop(("str", asking.ask_id), None)
-                message = asking.answer
-                cancelled = asking.cancelled
-            if message is None:
-                # The person's form is withdrawn: its answer could no longer count.
-                self._to_client(_cancel_line(asking.ask_id, "the call is no longer waiting"))
-            if cancelled:
-                return  # a cancelled request is not answered
-            if message is None:
-                why = (
-                    f"{client.name} gave no answer within {self._elicitation_timeout:g} s"
-                    if not answered
-                    else "the proxy is closing"
+                closing = self._closing
+            if closing:
+                self._gate.refuse(call, pending, "the proxy is closing")
+                return
+            run = self._run
+            assert run is not None  # noqa: S101 - the request was written through it
+            try:
+                run.answer(
+                    pending.approval_id,
+                    granted=granted,
+                    by=client.name,
+                    note=note,
                 )
-                self._not_approved(call, pending, why)
+                verb = "granted" if granted else "denied"
+                self.say(f"{client.name} {verb} approval {pending.approval_id} ({call.tool})")
+            except ValueError as e:
+                # Decided meanwhile (ledger approve or deny), or expired: the gate
+                # below goes by what the store holds.
+                self.say(f"the answer of {client.name} was not recorded: {brief(e)}")
+            except EffectPersistenceError as e:
+                self.say(f"the answer of {client.name} could not be recorded: {brief(e)}")
+                self._gate.refuse(call, pending, "the answer could not be recorded")
                 return
-            answer = read_answer(message)
-            if answer.granted is None:
-                self._not_approved(call, pending, answer.why)
-                return
-            with self._calling:
-                with self._lock:
-                    closing = self._closing
-                if closing:
-                    self._not_approved(call, pending, "the proxy is closing")
-                    return
-                run = self._run
-                assert run is not None  # noqa: S101 - the request was written through it
-                try:
-                    run.answer(
-                        pending.approval_id,
-                        granted=answer.granted,
-                        by=client.name,
-                        note=answer.note,
-                    )
-                    verb = "granted" if answer.granted else "denied"
-                    self._say(f"{client.name} {verb} approval {pending.approval_id} ({call.tool})")
-                except ValueError as e:
-                    # Decided meanwhile (ledger approve or deny), or expired: the gate
-                    # below goes by what the store holds.
-                    self._say(f"the answer of {client.name} was not recorded: {brief(e)}")
-                except EffectPersistenceError as e:
-                    self._say(f"the answer of {client.name} could not be recorded: {brief(e)}")
-                    self._not_approved(call, pending, "the answer could not be recorded")
-                    return
-                with _telemetry.continued(call.message["params"].get("_meta")):
-                    claim = self._claim(call, asking.kind, asking.policy, ask=False)
-                if claim is not None:
-                    self._forward(call, claim)
-        except Exception as e:  # a bug of the proxy's own must not leave the call unanswered
-            self._say(f"a gated call could not be handled: {brief(e)}")
-            self._to_client(error_line(call.request_id, INTERNAL_ERROR, "ledger mcp-proxy failed"))
-        finally:
-            with self._lock:
-                self._held.pop(call.key, None)
+            with _telemetry.continued(call.message["params"].get("_meta")):
+                claim = self._claim(call, asking.kind, asking.policy, ask=False)
+            if claim is not None:
+                self._forward(call, claim)
 
     def _settle(
         self,
@@ -753,7 +614,7 @@ class Proxy:
         try:
             run.settle(claim.effect_id, execution, impact, result=result, answered=answered)
         except EffectPersistenceError as e:
-            self._say(
+            self.say(
                 f"the outcome of effect {claim.effect_id} ({execution.value}) could not be "
                 f"recorded; it stays in doubt: {brief(e)}"
             )
@@ -783,7 +644,7 @@ class Proxy:
             self._closing = True
             left = list(self._pending.values())
             self._pending.clear()
-        self._wake_asks()
+        self._gate.wake()
         for pending in left:
             self._answer_gone(
                 pending, f"the MCP server exited ({_status(status)}) before answering"
@@ -799,7 +660,7 @@ class Proxy:
                 f"; the call may have happened: effect {pending.claim.effect_id} of run "
                 f"{run.run_id} is recorded as interrupted ({settle})"
             )
-        self._to_client(error_line(pending.request_id, INTERNAL_ERROR, why))
+        self.to_client(error_line(pending.request_id, INTERNAL_ERROR, why))
 
     def _from_server_line(self, data: bytes) -> None:
         try:
@@ -815,8 +676,8 @@ class Proxy:
                 try:
                     self._answered(pending, message)
                 except Exception as e:  # the answer still goes on to the client
-                    self._say(f"a server message could not be read: {brief(e)}")
-        self._to_client(data)
+                    self.say(f"a server message could not be read: {brief(e)}")
+        self.to_client(data)
 
     def _unreadable(self, data: bytes, why: UnreadableError) -> None:
         """A server line the proxy cannot read strictly: it settles no call as done.
@@ -831,14 +692,14 @@ class Proxy:
         with self._lock:
             pending = None if key is None else self._pending.pop(key, None)
         if pending is None or pending.claim is None:
-            self._to_client(data)
+            self.to_client(data)
             return
         self._settle(pending.claim, ExecutionOutcome.FAILED, Impact.POSSIBLE)
         run = self._run
         assert run is not None  # noqa: S101 - the claim was made through it
-        self._say(f"the answer to effect {pending.claim.effect_id} is not JSON: {brief(why)}")
+        self.say(f"the answer to effect {pending.claim.effect_id} is not JSON: {brief(why)}")
         settle = self._settle_with(run.run_id, pending.claim.effect_id)
-        self._to_client(
+        self.to_client(
             error_line(
                 pending.request_id,
                 INTERNAL_ERROR,
@@ -897,18 +758,7 @@ class Proxy:
             self._ensure_run()  # earlier runs of this name recovered before the first call
         except (EffectPersistenceError, ValueError) as e:
             # Said here; each tool call then tries again, and is refused while it fails.
-            self._say(f"the run cannot start: {brief(e)}")
-
-
-def _cancel_line(request_id: str, reason: str) -> bytes:
-    """The notification that withdraws the proxy's own request to the client."""
-    params = CancelledNotificationParams(request_id=request_id, reason=reason)
-    note = {
-        "jsonrpc": "2.0",
-        "method": "notifications/cancelled",
-        "params": params.model_dump(mode="json", by_alias=True, exclude_none=True),
-    }
-    return encode(note)
+            self.say(f"the run cannot start: {brief(e)}")
 
 
 def _status(status: int) -> str:

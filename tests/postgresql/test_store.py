@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from alembic import command
+from alembic.config import Config
 from alembic.util import CommandError
 from sqlalchemy import create_engine
 
@@ -119,6 +121,16 @@ def test_many_workers_opening_a_new_store_at_once_migrate_it_once(url: str) -> N
     ]
 
 
+def _alembic(step: Callable[[Config, str], None], url: str, revision: str) -> None:
+    """Run an Alembic command (upgrade, downgrade) on the database at ``url``, to ``revision``."""
+    engine = create_engine(parse(url))
+    try:
+        with engine.begin() as conn:
+            step(alembic_config(conn), revision)
+    finally:
+        engine.dispose()
+
+
 # What PostgreSQL reads of a store's schema, from its catalogs.
 _CATALOG = {
     "columns": "SELECT table_name, ordinal_position, column_name, data_type, is_nullable,"
@@ -145,12 +157,7 @@ def test_a_new_store_is_created_as_the_migrations_leave_it(url: str) -> None:
     with EffectLog(new_run_id(), url) as log:
         claim_bare(log)
     replayed = server().new_database()
-    engine = create_engine(parse(replayed))
-    try:
-        with engine.begin() as conn:
-            command.upgrade(alembic_config(conn), "head")
-    finally:
-        engine.dispose()
+    _alembic(command.upgrade, replayed, "head")
     created = {what: driver.POSTGRESQL.query(url, sql) for what, sql in _CATALOG.items()}
     assert created == {
         what: driver.POSTGRESQL.query(replayed, sql) for what, sql in _CATALOG.items()
@@ -286,12 +293,7 @@ def test_a_store_with_scope_and_obligation_tables_moves_them_into_its_claims(
     )  # version 1 and 2 claims, a resolution
     with EffectLog.load(model, tmp_path / "model") as log:
         records = log.history().records()
-    engine = create_engine(parse(url))
-    try:
-        with engine.begin() as conn:
-            command.upgrade(alembic_config(conn), "0008")
-    finally:
-        engine.dispose()
+    _alembic(command.upgrade, url, "0008")
     run_id = new_run_id()
     with driver.connect(url) as conn:
         # The guards installed are the library's of today, written for revision 0009.
@@ -338,12 +340,7 @@ def test_a_store_at_0011_gains_steps_and_recorded_values_on_its_next_write(url: 
     write_every_column(url, run_id, before_0013=True)  # type: ignore[arg-type]  # a URL names the store
     links = "SELECT seq, hash FROM claims WHERE run_id = ? UNION ALL SELECT seq, hash FROM outcomes WHERE run_id = ? ORDER BY 1"
     before = driver.POSTGRESQL.query(url, links, (run_id, run_id))
-    engine = create_engine(parse(url))
-    try:
-        with engine.begin() as conn:
-            command.downgrade(alembic_config(conn), "0011")
-    finally:
-        engine.dispose()
+    _alembic(command.downgrade, url, "0011")
     assert driver.POSTGRESQL.query(
         url,
         "SELECT count(*) FROM information_schema.columns"
