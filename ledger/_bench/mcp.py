@@ -45,7 +45,7 @@ for line in sys.stdin:
 
 def available() -> bool:
     """Whether the MCP SDK, which the proxy needs, is installed."""
-    return importlib.util.find_spec("mcp") is not None
+    return importlib.util.find_spec("mcp_types") is not None
 
 
 class _Peer:

@@ -27,7 +27,7 @@ import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from mcp.types import (
+from mcp_types import (
     ElicitRequest,
     ElicitRequestFormParams,
     ElicitResult,

@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from mcp.types import (
+from mcp_types import (
     CONNECTION_CLOSED,
     INVALID_PARAMS,
     INVALID_REQUEST,

@@ -24,7 +24,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from mcp.types import INTERNAL_ERROR, CancelledNotificationParams
+from mcp_types import INTERNAL_ERROR, CancelledNotificationParams
 
 from ledger._mcp.approvals import (
     Client,

@@ -56,7 +56,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from mcp.types import (
+from mcp_types import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,

@@ -20,7 +20,7 @@ import json
 import re
 from typing import IO, Any
 
-from mcp.types import (
+from mcp_types import (
     CallToolResult,
     ErrorData,
     JSONRPCError,
