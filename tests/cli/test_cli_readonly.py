@@ -228,6 +228,10 @@ def _sql(out: str, e: Expect, store: Path) -> None:
     assert out.strip() == str(len(e.effects))
 
 
+# The page directories made for the test running, removed after it (_pages_removed).
+_PAGES: list[Path] = []
+
+
 def _page_dir() -> str:
     """A new directory for a report's page, outside every fingerprinted tree.
 
@@ -235,7 +239,16 @@ def _page_dir() -> str:
     """
     directory = Path(tempfile.mkdtemp(prefix="ledger-page-"))
     directory.chmod(0o1777)
+    _PAGES.append(directory)
     return str(directory)
+
+
+@pytest.fixture(autouse=True)
+def _pages_removed() -> Iterator[None]:
+    # A command refused writes no page, and its directory would stay behind in /tmp.
+    yield
+    while _PAGES:
+        shutil.rmtree(_PAGES.pop(), ignore_errors=True)
 
 
 def _report_page(out: str, e: Expect, store: Path) -> None:
