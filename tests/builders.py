@@ -854,6 +854,18 @@ def ledger(
     )
 
 
+def ledger_ok(*args: str) -> str:
+    """Run ``ledger`` as :func:`ledger` does, require it to succeed; its stdout."""
+    result = ledger(*args)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def ledger_json(*args: str) -> Any:
+    """:func:`ledger_ok`'s stdout read as JSON (``args`` ask for it, with ``--json``)."""
+    return json.loads(ledger_ok(*args))
+
+
 def ledger_all(*argvs: Sequence[str]) -> list[subprocess.CompletedProcess[str]]:
     """Run independent ``ledger`` invocations side by side; results in the order given.
 

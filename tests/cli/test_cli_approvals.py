@@ -25,7 +25,7 @@ from ledger import effects as fx
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.errors import ApprovalDenied, ApprovalPending
 from tests.backends import BACKENDS, Backend
-from tests.builders import BURST_TIMEOUT, ledger
+from tests.builders import BURST_TIMEOUT, ledger, ledger_json, ledger_ok
 
 pytestmark = pytest.mark.program
 
@@ -81,16 +81,6 @@ def worker(store: Path | str) -> Iterator[Worker]:
     made.log.close()
 
 
-def _ok(*args: str) -> str:
-    result = ledger(*args)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
-
-
-def _json(*args: str) -> Any:
-    return json.loads(_ok(*args, "--json"))
-
-
 def _refused(*args: str, code: int = 1) -> str:
     """The one-line message of a command that must fail with ``code``."""
     result = ledger(*args)
@@ -102,7 +92,9 @@ def _refused(*args: str, code: int = 1) -> str:
 
 
 def _records(store: Path | str, run_id: str) -> list[dict[str, Any]]:
-    records: list[dict[str, Any]] = _json("show", run_id, "--store", str(store))["records"]
+    records: list[dict[str, Any]] = ledger_json("show", run_id, "--store", str(store), "--json")[
+        "records"
+    ]
     return records
 
 
@@ -119,7 +111,7 @@ def test_the_inbox_lists_a_pending_request_with_its_arguments_and_requester(
     """A run whose first record is a request: the inbox shows tool, args, digest, requester, expiry."""
     asked = worker.ask()
     at = ("--store", str(store))
-    (listed,) = _json("approvals", *at)
+    (listed,) = ledger_json("approvals", *at, "--json")
     assert listed["run_id"] == worker.run_id
     assert listed["approval_id"] == asked.approval_id
     assert listed["state"] == "pending"
@@ -134,7 +126,7 @@ def test_the_inbox_lists_a_pending_request_with_its_arguments_and_requester(
         socket.gethostname(),
         os.getpid(),
     )
-    text = _ok("approvals", *at)
+    text = ledger_ok("approvals", *at)
     row = text.splitlines()[1]
     assert "pending" in row
     assert "refund" in row
@@ -149,10 +141,13 @@ def test_the_inbox_lists_a_pending_request_with_its_arguments_and_requester(
     )
     assert command in text
     # The run holds nothing but the request: its times are the request's.
-    (run,) = _json("runs", *at)
+    (run,) = ledger_json("runs", *at, "--json")
     assert (run["first_at"], run["last_at"]) == (asked_at := request["requested_at"], asked_at)
     # The same with RUN given as a prefix; an unknown RUN is a usage mistake.
-    assert _json("approvals", worker.run_id[:6], *at)[0]["approval_id"] == asked.approval_id
+    assert (
+        ledger_json("approvals", worker.run_id[:6], *at, "--json")[0]["approval_id"]
+        == asked.approval_id
+    )
     other = "f" * 32 if not worker.run_id.startswith("f") else "e" * 32
     assert "no run matches" in _refused("approvals", other, *at, code=2)
 
@@ -164,19 +159,21 @@ def test_the_inbox_without_all_leaves_out_what_is_decided(
     first = worker.ask()
     second = worker.ask({"amount": 420, "order": "A-1018"})
     at = ("--store", str(store))
-    _ok("deny", worker.run_id, first.approval_id, "--by", "bob", *at)
-    assert [v["approval_id"] for v in _json("approvals", *at)] == [second.approval_id]
-    every = {v["approval_id"]: v["state"] for v in _json("approvals", "--all", *at)}
+    ledger_ok("deny", worker.run_id, first.approval_id, "--by", "bob", *at)
+    assert [v["approval_id"] for v in ledger_json("approvals", *at, "--json")] == [
+        second.approval_id
+    ]
+    every = {v["approval_id"]: v["state"] for v in ledger_json("approvals", "--all", *at, "--json")}
     assert every == {first.approval_id: "denied", second.approval_id: "pending"}
     (row,) = [
         line
-        for line in _ok("approvals", "--all", *at).splitlines()
+        for line in ledger_ok("approvals", "--all", *at).splitlines()
         if first.approval_id[:12] in line
     ]
     assert "denied" in row
     assert "bob (command)" in row
-    _ok("deny", worker.run_id, second.approval_id, "--by", "bob", *at)
-    assert _ok("approvals", *at).strip() == "no approval request is pending"
+    ledger_ok("deny", worker.run_id, second.approval_id, "--by", "bob", *at)
+    assert ledger_ok("approvals", *at).strip() == "no approval request is pending"
 
 
 # --------------------------------------------------------------------------- approve, deny
@@ -195,7 +192,7 @@ def test_a_wrong_expected_digest_is_refused_and_writes_nothing(
     )
     assert asked.action_digest in message
     assert _records(store, worker.run_id) == before
-    assert _json("approvals", *at)[0]["state"] == "pending"
+    assert ledger_json("approvals", *at, "--json")[0]["state"] == "pending"
     worker.ask()  # still waiting, and the call did not run
     assert worker.ran == []
 
@@ -204,7 +201,7 @@ def test_approve_then_the_identical_call_runs_once(store: Path | str, worker: Wo
     """After `ledger approve` the worker's identical call runs; the next identical call asks again."""
     asked = worker.ask()
     at = ("--store", str(store))
-    printed = _ok(
+    printed = ledger_ok(
         "approve",
         worker.run_id[:8],
         asked.approval_id[:8],
@@ -243,7 +240,9 @@ def test_deny_makes_the_call_raise_approval_denied(store: Path | str, worker: Wo
     """After `ledger deny` the call raises ApprovalDenied with the name and note; it never runs."""
     asked = worker.ask()
     at = ("--store", str(store))
-    printed = _json("deny", worker.run_id, asked.approval_id, "--by", "bob", "--note", "no", *at)
+    printed = ledger_json(
+        "deny", worker.run_id, asked.approval_id, "--by", "bob", "--note", "no", *at, "--json"
+    )
     assert printed["state"] == "denied"
     assert (printed["decision"]["decision"], printed["decision"]["by"]) == ("denied", "bob")
     assert printed["decision"]["program"] == "ledger deny"
@@ -258,7 +257,7 @@ def test_a_request_is_decided_once(store: Path | str, worker: Worker) -> None:
     """Approving twice, or denying what was approved, fails in one line and writes nothing."""
     asked = worker.ask()
     at = ("--store", str(store))
-    _ok("approve", worker.run_id, asked.approval_id, "--by", "alice", *at)
+    ledger_ok("approve", worker.run_id, asked.approval_id, "--by", "alice", *at)
     written = _records(store, worker.run_id)
     again = _refused("approve", worker.run_id, asked.approval_id, "--by", "carol", *at)
     assert "already decided: granted by alice" in again
@@ -290,13 +289,13 @@ def test_an_expired_request_shows_expired_and_cannot_be_approved(store: Path | s
         asked = worker.ask()
         at = ("--store", str(store))
         deadline = time.monotonic() + BURST_TIMEOUT
-        while _json("approvals", "--all", *at)[0]["state"] == "pending":
+        while ledger_json("approvals", "--all", *at, "--json")[0]["state"] == "pending":
             assert time.monotonic() < deadline, "the request never expired"
             time.sleep(0.2)
-        (view,) = _json("approvals", "--all", *at)
+        (view,) = ledger_json("approvals", "--all", *at, "--json")
         assert (view["state"], view["decision"]) == ("expired", None)
-        assert _json("approvals", *at) == []
-        assert "ago" in _ok("approvals", "--all", *at).splitlines()[1]
+        assert ledger_json("approvals", *at, "--json") == []
+        assert "ago" in ledger_ok("approvals", "--all", *at).splitlines()[1]
         message = _refused("approve", worker.run_id, asked.approval_id, "--by", "alice", *at)
         assert f"expired at {asked.expires_at}" in message
         assert not [r for r in _records(store, worker.run_id) if r["type"] == "approval_decision"]
@@ -311,7 +310,7 @@ def test_an_expired_request_shows_expired_and_cannot_be_approved(store: Path | s
 def _decided_run(store: Path | str, worker: Worker) -> tuple[ApprovalPending, str, ApprovalPending]:
     """One request granted and used, one still pending: (used, its claim, pending)."""
     used = worker.ask()
-    _ok("approve", worker.run_id, used.approval_id, "--by", "alice", "--store", str(store))
+    ledger_ok("approve", worker.run_id, used.approval_id, "--by", "alice", "--store", str(store))
     effect_id = worker.refund()
     pending = worker.ask({"amount": 420, "order": "A-1018"})
     return used, effect_id, pending
@@ -323,7 +322,7 @@ def test_show_says_each_approvals_state_decider_and_claim(
     """`ledger show` (text and --json): state, who decided and when, the claim that used it."""
     used, effect_id, pending = _decided_run(store, worker)
     at = ("--store", str(store))
-    shown = _json("show", worker.run_id, *at)
+    shown = ledger_json("show", worker.run_id, *at, "--json")
     by_id = {a["approval_id"]: a for a in shown["approvals"]}
     assert by_id[used.approval_id]["state"] == "used"
     assert by_id[used.approval_id]["used_by"] == effect_id
@@ -331,7 +330,7 @@ def test_show_says_each_approvals_state_decider_and_claim(
     assert by_id[pending.approval_id]["state"] == "pending"
     (claim,) = [r["record"] for r in shown["records"] if r["type"] == "claim"]
     assert claim["approval_id"] == used.approval_id
-    text = _ok("show", worker.run_id, *at)
+    text = ledger_ok("show", worker.run_id, *at)
     (line,) = [ln for ln in text.splitlines() if ln.startswith(used.approval_id[:12])]
     decided_at = by_id[used.approval_id]["decision"]["decided_at"]
     assert "used" in line
@@ -347,7 +346,7 @@ def test_status_says_which_approval_each_claim_was_made_under(
     """`ledger status --json` rows carry their approval; the text lists every request."""
     used, effect_id, pending = _decided_run(store, worker)
     at = ("--store", str(store))
-    (row,) = _json("status", *at)
+    (row,) = ledger_json("status", *at, "--json")
     assert row["effect_id"] == effect_id
     approval = row["approval"]
     assert (approval["approval_id"], approval["state"], approval["decided_by"]) == (
@@ -357,7 +356,7 @@ def test_status_says_which_approval_each_claim_was_made_under(
     )
     assert approval["source"] == "command"
     assert approval["decided_at"]
-    text = _ok("status", *at)
+    text = ledger_ok("status", *at)
     lines = {ln.split()[1]: ln for ln in text.splitlines() if ln.startswith(worker.run_id)}
     assert "used" in lines[used.approval_id]
     assert "alice (command)" in lines[used.approval_id]
@@ -390,8 +389,8 @@ def test_status_attention_lists_a_pending_approval_with_the_command(
     text = ledger("status", "--attention", *at)
     assert text.returncode == 1
     assert f"{asked.approval_id}: {listed['action']}" in text.stdout
-    _ok("deny", worker.run_id, asked.approval_id, "--by", "bob", *at)
-    assert _ok("status", "--attention", *at).strip() == "nothing needs a person"
+    ledger_ok("deny", worker.run_id, asked.approval_id, "--by", "bob", *at)
+    assert ledger_ok("status", "--attention", *at).strip() == "nothing needs a person"
 
 
 def test_the_report_says_each_approvals_state_decider_and_claim(
@@ -400,7 +399,7 @@ def test_the_report_says_each_approvals_state_decider_and_claim(
     """The page lists the pending request among what needs a person, and every approval."""
     used, effect_id, pending = _decided_run(store, worker)
     page = tmp_path / "page.html"
-    _ok("report", "--store", str(store), "-o", str(page))
+    ledger_ok("report", "--store", str(store), "-o", str(page))
     html = page.read_text(encoding="utf-8")
     waiting = re.findall(r'<tr class="approval-waiting"[^>]*data-approval="(\w+)"', html)
     assert waiting == [pending.approval_id]
@@ -412,9 +411,9 @@ def test_the_report_says_each_approvals_state_decider_and_claim(
     assert 'data-state="used"' in rows[used.approval_id]
     assert "alice" in rows[used.approval_id]
     assert f'data-id="{effect_id}"' in rows[used.approval_id]
-    decided_at = _json("show", worker.run_id, "--store", str(store))["approvals"][0]["decision"][
-        "decided_at"
-    ]
+    decided_at = ledger_json("show", worker.run_id, "--store", str(store), "--json")["approvals"][
+        0
+    ]["decision"]["decided_at"]
     assert decided_at.replace("T", " ").removesuffix("+00:00") in rows[used.approval_id]
     assert 'data-state="pending"' in rows[pending.approval_id]
 
@@ -428,23 +427,23 @@ def test_export_then_import_keeps_the_approvals_and_verifies(
     """A run with a used, a denied and a pending approval round-trips through JSON lines."""
     _decided_run(store, worker)
     denied = worker.ask({"amount": 99, "order": "A-1019"})
-    _ok("deny", worker.run_id, denied.approval_id, "--by", "bob", "--store", str(store))
+    ledger_ok("deny", worker.run_id, denied.approval_id, "--by", "bob", "--store", str(store))
     worker.log.close()
     exported = tmp_path / f"{worker.run_id}.jsonl"
-    _ok("export", worker.run_id, "--store", str(store), "-o", str(exported))
+    ledger_ok("export", worker.run_id, "--store", str(store), "-o", str(exported))
     types = [json.loads(line)["type"] for line in exported.read_text().splitlines()]
     assert types.count("approval_request") == 3
     assert types.count("approval_decision") == 2
     other = backend.location(tmp_path / "other")
-    _ok("import", str(exported), "--store", str(other))
-    assert _json("verify", "--store", str(other))["ok"]
-    before = _json("approvals", "--all", "--store", str(store))
-    after = _json("approvals", "--all", "--store", str(other))
+    ledger_ok("import", str(exported), "--store", str(other))
+    assert ledger_json("verify", "--store", str(other), "--json")["ok"]
+    before = ledger_json("approvals", "--all", "--store", str(store), "--json")
+    after = ledger_json("approvals", "--all", "--store", str(other), "--json")
     assert after == before
     assert {v["state"] for v in after} == {"used", "denied", "pending"}
-    assert _json("show", worker.run_id, "--store", str(other))["records"] == _records(
-        store, worker.run_id
-    )
+    assert ledger_json("show", worker.run_id, "--store", str(other), "--json")[
+        "records"
+    ] == _records(store, worker.run_id)
 
 
 # --------------------------------------------------------------------------- forged rows

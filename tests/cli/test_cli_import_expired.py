@@ -26,7 +26,7 @@ from ledger._jsonl import ImportRefusedError
 from ledger.effect_log import EffectLog, new_run_id
 from ledger.errors import ApprovalPending, EffectPersistenceError
 from tests.backends import BACKENDS, Backend
-from tests.builders import BURST_TIMEOUT, Call, ledger, wait_for
+from tests.builders import BURST_TIMEOUT, Call, ledger, ledger_json, ledger_ok, wait_for
 
 pytestmark = pytest.mark.program
 
@@ -40,16 +40,6 @@ def backend(request: pytest.FixtureRequest) -> Backend:
     """Each storage backend in turn."""
     found: Backend = request.param
     return found
-
-
-def _ok(*args: str) -> str:
-    result = ledger(*args)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
-
-
-def _json(*args: str) -> Any:
-    return json.loads(_ok(*args, "--json"))
 
 
 def _call(log: EffectLog, name: str, policy: fx.ApprovalPolicy) -> str:
@@ -111,19 +101,22 @@ def expired(backend: Backend, tmp_path: Path) -> ExpiredRun:
     while _states(run.store)[run.asked["expired"].approval_id] != "expired":
         assert time.monotonic() < deadline, "the request never expired"
         time.sleep(0.2)
-    assert sorted(v["state"] for v in _json("approvals", "--all", *at)) == sorted(STATES.values())
+    assert sorted(v["state"] for v in ledger_json("approvals", "--all", *at, "--json")) == sorted(
+        STATES.values()
+    )
     return run
 
 
 def _states(store: Path | str) -> dict[str, str]:
     return {
-        v["approval_id"]: v["state"] for v in _json("approvals", "--all", "--store", str(store))
+        v["approval_id"]: v["state"]
+        for v in ledger_json("approvals", "--all", "--store", str(store), "--json")
     }
 
 
 def _export(run: ExpiredRun, tmp_path: Path) -> Path:
     exported = tmp_path / f"{run.run_id}.jsonl"
-    _ok("export", run.run_id, "--store", str(run.store), "-o", str(exported))
+    ledger_ok("export", run.run_id, "--store", str(run.store), "-o", str(exported))
     types = [json.loads(line)["type"] for line in exported.read_text().splitlines()]
     assert (types.count("approval_request"), types.count("approval_decision")) == (4, 3)
     return exported
@@ -135,16 +128,19 @@ def test_a_run_whose_approvals_expired_is_imported_and_verifies(
     """Every approval expired before the export: the import takes the run as it was."""
     exported = _export(expired, tmp_path)
     other = backend.location(tmp_path / "other")
-    printed = _ok("import", str(exported), "--store", str(other))
+    printed = ledger_ok("import", str(exported), "--store", str(other))
     assert expired.run_id in printed
-    assert _json("verify", "--store", str(other))["ok"]
-    after = _json("approvals", "--all", "--store", str(other))
-    assert after == _json("approvals", "--all", "--store", str(expired.store))
+    assert ledger_json("verify", "--store", str(other), "--json")["ok"]
+    after = ledger_json("approvals", "--all", "--store", str(other), "--json")
+    assert after == ledger_json("approvals", "--all", "--store", str(expired.store), "--json")
     assert {v["approval_id"]: v["state"] for v in after} == {
         expired.asked[name].approval_id: state for name, state in STATES.items()
     }
-    shown = _json("show", expired.run_id, "--store", str(other))["records"]
-    assert shown == _json("show", expired.run_id, "--store", str(expired.store))["records"]
+    shown = ledger_json("show", expired.run_id, "--store", str(other), "--json")["records"]
+    assert (
+        shown
+        == ledger_json("show", expired.run_id, "--store", str(expired.store), "--json")["records"]
+    )
 
 
 def _late_answer(store: storage.Store, run: ExpiredRun) -> storage.Batch:
@@ -208,7 +204,7 @@ def test_after_an_import_a_live_answer_after_expiry_is_still_refused(
         assert _jsonl.import_file(other, exported).run_id == expired.run_id
         _refused_as_expired(store.append(_late_answer(store, expired)))
     assert _states(other)[expired.asked["expired"].approval_id] == "expired"
-    assert _json("verify", "--store", str(other))["ok"]
+    assert ledger_json("verify", "--store", str(other), "--json")["ok"]
 
 
 def _together(
@@ -276,8 +272,8 @@ def test_an_import_committed_with_live_writes_lends_them_nothing(
         _refused_as_expired(answered)
         _refused_as_expired(store.append(late))
     assert _states(other)[expired.asked["expired"].approval_id] == "expired"
-    assert _json("verify", "--store", str(other))["ok"]
+    assert ledger_json("verify", "--store", str(other), "--json")["ok"]
     assert (
-        _json("show", copy, "--store", str(other))["records"]
-        == _json("show", expired.run_id, "--store", str(other))["records"]
+        ledger_json("show", copy, "--store", str(other), "--json")["records"]
+        == ledger_json("show", expired.run_id, "--store", str(other), "--json")["records"]
     )

@@ -21,7 +21,7 @@ import pytest
 
 from ledger.effect_log import EffectLog, new_run_id
 from tests.backends import BACKENDS, Backend
-from tests.builders import CHILD_TIMEOUT, PYTHON, claim_small, ledger, subprocess_env
+from tests.builders import CHILD_TIMEOUT, PYTHON, claim_small, ledger, ledger_json, subprocess_env
 from tests.builders import settle as outcome
 
 
@@ -32,14 +32,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
     return backend.location(tmp_path)
 
 
-def _json(*args: str) -> Any:
-    result = ledger(*args)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
-
-
 def _run_of(store: Path | str, run_id: str) -> dict[str, Any]:
-    (row,) = [r for r in _json("runs", "--store", str(store), "--json") if r["run_id"] == run_id]
+    (row,) = [
+        r for r in ledger_json("runs", "--store", str(store), "--json") if r["run_id"] == run_id
+    ]
     return row  # type: ignore[no-any-return]
 
 
@@ -65,7 +61,7 @@ def test_resolve_leaves_the_worker_as_the_runs_writer(store: Path | str) -> None
         os.getpid(),
         socket.gethostname(),
     )
-    shown = _json("show", run_id, "--store", str(store), "--json")
+    shown = ledger_json("show", run_id, "--store", str(store), "--json")
     assert shown["writer"] == {"host": socket.gethostname(), "pid": os.getpid(), "name": "agent-7"}
 
 
@@ -82,7 +78,7 @@ def test_recover_leaves_the_worker_as_the_runs_writer(store: Path | str, how: st
 
 
 def _resolution(store: Path | str, run_id: str, effect_id: str) -> dict[str, Any]:
-    shown = _json("show", run_id, "--store", str(store), "--json")
+    shown = ledger_json("show", run_id, "--store", str(store), "--json")
     (found,) = [
         r["record"]
         for r in shown["records"]
